@@ -1,0 +1,1 @@
+//! classify (filled in by the slurm-core domain work).

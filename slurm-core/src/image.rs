@@ -1,0 +1,1 @@
+//! image (filled in by the slurm-core domain work).

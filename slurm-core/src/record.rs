@@ -1,0 +1,1 @@
+//! record (filled in by the slurm-core domain work).

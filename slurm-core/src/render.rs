@@ -1,0 +1,128 @@
+//! The `Renderer` seam (how a job becomes a batch script) and `ScriptContext`, everything a template may see.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::redact::SecretRegistry;
+use crate::Result;
+
+/// Which built-in template to render.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TemplateKind {
+    /// One node: `singlenode`.
+    SingleNode,
+    /// Several nodes with the rendezvous block: `multinode`.
+    MultiNode,
+}
+
+impl TemplateKind {
+    /// The template's name, also its file stem in a user template directory.
+    pub fn name(self) -> &'static str {
+        match self {
+            TemplateKind::SingleNode => "singlenode",
+            TemplateKind::MultiNode => "multinode",
+        }
+    }
+
+    /// The template a job with `nodes` nodes uses.
+    pub fn for_nodes(nodes: u32) -> Self {
+        if nodes > 1 {
+            TemplateKind::MultiNode
+        } else {
+            TemplateKind::SingleNode
+        }
+    }
+}
+
+impl fmt::Display for TemplateKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One environment variable with a plain (non-secret) value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EnvVar {
+    /// The name, a valid shell identifier.
+    pub name: String,
+    /// The value, shell-quoted by the renderer.
+    pub value: String,
+}
+
+/// Everything a batch script template may see. Typed: no untyped map of strings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ScriptContext {
+    /// The SLURM job name: the record id.
+    pub job_name: String,
+    /// `#SBATCH --partition`, when set (a comma list is allowed).
+    pub partition: Option<String>,
+    /// `#SBATCH --account`, when set.
+    pub account: Option<String>,
+    /// Node count.
+    pub nodes: u32,
+    /// GPUs per node (`--gres=gpu:N`); 0 asks for none.
+    pub gpus_per_node: u32,
+    /// CPUs per task.
+    pub cpus_per_task: u32,
+    /// `#SBATCH --mem`, when set (Slurm's form, e.g. `64G`).
+    pub memory: Option<String>,
+    /// Wall time in Slurm's form, e.g. `04:00:00` or `1-00:00:00`.
+    pub time: String,
+    /// The child command's limit in whole minutes, strictly below the wall time.
+    pub child_timeout_minutes: u32,
+    /// Absolute folder holding `<job_name>-<slurm id>/main.out` and `main.err`.
+    pub log_dir: String,
+    /// Absolute results folder, made before launch.
+    pub results_dir: String,
+    /// The container image as a `.sqsh` path (Pyxis form), or none for a plain `srun`.
+    pub image: Option<String>,
+    /// Container mounts, each `SRC[:DST[:FLAGS]]` with absolute paths.
+    pub container_mounts: Vec<String>,
+    /// The command, run by `bash -c` inside the job step.
+    pub command: String,
+    /// The mode-600 env sidecar the script sources and shreds, or none.
+    pub env_file: Option<String>,
+    /// Plain environment from the spec.
+    pub env: Vec<EnvVar>,
+    /// Extra environment, e.g. cluster NCCL knobs.
+    pub extra_env: Vec<EnvVar>,
+    /// `--requeue` when true, `--no-requeue` when false.
+    pub requeue: bool,
+    /// `--exclusive` when true.
+    pub exclusive: bool,
+    /// Raw extra `#SBATCH` lines (without the `#SBATCH` prefix).
+    pub extra_sbatch: Vec<String>,
+}
+
+/// One problem the lint found: the line, the rule and the variable, never the value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LintFinding {
+    /// 1-based line number.
+    pub line: usize,
+    /// The rule, e.g. `secret-assignment` or `bash-syntax`.
+    pub rule: String,
+    /// The variable or flag involved, when there is one.
+    pub variable: Option<String>,
+}
+
+impl fmt::Display for LintFinding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.rule)?;
+        if let Some(variable) = &self.variable {
+            write!(f, " ({variable})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Turns a [`ScriptContext`] into a batch script, and refuses scripts that must not be submitted.
+pub trait Renderer: Send + Sync + fmt::Debug {
+    /// Render the template `kind` with `context`. A missing variable is an error.
+    fn render(&self, kind: TemplateKind, context: &ScriptContext) -> Result<String>;
+
+    /// Check a script before submit: the secret scan (values in `secrets`, key blocks,
+    /// literal credentials) and a syntax check. `Ok(())` or [`crate::Error::Lint`].
+    fn lint(&self, script: &str, secrets: &SecretRegistry) -> Result<()>;
+}

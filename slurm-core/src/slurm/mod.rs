@@ -1,0 +1,1 @@
+//! SLURM output parsing (filled in by the slurm-core domain work).

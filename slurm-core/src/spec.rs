@@ -1,0 +1,1 @@
+//! spec (filled in by the slurm-core domain work).

@@ -1,0 +1,1 @@
+//! storage (filled in by the slurm-core domain work).

@@ -1,0 +1,2 @@
+//! sbatch script rendering for slurm-run.
+#![deny(missing_docs)]

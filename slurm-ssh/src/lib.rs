@@ -1,0 +1,2 @@
+//! SSH transports for slurm-run.
+#![deny(missing_docs)]
