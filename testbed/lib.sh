@@ -1,0 +1,64 @@
+# Shared settings and helpers of the test bed scripts (sourced, not run).
+# The test bed is a real SLURM cluster (slurmctld, two slurmd, slurmdbd on MariaDB, munge)
+# and a real OpenSSH server on 127.0.0.1, all started from Debian's packages, with every
+# config, log, pid file and socket under one state folder.
+
+TB_DIR=${SLURM_RUN_TESTBED_DIR:-/var/tmp/slurm-run-testbed}
+TB_USER=slurmrun
+TB_CLUSTER=testbed
+TB_SSH_PORT=22022
+TB_CTLD_PORT=16817
+TB_DBD_PORT=16819
+TB_DB_PORT=13306
+TB_NODE_PORTS=(17001 17002)
+TB_NODES=(n1 n2)
+TB_GPU_PARTITION=gpu
+TB_CPU_PARTITION=cpu_long
+TB_SHARED="$TB_DIR/shared"
+TB_RESULTS="$TB_SHARED/results"
+TB_CONF="$TB_DIR/etc/slurm.conf"
+
+export SLURM_CONF="$TB_CONF"
+
+log() { printf 'testbed: %s\n' "$*" >&2; }
+die() { printf 'testbed: error: %s\n' "$*" >&2; exit 1; }
+
+# pid_alive PIDFILE PATTERN: true when the pid file names a live process whose
+# command line contains PATTERN (a stale or recycled pid is never trusted).
+pid_alive() {
+  local file=$1 pattern=$2 pid
+  [ -s "$file" ] || return 1
+  pid=$(tr -dc '0-9' < "$file")
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+  tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "$pattern"
+}
+
+# wait_for DESCRIPTION SECONDS COMMAND...: poll COMMAND every 0.2 s until it succeeds or the deadline passes.
+wait_for() {
+  local what=$1 seconds=$2; shift 2
+  local deadline=$(( $(date +%s) + seconds ))
+  until "$@" >/dev/null 2>&1; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      log "gave up waiting for $what after ${seconds}s"
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+# stop_pidfile PIDFILE PATTERN: TERM the process, wait, then KILL; remove the pid file.
+stop_pidfile() {
+  local file=$1 pattern=$2 pid i
+  if pid_alive "$file" "$pattern"; then
+    pid=$(tr -dc '0-9' < "$file")
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 1 100); do
+      [ -d "/proc/$pid" ] || break
+      sleep 0.1
+    done
+    if [ -d "/proc/$pid" ]; then
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  fi
+  rm -f "$file"
+}
