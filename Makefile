@@ -1,0 +1,28 @@
+# slurm-run: the two commands of the README, plus benches and soaks.
+SHELL := /bin/bash
+.DEFAULT_GOAL := test
+TESTBED_ENV = eval "$$(testbed/env)"
+
+.PHONY: demo test bench testbed-up testbed-down lint
+
+testbed-up:
+	testbed/up
+
+testbed-down:
+	testbed/down
+
+## Run the quickstart example (preflight, submit a two-node job, watch it, show its log) against the local test bed.
+demo: testbed-up
+	$(TESTBED_ENV) && cargo run --example quickstart
+
+## Bring the test bed up and run every test, including the end-to-end tests against it.
+test: testbed-up
+	$(TESTBED_ENV) && cargo test --workspace --all-features --no-fail-fast
+
+## Benchmarks (some need the test bed); each prints ratios against a baseline measured in the same run.
+bench: testbed-up
+	$(TESTBED_ENV) && cargo bench --workspace --all-features
+
+lint:
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets --all-features -- -D warnings
