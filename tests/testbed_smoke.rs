@@ -19,15 +19,21 @@ fn var(name: &str) -> String {
 
 fn connect() -> Session {
     let hostport = var("SLURM_HOSTNAME");
-    let (host, port) = hostport.rsplit_once(':').expect("SLURM_HOSTNAME is host:port");
+    let (host, port) = hostport
+        .rsplit_once(':')
+        .expect("SLURM_HOSTNAME is host:port");
     let port: u16 = port.parse().unwrap();
-    let tcp = TcpStream::connect((host, port)).expect("the test bed's sshd is not reachable: is it up?");
+    let tcp =
+        TcpStream::connect((host, port)).expect("the test bed's sshd is not reachable: is it up?");
     let mut session = Session::new().unwrap();
     session.set_tcp_stream(tcp);
     session.handshake().unwrap();
     let mut known = session.known_hosts().unwrap();
     known
-        .read_file(Path::new(&var("SSH_KNOWN_HOSTS")), KnownHostFileKind::OpenSSH)
+        .read_file(
+            Path::new(&var("SSH_KNOWN_HOSTS")),
+            KnownHostFileKind::OpenSSH,
+        )
         .unwrap();
     let (key, _) = session.host_key().unwrap();
     assert!(
@@ -35,7 +41,12 @@ fn connect() -> Session {
         "host key of {hostport} does not match the test bed's known_hosts"
     );
     session
-        .userauth_pubkey_file(&var("SLURM_USER"), None, Path::new(&var("SSH_KEY_PATH")), None)
+        .userauth_pubkey_file(
+            &var("SLURM_USER"),
+            None,
+            Path::new(&var("SSH_KEY_PATH")),
+            None,
+        )
         .unwrap();
     assert!(session.authenticated());
     session
@@ -63,7 +74,8 @@ fn two_node_job_runs_on_two_nodes_and_is_accounted() {
         .as_nanos();
     let dir = format!("{}/smoke-{stamp}", var("SLURM_BASE_RESULTS_DIR"));
     let dir = shell_quote(&dir).unwrap();
-    let script = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --time=00:05:00\n\
+    let script =
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --time=00:05:00\n\
                   srun bash -c 'echo \"rank=$SLURM_PROCID node=$SLURMD_NODENAME\"'\n";
     let (status, _, err) = exec(
         &session,
@@ -77,17 +89,27 @@ fn two_node_job_runs_on_two_nodes_and_is_accounted() {
         b"",
     );
     assert_eq!(status, 0, "sbatch failed: {err}");
-    let job_id: u64 = out.trim().parse().expect("sbatch --parsable printed a job id");
+    let job_id: u64 = out
+        .trim()
+        .parse()
+        .expect("sbatch --parsable printed a job id");
 
     let deadline = Instant::now() + Duration::from_secs(120);
     let state = loop {
-        let (_, out, _) = exec(&session, &format!("sacct -X -n -P -j {job_id} -o State"), b"");
+        let (_, out, _) = exec(
+            &session,
+            &format!("sacct -X -n -P -j {job_id} -o State"),
+            b"",
+        );
         let state = out.trim().to_string();
         if matches!(state.split_whitespace().next(), Some(s) if !matches!(s, "PENDING" | "RUNNING" | "COMPLETING" | ""))
         {
             break state;
         }
-        assert!(Instant::now() < deadline, "job {job_id} still {state:?} after 120 s");
+        assert!(
+            Instant::now() < deadline,
+            "job {job_id} still {state:?} after 120 s"
+        );
         std::thread::sleep(Duration::from_millis(500));
     };
     assert_eq!(state, "COMPLETED");
