@@ -8,7 +8,7 @@
 //! | [`PRIVATE_KEY`] | a `-----BEGIN … PRIVATE KEY-----` block |
 //! | [`SECRET_ASSIGNMENT`] | a secret-named variable given a literal: `X=lit`, `export X='lit'`, `-e X=lit`, `--export=ALL,X=lit`, `${X:-lit}` |
 //! | [`CREDENTIAL_FLAG`] | `--password`, `--passwd`, `--token`, `--api-key`, `--secret` with a literal |
-//! | [`LOGIN_PASSWORD`] | `-p VALUE` on a line that logs in (`docker login -p …`) |
+//! | [`LOGIN_PASSWORD`] | `-p VALUE` after `login` on a line (`docker login -u me -p …`) |
 //! | [`TOKEN_PREFIX`] | a known token shape: `nvapi-`, `hf_`, `ghp_`, `github_pat_`, `AKIA` + 16, `xox[baprs]-`, `sk-` |
 //! | [`PRESIGNED_URL`] | presigned URL parameters (`X-Amz-Signature`, `X-Amz-Credential`, `X-Amz-Security-Token`, `X-Goog-*`) |
 //! | [`URL_PASSWORD`] | a password in URL userinfo (`https://user:pw@host`) |
@@ -234,8 +234,9 @@ fn scan_line(n: usize, line: &str, found: &mut Findings) {
             }
         }
     }
-    if LOGIN_RE.is_match(line) {
-        for caps in LOGIN_P_RE.captures_iter(line) {
+    if let Some(login) = LOGIN_RE.find(line) {
+        // Only a `-p` after the `login` word (`docker login -u me -p …`), not `mkdir -p … login`.
+        for caps in LOGIN_P_RE.captures_iter(&line[login.end()..]) {
             let value = caps[1].trim_matches(|c| c == '\'' || c == '"');
             if is_literal(value) && !value.starts_with('-') && !PORT_MAP_RE.is_match(value) {
                 found.add(n, LOGIN_PASSWORD, Some("-p".to_string()));
