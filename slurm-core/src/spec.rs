@@ -36,7 +36,6 @@
 //! default 4 h; it is always strictly below the wall time.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -46,181 +45,14 @@ use crate::image::{check_gpu_image, ImageRef};
 use crate::storage::{MountSpec, StorageUri};
 use crate::{Error, Result};
 
-/// The longest safe name (record ids, labels, partitions, clusters).
-pub const MAX_NAME_LEN: usize = 64;
+mod validate;
+mod wall_time;
 
-/// Check a safe name: `^[A-Za-z0-9][A-Za-z0-9._-]*$`, at most [`MAX_NAME_LEN`]
-/// characters. Such a name is a valid file name and SLURM job name and cannot
-/// traverse paths.
-pub fn validate_safe_name(field: &str, value: &str) -> Result<()> {
-    let ok = value.len() <= MAX_NAME_LEN
-        && value
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-');
-    if ok {
-        Ok(())
-    } else if value.is_empty() {
-        Err(Error::invalid(
-            field,
-            "empty; give a name of letters, digits, `.`, `_` or `-`",
-        ))
-    } else {
-        Err(Error::invalid(
-            field,
-            format!(
-                "`{}` is not a safe name; use at most {MAX_NAME_LEN} letters, digits, `.`, `_` or `-`, starting with a letter or digit",
-                crate::slurm::id::short(value)
-            ),
-        ))
-    }
-}
-
-/// Check a shell identifier (`^[A-Za-z_][A-Za-z0-9_]*$`), for env and secret names.
-pub fn validate_shell_name(field: &str, value: &str) -> Result<()> {
-    let ok = value
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && value.len() <= 128;
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            field,
-            format!(
-                "`{}` is not a shell variable name; use letters, digits and `_`, not starting with a digit",
-                crate::slurm::id::short(value)
-            ),
-        ))
-    }
-}
-
-/// A wall time in whole seconds, parsed from and printed in Slurm's forms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct WallTime(u64);
-
-impl WallTime {
-    /// A wall time of `secs` seconds.
-    pub const fn from_secs(secs: u64) -> Self {
-        WallTime(secs)
-    }
-
-    /// A wall time of `minutes` minutes.
-    pub const fn from_minutes(minutes: u64) -> Self {
-        WallTime(minutes * 60)
-    }
-
-    /// A wall time of `hours` hours.
-    pub const fn from_hours(hours: u64) -> Self {
-        WallTime(hours * 3600)
-    }
-
-    /// Parse `MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM` or `D-HH:MM:SS`
-    /// (`UNLIMITED` is refused: jobs need a limit).
-    ///
-    /// ```
-    /// use slurm_core::spec::WallTime;
-    /// assert_eq!(WallTime::parse("1-02:30").unwrap().to_slurm(), "1-02:30:00");
-    /// assert_eq!(WallTime::parse("90").unwrap().minutes(), 90);
-    /// ```
-    pub fn parse(text: &str) -> Result<Self> {
-        let t = text.trim();
-        let bad = || {
-            Error::invalid(
-                "time",
-                format!(
-                    "`{}` is not a Slurm time; use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 04:00:00)",
-                    crate::slurm::id::short(t)
-                ),
-            )
-        };
-        let num = |s: &str| -> Result<u64> {
-            if s.is_empty() || s.len() > 9 || !s.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(bad());
-            }
-            s.parse().map_err(|_| bad())
-        };
-        let (days, rest) = match t.split_once('-') {
-            Some((d, rest)) => (Some(num(d)?), rest),
-            None => (None, t),
-        };
-        let parts: Vec<u64> = rest.split(':').map(num).collect::<Result<_>>()?;
-        let secs = match (days, parts.as_slice()) {
-            (None, [m]) => m * 60,
-            (None, [m, s]) => m * 60 + s,
-            (None, [h, m, s]) => h * 3600 + m * 60 + s,
-            (Some(d), [h]) => d * 86400 + h * 3600,
-            (Some(d), [h, m]) => d * 86400 + h * 3600 + m * 60,
-            (Some(d), [h, m, s]) => d * 86400 + h * 3600 + m * 60 + s,
-            _ => return Err(bad()),
-        };
-        Ok(WallTime(secs))
-    }
-
-    /// The seconds.
-    pub fn as_secs(self) -> u64 {
-        self.0
-    }
-
-    /// The minutes, rounded up (as Slurm rounds a limit).
-    pub fn minutes(self) -> u64 {
-        self.0.div_ceil(60)
-    }
-
-    /// Slurm's `D-HH:MM:SS` (days only when non-zero): `04:00:00`, `1-00:00:00`.
-    pub fn to_slurm(self) -> String {
-        let (d, rem) = (self.0 / 86400, self.0 % 86400);
-        let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
-        if d > 0 {
-            format!("{d}-{h:02}:{m:02}:{s:02}")
-        } else {
-            format!("{h:02}:{m:02}:{s:02}")
-        }
-    }
-}
-
-impl fmt::Display for WallTime {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_slurm())
-    }
-}
-
-impl Serialize for WallTime {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_slurm())
-    }
-}
-
-impl<'de> Deserialize<'de> for WallTime {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl serde::de::Visitor<'_> for V {
-            type Value = WallTime;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a Slurm time such as \"04:00:00\", or whole minutes")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<WallTime, E> {
-                WallTime::parse(v).map_err(E::custom)
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<WallTime, E> {
-                v.checked_mul(60)
-                    .map(WallTime)
-                    .ok_or_else(|| E::custom("time too large"))
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<WallTime, E> {
-                u64::try_from(v)
-                    .map_err(|_| E::custom("time cannot be negative"))
-                    .and_then(|m| self.visit_u64(m))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
+pub(crate) use validate::{
+    first_duplicate, validate_memory, validate_partition, validate_sbatch_line,
+};
+pub use validate::{validate_safe_name, validate_shell_name, MAX_NAME_LEN};
+pub use wall_time::WallTime;
 
 /// How slurm-run decides that a COMPLETED job really succeeded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -409,18 +241,6 @@ pub struct Resources {
     /// `--requeue` (true) or `--no-requeue`.
     pub requeue: bool,
 }
-
-/// sbatch options a spec may not set: slurm-run owns the job name and the log layout.
-const RESERVED_SBATCH: &[&str] = &[
-    "--job-name",
-    "-J",
-    "--output",
-    "-o",
-    "--error",
-    "-e",
-    "--parsable",
-    "--wrap",
-];
 
 impl JobSpec {
     /// A minimal spec: a name and a command, everything else default.
@@ -637,10 +457,10 @@ impl JobSpec {
                     _ => defaults.nodes,
                 };
                 if let Some(t) = total {
-                    if t != nodes * per {
+                    if u64::from(t) != u64::from(nodes) * u64::from(per) {
                         return Err(Error::invalid(
                             "gpus",
-                            format!("{t} GPUs do not match {nodes} node(s) x {per} per node; drop gpus or make it {}", nodes * per),
+                            format!("{t} GPUs do not match {nodes} node(s) x {per} per node; drop gpus or make it {}", u64::from(nodes) * u64::from(per)),
                         ));
                     }
                 }
@@ -650,7 +470,7 @@ impl JobSpec {
                 if total % max != 0 {
                     return Err(Error::invalid(
                         "gpus",
-                        format!("{total} GPUs do not divide evenly into whole nodes of {max}; use a multiple of {max} (e.g. {}) or fewer than {max} on one node", (total / max + 1) * max),
+                        format!("{total} GPUs do not divide evenly into whole nodes of {max}; use a multiple of {max} (e.g. {}) or fewer than {max} on one node", (u64::from(total / max) + 1) * u64::from(max)),
                     ));
                 }
                 let derived = total / max;
@@ -763,63 +583,6 @@ impl JobSpec {
             requeue: self.requeue.unwrap_or(defaults.requeue),
         })
     }
-}
-
-fn first_duplicate(items: &[String]) -> Option<&str> {
-    let mut seen = std::collections::BTreeSet::new();
-    items
-        .iter()
-        .find(|i| !seen.insert(i.as_str()))
-        .map(String::as_str)
-}
-
-/// A partition or a comma list of partitions (`polar,polar3`).
-fn validate_partition(p: &str) -> Result<()> {
-    for part in p.split(',') {
-        validate_safe_name("partition", part.trim()).map_err(|_| {
-            Error::invalid(
-                "partition",
-                format!("`{p}` is not a partition name or comma list of names"),
-            )
-        })?;
-    }
-    Ok(())
-}
-
-/// Slurm memory: digits with an optional K/M/G/T suffix.
-fn validate_memory(mem: &str) -> Result<()> {
-    let digits = mem.trim_end_matches(['K', 'M', 'G', 'T', 'k', 'm', 'g', 't']);
-    let ok = !digits.is_empty()
-        && digits.len() + 1 >= mem.len()
-        && digits.bytes().all(|b| b.is_ascii_digit())
-        && digits.len() <= 12;
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "memory",
-            format!("`{mem}` is not a Slurm memory size; write e.g. 64G or 7200M"),
-        ))
-    }
-}
-
-/// One extra sbatch option: a single line starting with `-`, not one slurm-run owns.
-fn validate_sbatch_line(line: &str) -> Result<()> {
-    let t = line.trim();
-    if !t.starts_with('-') || t.contains(['\n', '\r', '\0']) {
-        return Err(Error::invalid(
-            "extra_sbatch",
-            format!("`{}`: write one sbatch option per entry, e.g. --qos=high (no #SBATCH prefix, one line)", crate::slurm::id::short(t)),
-        ));
-    }
-    let opt = t.split(['=', ' ']).next().unwrap_or(t);
-    if RESERVED_SBATCH.contains(&opt) {
-        return Err(Error::invalid(
-            "extra_sbatch",
-            format!("`{opt}` is set by slurm-run (job name and log layout); remove it"),
-        ));
-    }
-    Ok(())
 }
 
 /// A serde error as [`Error::Invalid`], naming the unknown or bad field when serde says which.

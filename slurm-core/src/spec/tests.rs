@@ -393,3 +393,66 @@ fn digest_is_stable_and_sensitive() {
     let y = JobSpec::from_yaml_str("name: a\ncommand: b\nenv: {B: '2', A: '1'}\n").unwrap();
     assert_eq!(x.digest(), y.digest());
 }
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn text_parsers_never_panic(s in any::<String>()) {
+            let _ = WallTime::parse(&s);
+            let _ = crate::image::ImageRef::parse(&s);
+            let _ = crate::storage::StorageUri::parse(&s);
+            let _ = crate::storage::MountSpec::parse(&s);
+            let _ = crate::storage::RemotePath::parse(&s);
+            let _ = JobSpec::from_yaml_str(&s);
+            let _ = JobSpec::from_json_str(&s);
+            let _ = validate_safe_name("x", &s);
+            let id = crate::record::JobId::mint(&s);
+            prop_assert!(crate::record::JobId::parse(id.as_str()).is_ok());
+        }
+
+        #[test]
+        fn wall_times_round_trip(secs in 60u64..(400 * 86400)) {
+            let w = WallTime::from_secs(secs);
+            prop_assert_eq!(WallTime::parse(&w.to_slurm()).unwrap(), w);
+        }
+
+        #[test]
+        fn resolve_never_panics_and_keeps_its_invariants(
+            nodes in proptest::option::of(any::<u32>()),
+            gpus in proptest::option::of(prop_oneof![0u32..40, any::<u32>()]),
+            per in proptest::option::of(prop_oneof![0u32..10, any::<u32>()]),
+            mins in 0u64..300,
+        ) {
+            let mut s = JobSpec::new("p", "true");
+            s.nodes = nodes;
+            s.gpus = gpus;
+            s.gpus_per_node = per;
+            s.time = Some(WallTime::from_minutes(mins));
+            if let Ok(r) = s.resolve(&SpecDefaults::default()) {
+                prop_assert_eq!(u64::from(r.gpus), u64::from(r.nodes) * u64::from(r.gpus_per_node));
+                prop_assert!(r.gpus_per_node <= 8 && r.nodes >= 1);
+                prop_assert_eq!(r.exclusive, r.gpus_per_node == 8);
+                prop_assert!(u64::from(r.child_timeout_minutes) < r.wall.minutes());
+                prop_assert!(r.wall <= WallTime::from_hours(4));
+                if let Some(g) = gpus { prop_assert_eq!(r.gpus, g); }
+            }
+        }
+    }
+}
+
+#[test]
+fn unquoted_yaml_times_are_read_as_slurm_times() {
+    let s =
+        JobSpec::from_yaml_str("name: a\ncommand: b\ntime: 04:00:00\nchild_timeout: 03:00:00\n")
+            .unwrap();
+    assert_eq!(s.time.unwrap().to_slurm(), "04:00:00");
+    assert_eq!(
+        s.resolve(&SpecDefaults::default())
+            .unwrap()
+            .child_timeout_minutes,
+        180
+    );
+}
