@@ -24,3 +24,14 @@ pub mod storage;
 pub mod transport;
 
 pub use error::{Error, ErrorKind, Result};
+
+pub use classify::{classify_failure, ErrorClass, RetryPolicy};
+pub use image::ImageRef;
+pub use record::{
+    BackendRef, FileRecordStore, JobId, JobRecord, Mark, MemoryRecordStore, RecordFilter,
+    RecordStore, Transition, TransitionSource,
+};
+pub use slurm::{SlurmJobId, SlurmState};
+pub use spec::{CompletionCheck, JobSpec, Limits, Resources, SpecDefaults, WallTime};
+pub use state::{JobState, TransitionOutcome};
+pub use storage::{MountSpec, RemotePath, StorageUri};

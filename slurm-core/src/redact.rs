@@ -30,8 +30,7 @@ impl SecretRegistry {
         }
         self.entries.push((name.into(), value));
         // Longest first, so a secret that contains another is hidden whole.
-        self.entries
-            .sort_by_key(|entry| std::cmp::Reverse(entry.1.len()));
+        self.entries.sort_by_key(|e| std::cmp::Reverse(e.1.len()));
         true
     }
 

@@ -1,1 +1,0 @@
-//! record (filled in by the slurm-core domain work).

@@ -1,0 +1,438 @@
+//! `FileRecordStore`: one JSON file per record, written atomically under a per-record lock.
+//!
+//! Layout of the folder: `<id>.json` (the record), `<id>.lock` (an empty file
+//! locked with `File::lock` while a process changes the record), and transient
+//! `.tmp-*.partial` files (a write in progress, or one a crash interrupted;
+//! never read).
+//!
+//! A write goes to a temporary file in the same folder, is fsynced, renamed over
+//! `<id>.json` and the folder is fsynced, so a reader sees the old record or the
+//! new one, never half of one, even when the writer is killed mid-write. A new
+//! record is linked into place without replacing anything (create-exclusive).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use crate::record::{
+    apply_mark, apply_update, JobId, JobRecord, Mark, RecordFilter, RecordStore, SCHEMA_VERSION,
+};
+use crate::redact::SecretRegistry;
+use crate::{Error, Result};
+
+/// The prefix of temporary files (ignored when loading).
+const TEMP_PREFIX: &str = ".tmp-";
+
+/// Records as JSON files in one folder, shared safely by threads and processes.
+#[derive(Debug, Clone)]
+pub struct FileRecordStore {
+    dir: PathBuf,
+    redactor: Option<SecretRegistry>,
+}
+
+impl FileRecordStore {
+    /// A store in `dir`, created (mode 700 on Unix) if missing.
+    pub fn new(dir: impl Into<PathBuf>) -> Result<Self> {
+        let dir = dir.into();
+        let mut builder = fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            builder.mode(0o700);
+        }
+        builder
+            .create(&dir)
+            .map_err(|e| Error::io(format!("creating the record folder {}", dir.display()), e))?;
+        Ok(FileRecordStore {
+            dir,
+            redactor: None,
+        })
+    }
+
+    /// Redact transition messages with `registry` before they are written.
+    pub fn with_redactor(mut self, registry: SecretRegistry) -> Self {
+        self.redactor = Some(registry);
+        self
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file of record `id`.
+    pub fn record_path(&self, id: &JobId) -> PathBuf {
+        self.dir.join(format!("{id}.json"))
+    }
+
+    /// Take the exclusive lock of record `id` (released when the file drops).
+    fn lock(&self, id: &JobId) -> Result<File> {
+        let path = self.dir.join(format!("{id}.lock"));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io(format!("opening lock {}", path.display()), e))?;
+        file.lock()
+            .map_err(|e| Error::io(format!("locking {}", path.display()), e))?;
+        Ok(file)
+    }
+
+    /// Write `record` atomically; with `exclusive`, fail if it exists.
+    fn write(&self, record: &JobRecord, exclusive: bool) -> Result<()> {
+        let target = self.record_path(&record.id);
+        let ctx = |what: &str| format!("{what} record {}", target.display());
+        let tmp = tempfile::Builder::new()
+            .prefix(TEMP_PREFIX)
+            .suffix(".partial")
+            .tempfile_in(&self.dir)
+            .map_err(|e| Error::io(ctx("creating a temporary file for"), e))?;
+        {
+            let mut out = BufWriter::new(tmp.as_file());
+            serde_json::to_writer_pretty(&mut out, record)
+                .map_err(|e| Error::io(ctx("writing"), e.into()))?;
+            out.flush().map_err(|e| Error::io(ctx("writing"), e))?;
+        }
+        tmp.as_file()
+            .sync_all()
+            .map_err(|e| Error::io(ctx("writing"), e))?;
+        if exclusive {
+            tmp.persist_noclobber(&target).map_err(|e| {
+                if e.error.kind() == std::io::ErrorKind::AlreadyExists {
+                    Error::invalid(
+                        "id",
+                        format!("record {} already exists; mint a new id", record.id),
+                    )
+                } else {
+                    Error::io(ctx("storing"), e.error)
+                }
+            })?;
+        } else {
+            tmp.persist(&target)
+                .map_err(|e| Error::io(ctx("storing"), e.error))?;
+        }
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::io(format!("syncing the folder {}", self.dir.display()), e))
+    }
+
+    /// Read one record file.
+    fn read(&self, id: &JobId) -> Result<JobRecord> {
+        let path = self.record_path(id);
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotFound(format!(
+                    "job record {id} in {}",
+                    self.dir.display()
+                )))
+            }
+            Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+        };
+        let record: JobRecord = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::parse(format!("job record {}", path.display()), e.to_string()))?;
+        if record.schema_version > SCHEMA_VERSION {
+            return Err(Error::parse(
+                format!("job record {}", path.display()),
+                format!(
+                    "schema version {} is newer than this slurm-run ({SCHEMA_VERSION}); upgrade slurm-run",
+                    record.schema_version
+                ),
+            ));
+        }
+        if &record.id != id {
+            return Err(Error::parse(
+                format!("job record {}", path.display()),
+                format!("holds id {} instead of {id}", record.id),
+            ));
+        }
+        Ok(record)
+    }
+
+    /// The ids of every record file in the folder (temporary and lock files skipped).
+    pub fn ids(&self) -> Result<Vec<JobId>> {
+        let entries = fs::read_dir(&self.dir)
+            .map_err(|e| Error::io(format!("listing {}", self.dir.display()), e))?;
+        let mut ids = Vec::new();
+        for entry in entries {
+            let entry =
+                entry.map_err(|e| Error::io(format!("listing {}", self.dir.display()), e))?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.starts_with('.') {
+                continue;
+            }
+            if let Some(stem) = name.strip_suffix(".json") {
+                if let Ok(id) = JobId::parse(stem) {
+                    ids.push(id);
+                }
+            }
+        }
+        ids.sort();
+        Ok(ids)
+    }
+}
+
+impl RecordStore for FileRecordStore {
+    fn open(&self, record: &JobRecord) -> Result<()> {
+        let _lock = self.lock(&record.id)?;
+        let mut record = record.clone();
+        if let Some(r) = &self.redactor {
+            for t in &mut record.history {
+                if let Some(m) = &t.message {
+                    t.message = Some(r.redact(m));
+                }
+            }
+        }
+        self.write(&record, true)
+    }
+
+    fn get(&self, id: &JobId) -> Result<JobRecord> {
+        self.read(id)
+    }
+
+    fn mark(&self, id: &JobId, mark: Mark) -> Result<JobRecord> {
+        let _lock = self.lock(id)?;
+        let mut record = self.read(id)?;
+        if apply_mark(&mut record, mark, self.redactor.as_ref())? {
+            self.write(&record, false)?;
+        }
+        Ok(record)
+    }
+
+    fn update(
+        &self,
+        id: &JobId,
+        change: &mut dyn FnMut(&mut JobRecord) -> Result<()>,
+    ) -> Result<JobRecord> {
+        let _lock = self.lock(id)?;
+        let record = self.read(id)?;
+        let next = apply_update(&record, change)?;
+        self.write(&next, false)?;
+        Ok(next)
+    }
+
+    fn list(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
+        let mut out = Vec::new();
+        for id in self.ids()? {
+            match self.read(&id) {
+                Ok(r) if filter.matches(&r) => out.push(r),
+                Ok(_) => {}
+                // Removed between listing and reading.
+                Err(Error::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        out.sort_by(|a, b| (a.submitted_at, &a.id).cmp(&(b.submitted_at, &b.id)));
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::tests::record;
+    use crate::record::TransitionSource;
+    use crate::state::JobState;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    /// Set in the child process of the crash test: the folder it keeps writing to.
+    const CRASH_DIR_ENV: &str = "SLURM_CORE_RECORD_CRASH_DIR";
+    const CRASH_IDS: [&str; 3] = ["crash-aaaaaa", "crash-bbbbbb", "crash-cccccc"];
+    const PAYLOAD_LEN: usize = 256 * 1024;
+
+    fn counter(r: &JobRecord) -> u64 {
+        r.labels
+            .get("counter")
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The child's loop: rewrite big records forever, until killed.
+    fn crash_child(dir: &Path) -> ! {
+        let store = FileRecordStore::new(dir).unwrap();
+        let mut n: u64 = 0;
+        loop {
+            n += 1;
+            for id in CRASH_IDS {
+                let id = JobId::parse(id).unwrap();
+                let updated = store
+                    .update(&id, &mut |r| {
+                        let c = counter(r) + 1;
+                        let ch = char::from(b'a' + (c % 26) as u8);
+                        r.labels.insert("counter".into(), c.to_string());
+                        r.labels
+                            .insert("payload".into(), ch.to_string().repeat(PAYLOAD_LEN));
+                        r.labels
+                            .insert("payload_len".into(), PAYLOAD_LEN.to_string());
+                        Ok(())
+                    })
+                    .unwrap();
+                let next = if updated.state == JobState::Running {
+                    JobState::Pending
+                } else {
+                    JobState::Running
+                };
+                store
+                    .mark(&id, Mark::new(next, TransitionSource::Poll))
+                    .unwrap();
+            }
+            if n.is_multiple_of(5) {
+                let fresh = record(JobId::mint("crash-new"));
+                store.open(&fresh).unwrap();
+            }
+        }
+    }
+
+    fn check_whole(store: &FileRecordStore) -> usize {
+        let ids = store.ids().unwrap();
+        for id in &ids {
+            let r = store
+                .get(id)
+                .unwrap_or_else(|e| panic!("record {id} did not load whole: {e}"));
+            if let Some(p) = r.labels.get("payload") {
+                let len: usize = r.labels["payload_len"].parse().unwrap();
+                assert_eq!(p.len(), len, "{id}");
+                let first = p.chars().next().unwrap();
+                assert!(p.chars().all(|c| c == first), "{id}: mixed payload");
+            }
+        }
+        assert_eq!(store.list(&RecordFilter::any()).unwrap().len(), ids.len());
+        ids.len()
+    }
+
+    #[test]
+    fn sigkill_mid_write_leaves_every_record_whole() {
+        if let Ok(dir) = std::env::var(CRASH_DIR_ENV) {
+            crash_child(Path::new(&dir));
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let store = FileRecordStore::new(tmp.path()).unwrap();
+        for id in CRASH_IDS {
+            store.open(&record(JobId::parse(id).unwrap())).unwrap();
+        }
+        let test_name = format!(
+            "{}::sigkill_mid_write_leaves_every_record_whole",
+            module_path!().split_once("::").unwrap().1
+        );
+        let exe = std::env::current_exe().unwrap();
+        let log = tmp.path().join(".child-stderr");
+        let first = JobId::parse(CRASH_IDS[0]).unwrap();
+        const ROUNDS: u64 = 50;
+        for round in 0..ROUNDS {
+            let before = counter(&store.get(&first).unwrap());
+            let mut child = Command::new(&exe)
+                .args([
+                    test_name.as_str(),
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CRASH_DIR_ENV, tmp.path())
+                .stdout(Stdio::null())
+                .stderr(File::create(&log).unwrap())
+                .spawn()
+                .unwrap();
+            // Wait until the child has written at least once, then kill it at a
+            // moment that varies from round to round.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if counter(&store.get(&first).unwrap()) > before {
+                    break;
+                }
+                if let Some(status) = child.try_wait().unwrap() {
+                    panic!(
+                        "crash child exited ({status}) in round {round}: {}",
+                        fs::read_to_string(&log).unwrap_or_default()
+                    );
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "crash child made no progress in 30 s"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_micros(round * 397 % 5000));
+            child.kill().unwrap(); // SIGKILL on Unix
+            child.wait().unwrap();
+            check_whole(&store);
+        }
+        let strays = fs::read_dir(tmp.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(TEMP_PREFIX)
+            })
+            .count();
+        eprintln!("crash test: {strays} kills of {ROUNDS} landed mid-write");
+        // Temporary files left behind prove kills landed mid-write.
+        assert!(strays > 0, "no kill landed mid-write in {ROUNDS} rounds");
+        let n = check_whole(&store);
+        assert!(n >= CRASH_IDS.len());
+        assert!(counter(&store.get(&first).unwrap()) >= ROUNDS);
+    }
+
+    #[test]
+    fn open_is_create_exclusive_and_get_reports_missing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = FileRecordStore::new(tmp.path().join("nested/records")).unwrap();
+        let r = record(JobId::parse("one-abcdef").unwrap());
+        store.open(&r).unwrap();
+        let err = store.open(&r).unwrap_err();
+        assert!(err.to_string().contains("already exists"), "{err}");
+        assert_eq!(store.get(&r.id).unwrap(), r);
+        let missing = store.get(&JobId::parse("two-abcdef").unwrap()).unwrap_err();
+        assert_eq!(missing.kind(), crate::ErrorKind::NotFound);
+        // Stray temporaries and foreign files are ignored.
+        fs::write(
+            tmp.path().join("nested/records/.tmp-zzz.partial"),
+            b"{\"half",
+        )
+        .unwrap();
+        fs::write(tmp.path().join("nested/records/notes.txt"), b"x").unwrap();
+        assert_eq!(store.list(&RecordFilter::any()).unwrap().len(), 1);
+        // A corrupt record is an error naming the file, not a silent skip.
+        fs::write(
+            store.record_path(&JobId::parse("bad-abcdef").unwrap()),
+            b"{",
+        )
+        .unwrap();
+        let err = store.list(&RecordFilter::any()).unwrap_err();
+        assert!(err.to_string().contains("bad-abcdef.json"), "{err}");
+    }
+
+    #[test]
+    fn threads_marking_one_record_lose_no_update() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(FileRecordStore::new(tmp.path()).unwrap());
+        let id = JobId::parse("shared-abcdef").unwrap();
+        store.open(&record(id.clone())).unwrap();
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let store = store.clone();
+                let id = id.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..25 {
+                        store
+                            .update(&id, &mut |r| {
+                                let c = counter(r) + 1;
+                                r.labels.insert("counter".into(), c.to_string());
+                                Ok(())
+                            })
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(counter(&store.get(&id).unwrap()), 100);
+    }
+}

@@ -1,0 +1,94 @@
+//! `MemoryRecordStore`: records in a map, for tests and for callers that need no durability.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use crate::record::{apply_mark, apply_update, JobId, JobRecord, Mark, RecordFilter, RecordStore};
+use crate::redact::SecretRegistry;
+use crate::{Error, Result};
+
+/// Records held in memory; same rules as the file store (state machine,
+/// create-exclusive open, redacted messages), nothing survives the process.
+#[derive(Debug, Default)]
+pub struct MemoryRecordStore {
+    records: Mutex<BTreeMap<JobId, JobRecord>>,
+    redactor: Option<SecretRegistry>,
+}
+
+impl MemoryRecordStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Redact transition messages with `registry`.
+    pub fn with_redactor(mut self, registry: SecretRegistry) -> Self {
+        self.redactor = Some(registry);
+        self
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<JobId, JobRecord>> {
+        // A panic while holding the lock cannot leave a half-written record: values are replaced whole.
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn not_found(id: &JobId) -> Error {
+    Error::NotFound(format!("job record {id} in memory"))
+}
+
+impl RecordStore for MemoryRecordStore {
+    fn open(&self, record: &JobRecord) -> Result<()> {
+        let mut map = self.map();
+        if map.contains_key(&record.id) {
+            return Err(Error::invalid(
+                "id",
+                format!("record {} already exists; mint a new id", record.id),
+            ));
+        }
+        let mut record = record.clone();
+        if let Some(r) = &self.redactor {
+            for t in &mut record.history {
+                t.message = t.message.as_deref().map(|m| r.redact(m));
+            }
+        }
+        map.insert(record.id.clone(), record);
+        Ok(())
+    }
+
+    fn get(&self, id: &JobId) -> Result<JobRecord> {
+        self.map().get(id).cloned().ok_or_else(|| not_found(id))
+    }
+
+    fn mark(&self, id: &JobId, mark: Mark) -> Result<JobRecord> {
+        let mut map = self.map();
+        let current = map.get(id).ok_or_else(|| not_found(id))?;
+        let mut next = current.clone();
+        apply_mark(&mut next, mark, self.redactor.as_ref())?;
+        map.insert(id.clone(), next.clone());
+        Ok(next)
+    }
+
+    fn update(
+        &self,
+        id: &JobId,
+        change: &mut dyn FnMut(&mut JobRecord) -> Result<()>,
+    ) -> Result<JobRecord> {
+        let mut map = self.map();
+        let current = map.get(id).ok_or_else(|| not_found(id))?;
+        let next = apply_update(current, change)?;
+        map.insert(id.clone(), next.clone());
+        Ok(next)
+    }
+
+    fn list(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
+        let mut out: Vec<JobRecord> = self
+            .map()
+            .values()
+            .filter(|r| filter.matches(r))
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| (a.submitted_at, &a.id).cmp(&(b.submitted_at, &b.id)));
+        Ok(out)
+    }
+}

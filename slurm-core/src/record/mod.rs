@@ -1,0 +1,442 @@
+//! Durable job records: the [`JobId`] minted for each job, the [`JobRecord`] kept true to the cluster, and the [`RecordStore`] seam.
+//!
+//! A record never holds a secret value: it keeps the spec's digest (the spec
+//! holds secret names only), and stores redact transition messages with the
+//! [`SecretRegistry`] they are given.
+
+mod file;
+mod memory;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::classify::ErrorClass;
+use crate::redact::SecretRegistry;
+use crate::slurm::SlurmJobId;
+use crate::spec::{validate_safe_name, JobSpec, MAX_NAME_LEN};
+use crate::state::{JobState, TransitionOutcome};
+use crate::storage::RemotePath;
+use crate::{Error, Result};
+
+pub use file::FileRecordStore;
+pub use memory::MemoryRecordStore;
+
+/// The record format written by this version.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A record id: `<label>-<6 hex>`, a safe name (`^[A-Za-z0-9][A-Za-z0-9._-]*$`,
+/// at most 64 characters) usable as a file name and as the SLURM job name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct JobId(String);
+
+impl JobId {
+    /// Parse an existing id (refuses unsafe names and path traversal).
+    pub fn parse(text: &str) -> Result<Self> {
+        validate_safe_name("job id", text)?;
+        Ok(JobId(text.to_string()))
+    }
+
+    /// Mint a fresh id from `label`: the label sanitised (unsafe characters become
+    /// `-`, cut to fit), a dash, and 6 random hex digits.
+    ///
+    /// ```
+    /// use slurm_core::record::JobId;
+    /// let id = JobId::mint("dino/train v2");
+    /// assert!(id.as_str().starts_with("dino-train-v2-"));
+    /// assert_eq!(id.as_str().len(), "dino-train-v2-".len() + 6);
+    /// ```
+    pub fn mint(label: &str) -> Self {
+        let mut clean: String = label
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        // Start with a letter or digit; no runs of dashes at the ends.
+        clean = clean
+            .trim_start_matches(|c: char| !c.is_ascii_alphanumeric())
+            .trim_end_matches('-')
+            .to_string();
+        clean.truncate(MAX_NAME_LEN - 7);
+        let clean = clean.trim_end_matches('-');
+        let label = if clean.is_empty() { "job" } else { clean };
+        let suffix: u32 = rand::random::<u32>() & 0x00ff_ffff;
+        JobId(format!("{label}-{suffix:06x}"))
+    }
+
+    /// Mint an id for `spec` from [`JobSpec::id_label`] (`arch-action`, else the name).
+    pub fn mint_for(spec: &JobSpec) -> Self {
+        Self::mint(&spec.id_label())
+    }
+
+    /// The id text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<String> for JobId {
+    type Error = Error;
+    fn try_from(value: String) -> Result<Self> {
+        JobId::parse(&value)
+    }
+}
+
+impl From<JobId> for String {
+    fn from(value: JobId) -> Self {
+        value.0
+    }
+}
+
+impl std::str::FromStr for JobId {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        JobId::parse(s)
+    }
+}
+
+/// Where the job lives on the backend.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BackendRef {
+    /// The SLURM job id.
+    pub slurm_job_id: SlurmJobId,
+    /// The cluster, when sbatch named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+}
+
+/// Who caused a transition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransitionSource {
+    /// slurm-run itself (submit, retry).
+    Agent,
+    /// A status poll of the scheduler.
+    Poll,
+    /// A person (cancel).
+    User,
+}
+
+/// One entry of a record's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The state entered.
+    pub state: JobState,
+    /// Who.
+    pub source: TransitionSource,
+    /// Why (the native SLURM state, a reason); redacted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A job as slurm-run remembers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// The format version ([`SCHEMA_VERSION`]).
+    pub schema_version: u32,
+    /// The id (also the SLURM job name).
+    pub id: JobId,
+    /// The spec's name.
+    pub name: String,
+    /// SHA-256 of the canonical spec ([`JobSpec::digest`]).
+    pub spec_digest: String,
+    /// The image as the job runs it (Pyxis form), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The spec's labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// The job's results folder on the cluster.
+    pub results_dir: RemotePath,
+    /// The SLURM job, once submitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_ref: Option<BackendRef>,
+    /// The current state.
+    pub state: JobState,
+    /// Infra or program, for an ERROR.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub err_class: Option<ErrorClass>,
+    /// The record this one retries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<JobId>,
+    /// 1 for the first submit, 2 for the first retry, ...
+    pub attempt: u32,
+    /// When the record was opened.
+    pub submitted_at: DateTime<Utc>,
+    /// When the record last changed.
+    pub updated_at: DateTime<Utc>,
+    /// Every state entered, oldest first.
+    #[serde(default)]
+    pub history: Vec<Transition>,
+}
+
+impl JobRecord {
+    /// A new record in state SUBMITTING for `spec`, attempt 1, with one history entry.
+    pub fn new(id: JobId, spec: &JobSpec, results_dir: RemotePath) -> Result<Self> {
+        let now = Utc::now();
+        let image = spec.image_ref()?.map(|i| i.pyxis());
+        Ok(JobRecord {
+            schema_version: SCHEMA_VERSION,
+            id,
+            name: spec.name.clone(),
+            spec_digest: spec.digest(),
+            image,
+            labels: spec.labels.clone(),
+            results_dir,
+            backend_ref: None,
+            state: JobState::Submitting,
+            err_class: None,
+            retry_of: None,
+            attempt: 1,
+            submitted_at: now,
+            updated_at: now,
+            history: vec![Transition {
+                at: now,
+                state: JobState::Submitting,
+                source: TransitionSource::Agent,
+                message: Some("record opened".to_string()),
+            }],
+        })
+    }
+
+    /// This record as the retry of `previous`: `retry_of` set and the attempt one higher.
+    pub fn retry_of(mut self, previous: &JobRecord) -> Self {
+        self.retry_of = Some(previous.id.clone());
+        self.attempt = previous.attempt.saturating_add(1);
+        self
+    }
+
+    /// Whether the state is terminal.
+    pub fn is_terminal(&self) -> bool {
+        self.state.is_terminal()
+    }
+}
+
+/// A state change asked of a store: validated by the state machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mark {
+    /// The observed or decided state.
+    pub state: JobState,
+    /// Who.
+    pub source: TransitionSource,
+    /// Why (redacted by the store).
+    pub message: Option<String>,
+    /// The SLURM job, set on the move to PENDING after sbatch.
+    pub backend_ref: Option<BackendRef>,
+    /// The error class; only with state ERROR.
+    pub err_class: Option<ErrorClass>,
+}
+
+impl Mark {
+    /// A mark to `state` by `source`.
+    pub fn new(state: JobState, source: TransitionSource) -> Self {
+        Mark {
+            state,
+            source,
+            message: None,
+            backend_ref: None,
+            err_class: None,
+        }
+    }
+
+    /// With a message.
+    pub fn message(mut self, message: impl Into<String>) -> Self {
+        self.message = Some(message.into());
+        self
+    }
+
+    /// With the SLURM job.
+    pub fn backend_ref(mut self, backend_ref: BackendRef) -> Self {
+        self.backend_ref = Some(backend_ref);
+        self
+    }
+
+    /// With an error class.
+    pub fn err_class(mut self, class: ErrorClass) -> Self {
+        self.err_class = Some(class);
+        self
+    }
+}
+
+/// Which records [`RecordStore::list`] returns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordFilter {
+    /// Only these states (empty: any).
+    pub states: Vec<JobState>,
+    /// Only records with all these labels.
+    pub labels: BTreeMap<String, String>,
+    /// Only records not yet terminal.
+    pub active_only: bool,
+}
+
+impl RecordFilter {
+    /// Every record.
+    pub fn any() -> Self {
+        Self::default()
+    }
+
+    /// Also accept `state`.
+    pub fn state(mut self, state: JobState) -> Self {
+        self.states.push(state);
+        self
+    }
+
+    /// Require label `key` = `value`.
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// Only non-terminal records.
+    pub fn active(mut self) -> Self {
+        self.active_only = true;
+        self
+    }
+
+    /// Whether `record` passes.
+    pub fn matches(&self, record: &JobRecord) -> bool {
+        (self.states.is_empty() || self.states.contains(&record.state))
+            && (!self.active_only || !record.state.is_terminal())
+            && self
+                .labels
+                .iter()
+                .all(|(k, v)| record.labels.get(k) == Some(v))
+    }
+}
+
+/// Where records live. Synchronous (file I/O is short), object safe, shared by
+/// threads and by processes (the file store locks).
+pub trait RecordStore: Send + Sync + fmt::Debug {
+    /// Store a new record; refuses an id that exists ([`Error::Invalid`] on `id`).
+    fn open(&self, record: &JobRecord) -> Result<()>;
+
+    /// The record `id`, or [`Error::NotFound`].
+    fn get(&self, id: &JobId) -> Result<JobRecord>;
+
+    /// Change the state of `id` through the state machine
+    /// ([`JobState::check_transition`]): an applied change appends to the history
+    /// and sets `backend_ref` / `err_class` when given; a no-op only fills
+    /// `backend_ref` / `err_class` that were unset; an ignored observation changes
+    /// nothing; an illegal one is [`Error::InvalidTransition`]. Returns the record
+    /// as stored.
+    fn mark(&self, id: &JobId, mark: Mark) -> Result<JobRecord>;
+
+    /// Change fields other than the state, id and history (e.g. `results_dir`,
+    /// labels) under the record's lock. Returns the record as stored.
+    fn update(
+        &self,
+        id: &JobId,
+        change: &mut dyn FnMut(&mut JobRecord) -> Result<()>,
+    ) -> Result<JobRecord>;
+
+    /// The records passing `filter`, oldest first.
+    fn list(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>>;
+}
+
+#[allow(dead_code)]
+fn _record_store_is_object_safe(_: &dyn RecordStore) {}
+
+/// Apply `mark` to `record` (shared by the stores). Returns whether anything changed.
+pub(crate) fn apply_mark(
+    record: &mut JobRecord,
+    mark: Mark,
+    redactor: Option<&SecretRegistry>,
+) -> Result<bool> {
+    if mark.err_class.is_some() && mark.state != JobState::Error {
+        return Err(Error::invalid(
+            "err_class",
+            format!(
+                "only an ERROR mark carries an error class, not {}",
+                mark.state
+            ),
+        ));
+    }
+    let outcome = JobState::check_transition_for(record.id.as_str(), record.state, mark.state)?;
+    let now = Utc::now();
+    match outcome {
+        TransitionOutcome::Apply => {
+            record.state = mark.state;
+            if let Some(r) = mark.backend_ref {
+                record.backend_ref = Some(r);
+            }
+            if let Some(c) = mark.err_class {
+                record.err_class = Some(c);
+            }
+            let message = mark
+                .message
+                .map(|m| redactor.map_or_else(|| m.clone(), |r| r.redact(&m)));
+            record.history.push(Transition {
+                at: now,
+                state: mark.state,
+                source: mark.source,
+                message,
+            });
+            record.updated_at = now;
+            Ok(true)
+        }
+        TransitionOutcome::NoOp => {
+            let mut changed = false;
+            if record.backend_ref.is_none() && mark.backend_ref.is_some() {
+                record.backend_ref = mark.backend_ref;
+                changed = true;
+            }
+            if record.err_class.is_none() && mark.err_class.is_some() {
+                record.err_class = mark.err_class;
+                changed = true;
+            }
+            if changed {
+                record.updated_at = now;
+            }
+            Ok(changed)
+        }
+        TransitionOutcome::Ignore => Ok(false),
+    }
+}
+
+/// Run `change` on a copy of `record`, refusing changes to the id, state, history or schema.
+pub(crate) fn apply_update(
+    record: &JobRecord,
+    change: &mut dyn FnMut(&mut JobRecord) -> Result<()>,
+) -> Result<JobRecord> {
+    let mut next = record.clone();
+    change(&mut next)?;
+    if next.id != record.id {
+        return Err(Error::invalid(
+            "id",
+            "a record's id cannot change; open a new record",
+        ));
+    }
+    if next.state != record.state || next.history != record.history {
+        return Err(Error::invalid(
+            "state",
+            "update cannot change the state or history; use mark",
+        ));
+    }
+    if next.schema_version != record.schema_version {
+        return Err(Error::invalid(
+            "schema_version",
+            "update cannot change the schema version",
+        ));
+    }
+    next.updated_at = Utc::now();
+    Ok(next)
+}
+
+#[cfg(test)]
+mod tests;
