@@ -10,6 +10,7 @@
 //! logic testable without a cluster and lets callers swap transports and renderers.
 #![deny(missing_docs)]
 
+pub mod backend;
 pub mod batch;
 pub mod classify;
 pub mod error;

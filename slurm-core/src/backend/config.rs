@@ -75,7 +75,9 @@ impl SlurmConfig {
 
     /// Read the configuration from the environment variables in [`ENV_VARS`].
     pub fn from_env() -> Result<Self> {
-        Self::builder().with_env_from(|name| std::env::var(name).ok()).build()
+        Self::builder()
+            .with_env_from(|name| std::env::var(name).ok())
+            .build()
     }
 }
 
@@ -110,7 +112,11 @@ impl SlurmConfigBuilder {
             self.convert_partition = Some(v);
         }
         if let Some(v) = get("SLURM_CONTAINER_MOUNTS") {
-            self.container_mounts = v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+            self.container_mounts = v
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect();
         }
         if let Some(v) = get("SLURM_RUN_STATE_DIR") {
             self.state_dir = Some(PathBuf::from(v));
@@ -194,7 +200,9 @@ impl SlurmConfigBuilder {
         if let Some(account) = &self.account {
             crate::spec::validate_safe_name("SLURM_ACCOUNT", account)?;
         }
-        let convert_partition = self.convert_partition.unwrap_or_else(|| "cpu_long".to_string());
+        let convert_partition = self
+            .convert_partition
+            .unwrap_or_else(|| "cpu_long".to_string());
         crate::spec::validate_safe_name("SLURM_CONVERT_PARTITION", &convert_partition)?;
         let state_dir = match self.state_dir {
             Some(dir) => dir,
@@ -202,7 +210,9 @@ impl SlurmConfigBuilder {
         };
         Ok(SlurmConfig {
             partition,
-            results_root: self.results_root.map(|r| r.trim_end_matches('/').to_string()),
+            results_root: self
+                .results_root
+                .map(|r| r.trim_end_matches('/').to_string()),
             account: self.account,
             convert_partition,
             container_mounts: self.container_mounts,
@@ -217,7 +227,10 @@ impl SlurmConfigBuilder {
 /// `~/.slurm-run/jobs`.
 pub fn default_state_dir() -> Result<PathBuf> {
     let home = std::env::var_os("HOME").ok_or_else(|| {
-        Error::config("SLURM_RUN_STATE_DIR", "HOME is not set: set SLURM_RUN_STATE_DIR to a folder for job records")
+        Error::config(
+            "SLURM_RUN_STATE_DIR",
+            "HOME is not set: set SLURM_RUN_STATE_DIR to a folder for job records",
+        )
     })?;
     Ok(PathBuf::from(home).join(".slurm-run").join("jobs"))
 }
@@ -227,7 +240,10 @@ mod tests {
     use super::*;
 
     fn from(vars: &[(&str, &str)]) -> Result<SlurmConfig> {
-        let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         SlurmConfig::builder()
             .with_env_from(move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
             .with_state_dir("/tmp/records")
@@ -258,7 +274,11 @@ mod tests {
 
     #[test]
     fn relative_results_root_is_refused() {
-        let err = from(&[("SLURM_PARTITION", "gpu"), ("SLURM_BASE_RESULTS_DIR", "results")]).unwrap_err();
+        let err = from(&[
+            ("SLURM_PARTITION", "gpu"),
+            ("SLURM_BASE_RESULTS_DIR", "results"),
+        ])
+        .unwrap_err();
         assert!(err.to_string().contains("SLURM_BASE_RESULTS_DIR"), "{err}");
     }
 

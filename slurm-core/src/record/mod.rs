@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::classify::ErrorClass;
 use crate::redact::SecretRegistry;
 use crate::slurm::SlurmJobId;
-use crate::spec::{validate_safe_name, JobSpec, MAX_NAME_LEN};
+use crate::spec::{validate_safe_name, CompletionCheck, JobSpec, MAX_NAME_LEN};
 use crate::state::{JobState, TransitionOutcome};
 use crate::storage::RemotePath;
 use crate::{Error, Result};
@@ -184,6 +184,9 @@ pub struct JobRecord {
     /// Every state entered, oldest first.
     #[serde(default)]
     pub history: Vec<Transition>,
+    /// How a COMPLETED job is confirmed (from the spec).
+    #[serde(default)]
+    pub completion_check: CompletionCheck,
 }
 
 impl JobRecord {
@@ -212,6 +215,7 @@ impl JobRecord {
                 source: TransitionSource::Agent,
                 message: Some("record opened".to_string()),
             }],
+            completion_check: spec.completion_check,
         })
     }
 

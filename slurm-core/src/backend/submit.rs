@@ -1,0 +1,695 @@
+//! Submit exactly once: validate, render, lint, open the record, then stage and `sbatch` in one
+//! round trip; reconcile by job name whenever the outcome is unknown.
+
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use super::slurm::SlurmBackend;
+use super::SubmitOptions;
+use crate::batch::{batch, split_batch_output};
+use crate::image::{check_gpu_image, ImageRef};
+use crate::record::{BackendRef, JobId, JobRecord, Mark, RecordStore, TransitionSource};
+use crate::redact::SecretRegistry;
+use crate::render::{EnvVar, Renderer, ScriptContext, TemplateKind};
+use crate::slurm::{parse_sbatch_parsable, SbatchOutcome, SlurmIdField, SlurmJobId};
+use crate::spec::{JobSpec, Limits, SpecDefaults};
+use crate::state::JobState;
+use crate::storage::RemotePath;
+use crate::transport::{shell_quote, Command, Transport};
+use crate::{Error, Result};
+
+/// The remote side of a submit, one round trip: check the datasets and the image,
+/// unpack the staged files (a tar archive on stdin), verify their checksums, `sbatch`.
+/// `$1` job folder, `$2` job name, `$3` log folder, `$4` `.sqsh` image or empty,
+/// then the dataset paths.
+const SUBMIT_SCRIPT: &str = r#"umask 077
+job_dir=$1 name=$2 log_dir=$3 image=$4
+shift 4
+missing=
+for p in "$@"; do [ -e "$p" ] || missing="$missing $p"; done
+if [ -n "$missing" ]; then echo "datasets missing on the cluster:$missing" >&2; cat >/dev/null; exit 67; fi
+if [ -n "$image" ] && [ "$(head -c 4 -- "$image" 2>/dev/null)" != hsqs ]; then
+  echo "image $image is missing or not a squashfs file" >&2; cat >/dev/null; exit 66
+fi
+mkdir -p -- "$job_dir" "$log_dir" || { cat >/dev/null; exit 68; }
+tar -x -m -C "$job_dir" -f - || exit 69
+cd -- "$job_dir" || exit 68
+sha256sum --quiet --strict -c SHA256SUMS >&2 || exit 65
+exec sbatch --parsable --job-name="$name" "sbatch/job_$name.sbatch""#;
+
+/// Converts a registry image to a `.sqsh` once, on the CPU partition, never on the
+/// GPU allocation: `$1` partition, `$2` minutes, `$3` the `.sqsh` path, `$4` the
+/// `docker://` URI. Writes under a temporary name and renames, so a partial file is
+/// never mistaken for an image; a result without the squashfs magic is refused.
+const CONVERT_SCRIPT: &str = r#"set -euo pipefail
+part=$1 minutes=$2 out=$3 uri=$4
+mkdir -p -- "$(dirname -- "$out")"
+if [ "$(head -c 4 -- "$out" 2>/dev/null)" = hsqs ]; then exit 0; fi
+tmp="$out.tmp-$$"
+rm -f -- "$tmp"
+srun --chdir=/tmp -n1 -c4 --mem=7200M -p "$part" -t "$minutes" --job-name=slurm-run-convert \
+  bash -c 'set -euo pipefail
+    export TMPDIR=/tmp ENROOT_TEMP_PATH="/tmp/enroot-slurm-run-$SLURM_JOB_ID"
+    export SLURM_ENROOT_TEMP_PATH="$ENROOT_TEMP_PATH"
+    mkdir -p "$ENROOT_TEMP_PATH"
+    cd /tmp
+    enroot import -o "$1" "$2"' slurm-run-convert "$tmp" "$uri" >&2
+if [ "$(head -c 4 -- "$tmp" 2>/dev/null)" != hsqs ]; then
+  rm -f -- "$tmp"; echo "the conversion produced no squashfs image" >&2; exit 1
+fi
+mv -f -- "$tmp" "$out""#;
+
+/// How long one submit round trip may take.
+const SUBMIT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What the submit round trip said.
+enum Answer {
+    Submitted(BackendRef),
+    ImageMissing(String),
+    /// Unknown whether sbatch ran: reconcile.
+    Unknown(String),
+    /// Nothing ran and trying again may work (the connection failed before sending).
+    NotSent(Error),
+    /// A definite refusal; nothing was submitted.
+    Refused(Error),
+}
+
+/// Everything prepared before the record is opened.
+struct Prepared {
+    record: JobRecord,
+    payload: Vec<u8>,
+    params: Vec<String>,
+    conversion: Option<(ImageRef, String)>,
+}
+
+impl<T, R, S> SlurmBackend<T, R, S>
+where
+    T: Transport + 'static,
+    R: Renderer + 'static,
+    S: RecordStore + 'static,
+{
+    pub(super) async fn submit_job(
+        &self,
+        spec: &JobSpec,
+        options: SubmitOptions,
+    ) -> Result<JobRecord> {
+        spec.validate()?;
+        let secrets = collect_secrets(spec, &options)?;
+        let previous = match &options.retry_of {
+            Some(id) => Some(self.inner.store.get(id)?),
+            None => None,
+        };
+        let root = self.ensure_ready(spec).await?;
+        let prepared = self.prepare(spec, &secrets, &root, previous.as_ref())?;
+        let id = prepared.record.id.clone();
+        self.inner.store.open(&prepared.record)?;
+        tracing::info!(job = %id, "record opened; submitting");
+        match self.submit_once(&id, &prepared).await {
+            Ok(record) => Ok(record),
+            Err(error) => {
+                // Keep what is known: a refused submit leaves an ERROR record saying why;
+                // an ambiguous one stays SUBMITTING for a person to settle.
+                if error.kind() != crate::ErrorKind::Ambiguous {
+                    let message = secrets.redact(&error.to_string());
+                    let _ = self.inner.store.mark(
+                        &id,
+                        Mark::new(JobState::Error, TransitionSource::Agent)
+                            .message(format!("submit failed: {message}")),
+                    );
+                }
+                Err(error)
+            }
+        }
+    }
+
+    pub(super) async fn resubmit_job(&self, id: &JobId) -> Result<JobRecord> {
+        let previous = self.inner.store.get(id)?;
+        if !previous.state.is_terminal() {
+            return Err(Error::invalid(
+                "id",
+                format!(
+                    "{id} is {}; only a finished job can be submitted again (cancel it first)",
+                    previous.state
+                ),
+            ));
+        }
+        let spec_path = previous.results_dir.join("specs")?.join("spec.json")?;
+        let text = self.inner.transport.read_file(spec_path.as_str()).await?;
+        let spec = JobSpec::from_json_str(&String::from_utf8_lossy(&text))?;
+        self.submit_job(
+            &spec,
+            SubmitOptions {
+                retry_of: Some(id.clone()),
+                secret_values: None,
+            },
+        )
+        .await
+    }
+
+    /// Render the script for `spec` as a submit would, without submitting (secrets
+    /// are named, never shown: the script only sources the sidecar).
+    pub async fn render_script(&self, spec: &JobSpec) -> Result<String> {
+        spec.validate()?;
+        let root = self.ensure_ready(spec).await?;
+        let registry = SecretRegistry::new();
+        let id = JobId::mint_for(spec);
+        let job_dir = root.join(id.as_str())?;
+        let (context, _) =
+            self.script_context(spec, &id, &job_dir, &root, !spec.secrets.is_empty())?;
+        let script = self
+            .inner
+            .renderer
+            .render(TemplateKind::for_nodes(context.nodes), &context)?;
+        self.inner.renderer.lint(&script, &registry)?;
+        Ok(script)
+    }
+
+    fn script_context(
+        &self,
+        spec: &JobSpec,
+        id: &JobId,
+        job_dir: &RemotePath,
+        root: &RemotePath,
+        with_sidecar: bool,
+    ) -> Result<(ScriptContext, Option<(ImageRef, String)>)> {
+        let config = &self.inner.config;
+        let limits = Limits {
+            max_wall: self.max_wall(spec).unwrap_or(Limits::default().max_wall),
+            ..Limits::default()
+        };
+        let mut defaults = SpecDefaults {
+            limits,
+            ..SpecDefaults::default()
+        }
+        .with_partition(config.partition.clone());
+        if let Some(account) = &config.account {
+            defaults = defaults.with_account(account.clone());
+        }
+        let resources = spec.resolve(&defaults)?;
+
+        let mut conversion = None;
+        let image = match spec.image_ref()? {
+            None => None,
+            Some(image) => {
+                check_gpu_image(&image, resources.gpus, spec.allow_registry_image)?;
+                if self.pyxis_present() == Some(false) {
+                    return Err(Error::Preflight {
+                        check: "pyxis (srun --container-image)".into(),
+                        message: "the spec names an image but srun has no --container-image".into(),
+                        remedy:
+                            "ask the cluster admins for the Pyxis SPANK plugin, or remove `image`"
+                                .into(),
+                    });
+                }
+                if image.is_sqsh() || spec.allow_registry_image {
+                    Some(image.pyxis())
+                } else {
+                    let file = image.cache_file_name().ok_or_else(|| {
+                        Error::invalid(
+                            "image",
+                            "cannot derive a cache file name; give a .sqsh path",
+                        )
+                    })?;
+                    let path = root.join(".images")?.join(&file)?;
+                    conversion = Some((image, path.as_str().to_string()));
+                    Some(path.as_str().to_string())
+                }
+            }
+        };
+        let mut mounts: Vec<String> = config.container_mounts.clone();
+        for mount in spec.mount_specs()? {
+            mounts.push(mount.to_pyxis());
+        }
+        if image.is_none() {
+            mounts.clear();
+        }
+        let env_var = |(name, value): (&String, &String)| EnvVar {
+            name: name.clone(),
+            value: value.clone(),
+        };
+        let context = ScriptContext {
+            job_name: id.as_str().to_string(),
+            partition: resources.partition.clone(),
+            account: resources.account.clone(),
+            nodes: resources.nodes,
+            gpus_per_node: resources.gpus_per_node,
+            cpus_per_task: resources.cpus_per_task,
+            memory: resources.memory.clone(),
+            time: resources.wall.to_slurm(),
+            child_timeout_minutes: resources.child_timeout_minutes,
+            log_dir: job_dir.join("logs")?.as_str().to_string(),
+            results_dir: job_dir.as_str().to_string(),
+            image,
+            container_mounts: mounts,
+            command: spec.command.clone(),
+            env_file: if with_sidecar {
+                Some(
+                    job_dir
+                        .join("env")?
+                        .join(&format!("job_{id}.env"))?
+                        .as_str()
+                        .to_string(),
+                )
+            } else {
+                None
+            },
+            env: spec.env.iter().map(env_var).collect(),
+            extra_env: spec.extra_env.iter().map(env_var).collect(),
+            requeue: resources.requeue,
+            exclusive: resources.exclusive,
+            extra_sbatch: spec.extra_sbatch.clone(),
+        };
+        Ok((context, conversion))
+    }
+
+    fn prepare(
+        &self,
+        spec: &JobSpec,
+        secrets: &SecretRegistry,
+        root: &RemotePath,
+        previous: Option<&JobRecord>,
+    ) -> Result<Prepared> {
+        let id = JobId::mint_for(spec);
+        let job_dir = root.join(id.as_str())?;
+        let (context, conversion) =
+            self.script_context(spec, &id, &job_dir, root, !secrets.is_empty())?;
+        let script = self
+            .inner
+            .renderer
+            .render(TemplateKind::for_nodes(context.nodes), &context)?;
+        self.inner.renderer.lint(&script, secrets)?;
+
+        let mut files: Vec<(String, Vec<u8>, u32)> = vec![
+            (
+                "specs/spec.json".to_string(),
+                serde_json::to_vec_pretty(spec).map_err(|e| Error::parse("spec", e.to_string()))?,
+                0o600,
+            ),
+            (
+                format!("sbatch/job_{id}.sbatch"),
+                script.into_bytes(),
+                0o700,
+            ),
+        ];
+        if !secrets.is_empty() {
+            let mut sidecar = String::new();
+            for (name, value) in secrets.entries() {
+                sidecar.push_str(&format!("export {name}={}\n", shell_quote(value)?));
+            }
+            files.push((format!("env/job_{id}.env"), sidecar.into_bytes(), 0o600));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for local in &spec.supporting_files {
+            let path = std::path::Path::new(local);
+            let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+                Error::invalid("supporting_files", format!("`{local}` has no file name"))
+            })?;
+            crate::spec::validate_safe_name("supporting_files", name)?;
+            if !seen.insert(name.to_string()) {
+                return Err(Error::invalid(
+                    "supporting_files",
+                    format!("two files are named `{name}`; rename one (they share the job's files/ folder)"),
+                ));
+            }
+            let bytes = std::fs::read(path).map_err(|e| {
+                Error::invalid(
+                    "supporting_files",
+                    format!("cannot read `{local}`: {e}; give a readable local file"),
+                )
+            })?;
+            files.push((format!("files/{name}"), bytes, 0o600));
+        }
+        let payload = build_payload(&files)?;
+
+        let mut record = JobRecord::new(id.clone(), spec, job_dir.clone())?;
+        if let Some(previous) = previous {
+            record = record.retry_of(previous);
+        }
+        let image_param = if conversion.is_some() || spec.image_ref()?.is_some_and(|i| i.is_sqsh())
+        {
+            context.image.clone().unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let mut params = vec![
+            job_dir.as_str().to_string(),
+            id.as_str().to_string(),
+            context.log_dir.clone(),
+            image_param,
+        ];
+        for uri in spec.dataset_uris()? {
+            params.push(uri.resolve().as_str().to_string());
+        }
+        Ok(Prepared {
+            record,
+            payload,
+            params,
+            conversion,
+        })
+    }
+
+    /// The submit loop: one round trip in the steady state; conversion when the image
+    /// is missing; reconcile by name whenever the outcome is unknown.
+    async fn submit_once(&self, id: &JobId, prepared: &Prepared) -> Result<JobRecord> {
+        let command = Command::bash_script(SUBMIT_SCRIPT, prepared.params.clone())
+            .stdin(prepared.payload.clone())
+            .timeout(SUBMIT_TIMEOUT)
+            .display_as(format!("submit {id}"));
+        let mut converted = false;
+        let mut resent_unsent = false;
+        let mut attempted_after_reconcile = false;
+        loop {
+            let answer = self.send(&command).await;
+            let reason = match answer {
+                Answer::Submitted(backend_ref) => return self.mark_submitted(id, backend_ref, "sbatch accepted the job"),
+                Answer::Refused(error) => return Err(error),
+                Answer::ImageMissing(detail) => match (&prepared.conversion, converted) {
+                    (Some((image, path)), false) => {
+                        self.convert_image(image, path).await?;
+                        converted = true;
+                        continue;
+                    }
+                    _ => {
+                        return Err(Error::invalid(
+                            "image",
+                            format!("{detail}; stage a valid .sqsh image (slurm-run never falls back to pulling a registry image inside the GPU allocation)"),
+                        ))
+                    }
+                },
+                Answer::NotSent(error) if !resent_unsent => {
+                    tracing::warn!(job = %id, %error, "submit not sent; trying once more");
+                    resent_unsent = true;
+                    continue;
+                }
+                Answer::NotSent(error) => return Err(error),
+                Answer::Unknown(reason) => reason,
+            };
+            tracing::warn!(job = %id, %reason, "submit outcome unknown; reconciling by job name");
+            let found = self.reconcile(id).await?;
+            match found.as_slice() {
+                [one] => {
+                    return self.mark_submitted(id, one.clone(), &format!("adopted after an unknown submit outcome ({reason})"))
+                }
+                [] if !attempted_after_reconcile => {
+                    attempted_after_reconcile = true;
+                    continue;
+                }
+                [] => {
+                    return Err(Error::Ambiguous(format!(
+                        "the submit of {id} has an unknown outcome twice ({reason}) and no job named {id} exists; check the connection and submit again"
+                    )))
+                }
+                many => {
+                    let ids: Vec<String> = many.iter().map(|r| r.slurm_job_id.to_string()).collect();
+                    let message = format!(
+                        "{} SLURM jobs carry the name {id} ({}); a person must decide which to keep (scancel the others), then mark the record",
+                        many.len(),
+                        ids.join(", ")
+                    );
+                    let _ = self.inner.store.mark(
+                        id,
+                        Mark::new(JobState::Submitting, TransitionSource::Agent).message(message.clone()),
+                    );
+                    return Err(Error::Ambiguous(message));
+                }
+            }
+        }
+    }
+
+    async fn send(&self, command: &Command) -> Answer {
+        let output = match self.inner.transport.run(command).await {
+            Ok(output) => output,
+            Err(error) if error.may_have_run() => return Answer::Unknown(error.to_string()),
+            Err(error) if error.is_transient() => return Answer::NotSent(error),
+            Err(error) => return Answer::Refused(error),
+        };
+        let stdout = output.stdout_text();
+        let stderr = output.stderr_text();
+        match output.status {
+            65 => Answer::NotSent(Error::Remote {
+                command: command.label(),
+                status: 65,
+                stderr: format!(
+                    "staged files failed their checksum check: {}",
+                    stderr.trim()
+                ),
+                transient: true,
+            }),
+            66 => Answer::ImageMissing(stderr.trim().to_string()),
+            67 => Answer::Refused(Error::invalid(
+                "datasets",
+                format!(
+                    "{}; stage the data on shared storage first and give lustre:///absolute/path",
+                    stderr.trim()
+                ),
+            )),
+            68 | 69 => Answer::Refused(Error::Remote {
+                command: command.label(),
+                status: output.status,
+                stderr: format!("staging the job folder failed: {}", stderr.trim()),
+                transient: false,
+            }),
+            status => match parse_sbatch_parsable(&stdout, &stderr) {
+                Ok(SbatchOutcome::Submitted {
+                    job_id, cluster, ..
+                }) => Answer::Submitted(BackendRef {
+                    slurm_job_id: job_id,
+                    cluster,
+                }),
+                Ok(SbatchOutcome::Unknown { .. }) if status == 0 => {
+                    Answer::Unknown("sbatch printed no job id".to_string())
+                }
+                Ok(SbatchOutcome::Unknown { stderr }) => Answer::Refused(Error::Remote {
+                    command: command.label(),
+                    status,
+                    stderr,
+                    transient: false,
+                }),
+                Err(error) if error.is_transient() => Answer::Unknown(error.to_string()),
+                Err(error) => Answer::Refused(error),
+            },
+        }
+    }
+
+    fn mark_submitted(
+        &self,
+        id: &JobId,
+        backend_ref: BackendRef,
+        message: &str,
+    ) -> Result<JobRecord> {
+        tracing::info!(job = %id, slurm_job_id = %backend_ref.slurm_job_id, "submitted");
+        self.inner.store.mark(
+            id,
+            Mark::new(JobState::Pending, TransitionSource::Agent)
+                .message(message)
+                .backend_ref(backend_ref),
+        )
+    }
+
+    /// The SLURM jobs named `id`, from squeue and sacct in one round trip; when there
+    /// is none, asked again until the configured wait passes (sacct may lag).
+    async fn reconcile(&self, id: &JobId) -> Result<Vec<BackendRef>> {
+        let deadline = Instant::now() + self.inner.config.reconcile_wait;
+        let name = format!("--name={id}");
+        let commands = [
+            Command::new("squeue")
+                .args(["--noheader", "--states=all", "--format=%i"])
+                .arg(name.as_str()),
+            Command::new("sacct")
+                .args([
+                    "--noheader",
+                    "-X",
+                    "--parsable2",
+                    "--starttime=now-7days",
+                    "--format=JobIDRaw",
+                ])
+                .arg(name.as_str()),
+        ];
+        let command = batch(&commands).timeout(Duration::from_secs(60));
+        loop {
+            let found = match self.inner.transport.run(&command).await {
+                Ok(output) => {
+                    let parts = split_batch_output(&output, commands.len())?;
+                    let mut ids = std::collections::BTreeSet::new();
+                    for part in &parts {
+                        for line in part.stdout_text().lines() {
+                            if let Ok(field) = SlurmIdField::parse(line.trim()) {
+                                if field.is_job_itself() {
+                                    ids.insert(field.job);
+                                }
+                            }
+                        }
+                    }
+                    Some(ids)
+                }
+                Err(error) if error.is_transient() => {
+                    tracing::warn!(job = %id, %error, "reconcile query failed; retrying");
+                    None
+                }
+                Err(error) => return Err(error),
+            };
+            if let Some(ids) = found {
+                if !ids.is_empty() || Instant::now() >= deadline {
+                    return Ok(ids
+                        .into_iter()
+                        .map(|job_id: SlurmJobId| BackendRef {
+                            slurm_job_id: job_id,
+                            cluster: None,
+                        })
+                        .collect());
+                }
+            } else if Instant::now() >= deadline {
+                return Err(Error::Ambiguous(format!(
+                    "the submit of {id} has an unknown outcome and the cluster could not be asked; check `squeue --name={id}` and `sacct --name={id}`"
+                )));
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+
+    async fn convert_image(&self, image: &ImageRef, path: &str) -> Result<()> {
+        let uri = image
+            .import_uri()
+            .ok_or_else(|| Error::invalid("image", "not a registry image; give a .sqsh path"))?;
+        let minutes = self.inner.config.convert_minutes;
+        tracing::info!(image = %uri, %path, "converting the image once on the CPU partition");
+        let command = Command::bash_script(
+            CONVERT_SCRIPT,
+            [
+                self.inner.config.convert_partition.clone(),
+                minutes.to_string(),
+                path.to_string(),
+                uri.clone(),
+            ],
+        )
+        .timeout(Duration::from_secs(u64::from(minutes) * 60 + 600))
+        .display_as(format!("convert {uri}"));
+        let output = self.inner.transport.run(&command).await?;
+        if !output.success() {
+            return Err(Error::Remote {
+                command: command.label(),
+                status: output.status,
+                stderr: format!(
+                    "{} (the job is not submitted: slurm-run never falls back to pulling the registry image inside the GPU allocation; fix the conversion and submit again)",
+                    output.stderr_text().trim()
+                ),
+                transient: false,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The secret values a spec names, from the options or this process's environment.
+fn collect_secrets(spec: &JobSpec, options: &SubmitOptions) -> Result<SecretRegistry> {
+    let mut registry = SecretRegistry::new();
+    for name in &spec.secrets {
+        let value = match &options.secret_values {
+            Some(values) => values.get(name).cloned(),
+            None => std::env::var(name).ok(),
+        };
+        let value = value.filter(|v| !v.is_empty()).ok_or_else(|| {
+            Error::config(
+                name.clone(),
+                format!("the spec names the secret {name} but it is not set in the submitting environment; export {name}=... (its value travels only in a mode-600 sidecar)"),
+            )
+        })?;
+        if value.contains('\0') || value.contains('\n') {
+            return Err(Error::config(
+                name.clone(),
+                "the secret's value holds a NUL or newline; give a one-line value",
+            ));
+        }
+        if !registry.register(name.clone(), value) {
+            return Err(Error::config(
+                name.clone(),
+                format!(
+                    "the secret's value is shorter than {} characters, too short to redact safely",
+                    crate::redact::MIN_SECRET_LEN
+                ),
+            ));
+        }
+    }
+    Ok(registry)
+}
+
+/// A tar archive of `files` (path, bytes, mode) plus `SHA256SUMS` listing each one.
+fn build_payload(files: &[(String, Vec<u8>, u32)]) -> Result<Vec<u8>> {
+    let mut sums = String::new();
+    let mut builder = tar::Builder::new(Vec::new());
+    let mtime = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let append =
+        |builder: &mut tar::Builder<Vec<u8>>, path: &str, bytes: &[u8], mode: u32| -> Result<()> {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(bytes.len() as u64);
+            header.set_mode(mode);
+            header.set_mtime(mtime);
+            header.set_entry_type(tar::EntryType::Regular);
+            builder
+                .append_data(&mut header, path, bytes)
+                .map_err(|e| Error::io(format!("packing {path}"), e))
+        };
+    for (path, bytes, mode) in files {
+        sums.push_str(&format!("{}  {path}\n", hex::encode(Sha256::digest(bytes))));
+        append(&mut builder, path, bytes, *mode)?;
+    }
+    append(&mut builder, "SHA256SUMS", sums.as_bytes(), 0o600)?;
+    builder
+        .into_inner()
+        .map_err(|e| Error::io("finishing the staging archive", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_lists_every_file_with_its_checksum() {
+        let payload = build_payload(&[("a/b.txt".into(), b"hello".to_vec(), 0o600)]).unwrap();
+        let mut archive = tar::Archive::new(payload.as_slice());
+        let mut names = Vec::new();
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut entry, &mut text).unwrap();
+            names.push((
+                entry.path().unwrap().display().to_string(),
+                entry.header().mode().unwrap(),
+                text,
+            ));
+        }
+        assert_eq!(names[0].0, "a/b.txt");
+        assert_eq!(names[0].1, 0o600);
+        assert_eq!(names[1].0, "SHA256SUMS");
+        assert!(names[1].2.starts_with(
+            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824  a/b.txt"
+        ));
+    }
+
+    #[test]
+    fn a_missing_secret_names_the_variable() {
+        let mut spec = JobSpec::new("job", "true");
+        spec.secrets = vec!["SLURM_RUN_TEST_SURELY_UNSET".into()];
+        let err = collect_secrets(&spec, &SubmitOptions::default()).unwrap_err();
+        assert!(
+            err.to_string().contains("SLURM_RUN_TEST_SURELY_UNSET"),
+            "{err}"
+        );
+        let options = SubmitOptions {
+            secret_values: Some(
+                [(
+                    "SLURM_RUN_TEST_SURELY_UNSET".to_string(),
+                    "s3cr3t-value".to_string(),
+                )]
+                .into(),
+            ),
+            ..SubmitOptions::default()
+        };
+        let registry = collect_secrets(&spec, &options).unwrap();
+        assert_eq!(registry.redact("x s3cr3t-value y"), "x [REDACTED] y");
+    }
+}

@@ -1,0 +1,150 @@
+//! Watch: one poll per cycle for every watched job, each transition reported once,
+//! back-off on transient errors, infra failures resubmitted within the retry budget.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use futures::stream::{self, BoxStream, StreamExt};
+
+use super::slurm::SlurmBackend;
+use super::{Backend, WatchEvent, WatchOptions};
+use crate::classify::ErrorClass;
+use crate::record::{JobId, RecordStore};
+use crate::render::Renderer;
+use crate::state::JobState;
+use crate::transport::Transport;
+use crate::Result;
+
+struct Watch<B> {
+    backend: B,
+    options: WatchOptions,
+    /// Watched jobs not yet terminal, with the state last reported.
+    active: Vec<(JobId, JobState)>,
+    queued: VecDeque<Result<WatchEvent>>,
+    failures: u32,
+    first: bool,
+}
+
+impl<T, R, S> SlurmBackend<T, R, S>
+where
+    T: Transport + 'static,
+    R: Renderer + 'static,
+    S: RecordStore + 'static,
+{
+    pub(super) fn watch_jobs(
+        self,
+        ids: Vec<JobId>,
+        options: WatchOptions,
+    ) -> BoxStream<'static, Result<WatchEvent>> {
+        let mut queued = VecDeque::new();
+        let mut active = Vec::new();
+        let mut seen = HashMap::new();
+        for id in ids {
+            if seen.insert(id.clone(), ()).is_some() {
+                continue;
+            }
+            match self.inner.store.get(&id) {
+                Ok(record) if record.state.is_terminal() => {}
+                Ok(record) => active.push((id, record.state)),
+                Err(error) => queued.push_back(Err(error)),
+            }
+        }
+        let state = Watch {
+            backend: self,
+            options,
+            active,
+            queued,
+            failures: 0,
+            first: true,
+        };
+        stream::unfold(state, |mut st| async move {
+            loop {
+                if let Some(event) = st.queued.pop_front() {
+                    return Some((event, st));
+                }
+                if st.active.is_empty() {
+                    return None;
+                }
+                if !st.first {
+                    tokio::time::sleep(st.delay()).await;
+                }
+                st.first = false;
+                st.cycle().await;
+            }
+        })
+        .boxed()
+    }
+}
+
+impl<T, R, S> Watch<SlurmBackend<T, R, S>>
+where
+    T: Transport + 'static,
+    R: Renderer + 'static,
+    S: RecordStore + 'static,
+{
+    /// The pause before the next cycle: the interval, doubled per consecutive
+    /// transient failure up to the maximum back-off.
+    fn delay(&self) -> Duration {
+        let factor = 2u32.saturating_pow(self.failures.min(16));
+        self.options
+            .interval
+            .saturating_mul(factor)
+            .min(self.options.max_backoff.max(self.options.interval))
+    }
+
+    /// One poll of every active job (one round trip), queueing the events it yields.
+    async fn cycle(&mut self) {
+        let ids: Vec<JobId> = self.active.iter().map(|(id, _)| id.clone()).collect();
+        let statuses = match self.backend.poll(&ids).await {
+            Ok(statuses) => {
+                self.failures = 0;
+                statuses
+            }
+            Err(error) if error.is_transient() => {
+                self.failures += 1;
+                tracing::warn!(%error, failures = self.failures, "poll failed; backing off");
+                return;
+            }
+            Err(error) => {
+                // A lasting failure (the record folder broke, a parse error) ends the watch.
+                self.active.clear();
+                self.queued.push_back(Err(error));
+                return;
+            }
+        };
+        let mut still_active = Vec::new();
+        for ((id, last), status) in self.active.drain(..).zip(statuses) {
+            let now = status.state();
+            if now != last {
+                self.queued.push_back(Ok(WatchEvent::Transition {
+                    from: last,
+                    status: Box::new(status.clone()),
+                }));
+            }
+            if !now.is_terminal() {
+                still_active.push((id, now));
+                continue;
+            }
+            let retry = match &self.options.retry {
+                Some(policy) if now == JobState::Error => {
+                    let class = status.err_class().unwrap_or(ErrorClass::Program);
+                    policy.should_retry(class, status.record.attempt)
+                }
+                _ => false,
+            };
+            if retry {
+                match self.backend.resubmit(&id).await {
+                    Ok(record) => {
+                        still_active.push((record.id.clone(), record.state));
+                        self.queued.push_back(Ok(WatchEvent::Retried {
+                            previous: id,
+                            record: Box::new(record),
+                        }));
+                    }
+                    Err(error) => self.queued.push_back(Err(error)),
+                }
+            }
+        }
+        self.active = still_active;
+    }
+}
