@@ -15,6 +15,7 @@ pub mod batch;
 pub mod classify;
 pub mod error;
 pub mod image;
+pub mod layers;
 pub mod record;
 pub mod redact;
 pub mod render;

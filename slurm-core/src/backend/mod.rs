@@ -13,6 +13,9 @@ mod status;
 mod submit;
 mod watch;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;

@@ -165,6 +165,40 @@ where
         Ok(script)
     }
 
+    /// Make sure `image` is a `.sqsh` file on shared storage and return its path: a
+    /// `.sqsh` path is checked, a registry image is converted once on the CPU partition
+    /// (`SLURM_CONVERT_PARTITION`, never the GPU allocation) and reused afterwards. A
+    /// failed conversion is an error; there is never a fall back to the registry.
+    pub async fn stage_image(&self, image: &str) -> Result<String> {
+        let parsed = ImageRef::parse(image)?;
+        if parsed.is_sqsh() {
+            let path = parsed.pyxis();
+            let command = Command::new("head")
+                .args(["-c", "4", "--"])
+                .arg(path.as_str());
+            let output = self.inner.transport.run(&command).await?;
+            if output.stdout != b"hsqs" {
+                return Err(Error::invalid(
+                    "image",
+                    format!("{path} is missing or not a squashfs image; convert it again"),
+                ));
+            }
+            return Ok(path);
+        }
+        let root = self
+            .ensure_ready(&JobSpec::new("stage-image", "true"))
+            .await?;
+        let file = parsed.cache_file_name().ok_or_else(|| {
+            Error::invalid(
+                "image",
+                "cannot derive a cache file name; give a .sqsh path",
+            )
+        })?;
+        let path = root.join(".images")?.join(&file)?;
+        self.convert_image(&parsed, path.as_str()).await?;
+        Ok(path.as_str().to_string())
+    }
+
     fn script_context(
         &self,
         spec: &JobSpec,
