@@ -24,7 +24,16 @@
 //! commands through any long-lived shell process, e.g. a local `bash`.
 #![deny(missing_docs)]
 
+pub mod config;
 pub mod framing;
+pub mod hosts;
+pub mod known_hosts;
+pub mod openssh;
 pub mod process;
+pub mod ssh2_transport;
 
+pub use config::{Secret, Ssh2TransportBuilder};
+pub use hosts::HostSpec;
+pub use openssh::{OpenSshTransport, OpenSshTransportBuilder};
 pub use process::{ProcessShellConfig, ProcessShellTransport};
+pub use ssh2_transport::Ssh2Transport;
