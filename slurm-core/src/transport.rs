@@ -248,9 +248,10 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// written under a temporary name created with umask 077 and renamed into place,
     /// so it is never readable by others, even for an instant, and never half-written.
     async fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<()> {
-        let command = Command::bash_script(WRITE_FILE_SCRIPT, [path.to_string(), format!("{mode:o}")])
-            .stdin(contents.to_vec())
-            .display_as(format!("write {path}"));
+        let command =
+            Command::bash_script(WRITE_FILE_SCRIPT, [path.to_string(), format!("{mode:o}")])
+                .stdin(contents.to_vec())
+                .display_as(format!("write {path}"));
         self.run(&command).await?.check(&command).map(|_| ())
     }
 

@@ -225,7 +225,10 @@ impl Ssh2TransportBuilder {
             if !key.is_file() {
                 return Err(Error::config(
                     "SSH_KEY_PATH",
-                    format!("{} is not a readable file; point it at your private key", key.display()),
+                    format!(
+                        "{} is not a readable file; point it at your private key",
+                        key.display()
+                    ),
                 ));
             }
         }
@@ -264,7 +267,10 @@ pub(crate) fn parse_ssh_config(path: &Path) -> Result<Option<SshConfig>> {
         .map_err(|e| {
             Error::config(
                 "ssh config",
-                format!("cannot parse {}: {e}; fix the file or disable it with with_ssh_config(None)", path.display()),
+                format!(
+                    "cannot parse {}: {e}; fix the file or disable it with with_ssh_config(None)",
+                    path.display()
+                ),
             )
         })
 }

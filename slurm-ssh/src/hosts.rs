@@ -115,7 +115,9 @@ mod tests {
 
     #[test]
     fn parses_every_form() {
-        let hosts = HostSpec::parse_list("login1, login2:2222,[::1]:22,[fe80::1],::1,10.0.0.1:8022").unwrap();
+        let hosts =
+            HostSpec::parse_list("login1, login2:2222,[::1]:22,[fe80::1],::1,10.0.0.1:8022")
+                .unwrap();
         assert_eq!(
             hosts,
             vec![
@@ -133,7 +135,18 @@ mod tests {
 
     #[test]
     fn rejects_bad_entries_naming_the_variable() {
-        for bad in ["", "a,,b", "host:", "host:0", "host:99999", "[::1", "[::1]x", "[]:22", ":22", "a b"] {
+        for bad in [
+            "",
+            "a,,b",
+            "host:",
+            "host:0",
+            "host:99999",
+            "[::1",
+            "[::1]x",
+            "[]:22",
+            ":22",
+            "a b",
+        ] {
             let err = HostSpec::parse_list(bad).unwrap_err();
             assert!(err.to_string().contains("SLURM_HOSTNAME"), "{bad:?}: {err}");
         }

@@ -90,8 +90,12 @@ pub fn check(
     let mut known = session
         .known_hosts()
         .map_err(|e| refuse(format!("cannot initialise known_hosts checking: {e}")))?;
-    load(&mut known, path)
-        .map_err(|e| refuse(format!("cannot read known_hosts file {}: {e}", path.display())))?;
+    load(&mut known, path).map_err(|e| {
+        refuse(format!(
+            "cannot read known_hosts file {}: {e}",
+            path.display()
+        ))
+    })?;
     let file = path.display();
     match known.check_port(host, port, key) {
         CheckResult::Match => Ok(()),
@@ -166,8 +170,14 @@ mod tests {
     fn port_entries_match_only_their_port() {
         let (known, _d) = known_with(&format!("[127.0.0.1]:22022 ssh-ed25519 {ED_KEY}\n"));
         let k = key(ED_KEY);
-        assert!(matches!(known.check_port("127.0.0.1", 22022, &k), CheckResult::Match));
-        assert!(matches!(known.check_port("127.0.0.1", 22023, &k), CheckResult::NotFound));
+        assert!(matches!(
+            known.check_port("127.0.0.1", 22022, &k),
+            CheckResult::Match
+        ));
+        assert!(matches!(
+            known.check_port("127.0.0.1", 22023, &k),
+            CheckResult::NotFound
+        ));
         assert!(matches!(
             known.check_port("127.0.0.1", 22022, &key(OTHER_KEY)),
             CheckResult::Mismatch
@@ -187,8 +197,14 @@ mod tests {
         );
         let (known, _d) = known_with(&line);
         let k = key(ED_KEY);
-        assert!(matches!(known.check_port("login.example.org", 22, &k), CheckResult::Match));
-        assert!(matches!(known.check_port("other.example.org", 22, &k), CheckResult::NotFound));
+        assert!(matches!(
+            known.check_port("login.example.org", 22, &k),
+            CheckResult::Match
+        ));
+        assert!(matches!(
+            known.check_port("other.example.org", 22, &k),
+            CheckResult::NotFound
+        ));
     }
 
     #[test]
@@ -207,7 +223,11 @@ mod tests {
         pub fn hmac(key: &[u8; 20], message: &[u8]) -> [u8; 20] {
             let mut k = [0u8; 64];
             k[..20].copy_from_slice(key);
-            let inner: Vec<u8> = k.iter().map(|b| b ^ 0x36).chain(message.iter().copied()).collect();
+            let inner: Vec<u8> = k
+                .iter()
+                .map(|b| b ^ 0x36)
+                .chain(message.iter().copied())
+                .collect();
             let inner_hash = super::sha1(&inner);
             let outer: Vec<u8> = k.iter().map(|b| b ^ 0x5c).chain(inner_hash).collect();
             super::sha1(&outer)

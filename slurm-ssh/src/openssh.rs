@@ -193,7 +193,10 @@ fn check_master(builder: &OpenSshTransportBuilder) -> Result<()> {
         .output()
         .map_err(|e| Error::Connect {
             host: builder.host.to_string(),
-            message: format!("cannot run `{}`: {e}; install the OpenSSH client", builder.ssh_program),
+            message: format!(
+                "cannot run `{}`: {e}; install the OpenSSH client",
+                builder.ssh_program
+            ),
         })?;
     if output.status.success() {
         return Ok(());

@@ -167,7 +167,10 @@ impl Transport for ProcessShellTransport {
         }
         answer.await.unwrap_or_else(|_| {
             Err(Error::Transport {
-                message: format!("a shell worker for {} stopped mid-command", self.config.label),
+                message: format!(
+                    "a shell worker for {} stopped mid-command",
+                    self.config.label
+                ),
                 may_have_run: true,
             })
         })
@@ -333,7 +336,10 @@ impl ProcessShell {
                 Err(e) => {
                     return Err(Error::Connect {
                         host: config.label.clone(),
-                        message: format!("the remote shell did not start: {e}{}", shell.stderr_note()),
+                        message: format!(
+                            "the remote shell did not start: {e}{}",
+                            shell.stderr_note()
+                        ),
                     })
                 }
             }
@@ -500,14 +506,20 @@ mod tests {
                 .unwrap();
             assert_eq!(out.stdout, b"a b|it's|");
             let out = t
-                .run(&Command::bash_script("echo err >&2; exit 3", Vec::<String>::new()))
+                .run(&Command::bash_script(
+                    "echo err >&2; exit 3",
+                    Vec::<String>::new(),
+                ))
                 .await
                 .unwrap();
             assert_eq!(out.status, 3);
             assert_eq!(out.stderr, b"err\n");
             let big: Vec<u8> = (0..10 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
             let start = Instant::now();
-            let out = t.run(&Command::new("sha256sum").stdin(big.clone())).await.unwrap();
+            let out = t
+                .run(&Command::new("sha256sum").stdin(big.clone()))
+                .await
+                .unwrap();
             eprintln!("10 MiB stdin took {:?}", start.elapsed());
             let out2 = LocalSha::of(&big);
             assert_eq!(out.stdout_text().split(' ').next().unwrap(), out2);

@@ -423,7 +423,10 @@ impl Worker {
                 revents: 0,
             });
         }
-        let timeout = until.saturating_duration_since(now).as_millis().min(i32::MAX as u128) as i32;
+        let timeout = until
+            .saturating_duration_since(now)
+            .as_millis()
+            .min(i32::MAX as u128) as i32;
         // SAFETY: `fds` is a valid array of initialised pollfd for its whole length.
         unsafe {
             libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout.max(0));
@@ -435,9 +438,9 @@ impl Worker {
 
 /// Connect to the first login host that works (blocking, in the worker thread).
 fn connect(settings: &Ssh2TransportBuilder) -> std::result::Result<Conn, Failure> {
-    let ssh_config = settings.load_ssh_config().map_err(|e| {
-        Failure::new(FailureKind::Config, "~/.ssh/config", e.to_string())
-    })?;
+    let ssh_config = settings
+        .load_ssh_config()
+        .map_err(|e| Failure::new(FailureKind::Config, "~/.ssh/config", e.to_string()))?;
     let mut failures = Vec::new();
     for spec in &settings.hosts {
         let target = resolve(
@@ -454,7 +457,10 @@ fn connect(settings: &Ssh2TransportBuilder) -> std::result::Result<Conn, Failure
     Err(Failure::combine(failures))
 }
 
-fn connect_one(settings: &Ssh2TransportBuilder, target: &Target) -> std::result::Result<Conn, Failure> {
+fn connect_one(
+    settings: &Ssh2TransportBuilder,
+    target: &Target,
+) -> std::result::Result<Conn, Failure> {
     let label = known_hosts::known_hosts_name(&target.hostname, target.port);
     let fail = |kind, message: String| Failure::new(kind, &label, message);
     if let Some(jump) = &target.proxy_jump {
@@ -468,7 +474,12 @@ fn connect_one(settings: &Ssh2TransportBuilder, target: &Target) -> std::result:
     }
     let addrs: Vec<_> = (target.hostname.as_str(), target.port)
         .to_socket_addrs()
-        .map_err(|e| fail(FailureKind::Connect, format!("cannot resolve {}: {e}", target.hostname)))?
+        .map_err(|e| {
+            fail(
+                FailureKind::Connect,
+                format!("cannot resolve {}: {e}", target.hostname),
+            )
+        })?
         .collect();
     let mut last = String::from("no address");
     let mut tcp = None;
@@ -500,7 +511,10 @@ fn connect_one(settings: &Ssh2TransportBuilder, target: &Target) -> std::result:
     )
     .map_err(|r| Failure::new(FailureKind::HostKey, &r.host, r.message))?;
     authenticate(settings, target, &session).map_err(|(kind, m)| fail(kind, m))?;
-    session.set_keepalive(true, settings.keepalive.as_secs().clamp(1, u32::MAX as u64) as u32);
+    session.set_keepalive(
+        true,
+        settings.keepalive.as_secs().clamp(1, u32::MAX as u64) as u32,
+    );
     session.set_timeout(0);
     session.set_blocking(false);
     Ok(Conn {
@@ -553,7 +567,10 @@ fn authenticate(
     if session.authenticated() {
         Ok(())
     } else {
-        Err((FailureKind::Auth, format!("the server did not accept user {user}")))
+        Err((
+            FailureKind::Auth,
+            format!("the server did not accept user {user}"),
+        ))
     }
 }
 
@@ -705,8 +722,14 @@ impl Conn {
                 &mut self.channel_limit,
                 done,
             )?;
-            if shell.dead.is_none() && !shell.proto.is_ready() && now > shell.started + SHELL_START_TIMEOUT && shell.job.is_none() {
-                shell.dead = Some(format!("the shell did not become ready within {SHELL_START_TIMEOUT:?}"));
+            if shell.dead.is_none()
+                && !shell.proto.is_ready()
+                && now > shell.started + SHELL_START_TIMEOUT
+                && shell.job.is_none()
+            {
+                shell.dead = Some(format!(
+                    "the shell did not become ready within {SHELL_START_TIMEOUT:?}"
+                ));
             }
             if let Some(job) = &shell.job {
                 if Instant::now() >= job.deadline {
@@ -806,7 +829,8 @@ fn drive(
     if let Stage::Requesting(ch) = &mut shell.stage {
         match ch.shell() {
             Ok(()) => {
-                let Stage::Requesting(ch) = std::mem::replace(&mut shell.stage, Stage::Opening) else {
+                let Stage::Requesting(ch) = std::mem::replace(&mut shell.stage, Stage::Opening)
+                else {
                     unreachable!()
                 };
                 shell.stage = Stage::Running(ch);
@@ -857,7 +881,10 @@ fn drive(
                                     }
                                 }
                                 ShellEvent::Refused => {
-                                    shell.dead = Some("the request reached the shell damaged and was not run".into());
+                                    shell.dead = Some(
+                                        "the request reached the shell damaged and was not run"
+                                            .into(),
+                                    );
                                 }
                                 ShellEvent::Ready | ShellEvent::Started { .. } => {}
                             }
@@ -875,4 +902,3 @@ fn drive(
     }
     Ok(progress)
 }
-
