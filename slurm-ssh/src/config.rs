@@ -322,7 +322,11 @@ pub fn resolve(
     let proxy_jump = params
         .as_ref()
         .and_then(|p| p.proxy_jump.clone())
-        .filter(|j| !j.is_empty() && !(j.len() == 1 && j[0].eq_ignore_ascii_case("none")))
+        .filter(|jumps| match jumps.as_slice() {
+            [] => false,
+            [only] => !only.eq_ignore_ascii_case("none"),
+            _ => true,
+        })
         .map(|j| j.join(","));
     Target {
         alias: spec.host.clone(),

@@ -187,6 +187,7 @@ impl Ssh2Transport {
                 next_attempt: Instant::now(),
                 backoff: FIRST_BACKOFF,
                 last_failure: None,
+                orphans: None,
             };
             thread::Builder::new()
                 .name(format!("slurm-ssh2-{id}"))
@@ -270,6 +271,8 @@ struct Worker {
     next_attempt: Instant,
     backoff: Duration,
     last_failure: Option<Failure>,
+    /// Process groups of commands a lost connection left running, and their host.
+    orphans: Option<(String, Vec<u32>)>,
 }
 
 impl Worker {
@@ -313,7 +316,11 @@ impl Worker {
                         let lived = conn.opened.elapsed();
                         let host = conn.host.clone();
                         tracing::warn!(%host, %reason, "SSH connection lost");
-                        for (job, may_have_run) in conn.abandon() {
+                        let (jobs, kills) = conn.abandon();
+                        // Commands left running remotely are killed by the next
+                        // connection's first shell, if it reaches the same host.
+                        self.orphans = Some((host.clone(), kills));
+                        for (job, may_have_run) in jobs {
                             done.push((
                                 job,
                                 Err(Error::Transport {
@@ -372,8 +379,13 @@ impl Worker {
 
     fn connect(&mut self) {
         match connect(&self.settings) {
-            Ok(conn) => {
+            Ok(mut conn) => {
                 tracing::debug!(host = %conn.host, "SSH session open");
+                if let Some((host, kills)) = self.orphans.take() {
+                    if host == conn.host {
+                        conn.kills = kills;
+                    }
+                }
                 self.backoff = FIRST_BACKOFF;
                 self.last_failure = None;
                 self.conn = Some(conn);
@@ -645,15 +657,21 @@ impl Conn {
         until
     }
 
-    /// Jobs in flight and whether each may have run, for a connection that died.
-    fn abandon(self) -> Vec<(Job, bool)> {
-        self.shells
-            .into_iter()
-            .filter_map(|mut s| {
-                let may = s.proto.request_delivered();
-                s.job.take().map(|j| (j, may))
-            })
-            .collect()
+    /// Jobs in flight and whether each may have run, for a connection that died,
+    /// and the process groups of commands still running remotely.
+    fn abandon(self) -> (Vec<(Job, bool)>, Vec<u32>) {
+        let mut kills = self.kills;
+        let mut jobs = Vec::new();
+        for mut shell in self.shells {
+            if let Some(pgid) = shell.proto.running_pgid() {
+                kills.push(pgid);
+            }
+            let may = shell.proto.request_delivered();
+            if let Some(job) = shell.job.take() {
+                jobs.push((job, may));
+            }
+        }
+        (jobs, kills)
     }
 
     fn shutdown(self) {
