@@ -323,3 +323,68 @@ async fn a_connection_killed_mid_command_is_transient_and_the_next_command_recon
         "the listener survived"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passphrase_protected_key_needs_its_passphrase() {
+    let tb = testbed_env();
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("id_locked");
+    std::fs::copy(tb.get("SSH_KEY_PATH"), &key).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    // Encrypt the copy (ssh-keygen takes the test passphrase as an argument; the
+    // library itself only ever takes it from the caller).
+    let status = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-p", "-P", "", "-N", "correct horse", "-f"])
+        .arg(&key)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let locked = builder(&tb).with_key_path(&key).with_agent(false);
+    let t = Ssh2Transport::new(locked.clone()).unwrap();
+    let err = t.run(&Command::new("true")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
+    assert!(err.to_string().contains("with_passphrase"), "{err}");
+    let t = Ssh2Transport::new(locked.with_passphrase(slurm_ssh::Secret::new("correct horse")))
+        .unwrap();
+    assert_eq!(
+        t.run(&Command::new("echo").arg("in")).await.unwrap().stdout,
+        b"in\n"
+    );
+    assert!(!format!("{t:?}").contains("correct horse"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channels_per_connection_are_capped_and_the_rest_queue() {
+    let tb = testbed_env();
+    let t = Ssh2Transport::new(builder(&tb).with_sessions(1).with_max_channels(2)).unwrap();
+    t.connect().await.unwrap();
+    // Six commands that each hold a channel for 0.5 s: with at most two channels
+    // they need at least three rounds, and each reports the shell that ran it.
+    let start = Instant::now();
+    // The framing shell is the topmost `bash --noprofile --norc` above the command
+    // (the per-command subshell is a fork of it with the same command line).
+    let find_shell = r#"sleep 0.5; p=$$ shell=
+        while [ "$p" -gt 1 ]; do
+          c=$(tr '\0' ' ' < "/proc/$p/cmdline")
+          if [ "$c" = "bash --noprofile --norc " ]; then shell=$p; fi
+          read -r _ _ _ p _ < "/proc/$p/stat"
+        done
+        echo "$shell"; [ -n "$shell" ]"#;
+    let commands: Vec<Command> = (0..6)
+        .map(|_| Command::bash_script(find_shell, Vec::<String>::new()))
+        .collect();
+    let outs = futures::future::join_all(commands.iter().map(|c| t.run(c))).await;
+    let elapsed = start.elapsed();
+    let mut shells = std::collections::BTreeSet::new();
+    for out in outs {
+        let out = out.unwrap();
+        assert!(out.success(), "{}", out.stderr_text());
+        shells.insert(out.stdout_text().trim().to_string());
+    }
+    assert!(
+        elapsed >= Duration::from_millis(1500),
+        "more than 2 channels ran at once ({elapsed:?})"
+    );
+    assert!(shells.len() <= 2, "more than two shells: {shells:?}");
+}

@@ -453,3 +453,184 @@ impl ShellProtocol {
 /// How long a new shell may take to print its sync and ready lines (a heavy
 /// `.bashrc` on a busy login node can take seconds).
 pub const SHELL_START_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::process::{Child, Stdio};
+
+    /// A local `bash` playing the remote shell, driven by hand.
+    struct Bash {
+        child: Child,
+        proto: ShellProtocol,
+    }
+
+    impl Bash {
+        fn start() -> Bash {
+            let child = std::process::Command::new("bash")
+                .args(["--noprofile", "--norc"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut bash = Bash {
+                child,
+                proto: ShellProtocol::new(&[]),
+            };
+            // Banner text before the sync line must be skipped.
+            let banner = b"echo 'Welcome! SRSYNC_not-the-token'; printf 'motd without newline'\n";
+            bash.child
+                .stdin
+                .as_mut()
+                .unwrap()
+                .write_all(banner)
+                .unwrap();
+            let events = bash.pump_until(|e| e.contains(&ShellEvent::Ready));
+            assert_eq!(events, vec![ShellEvent::Ready]);
+            bash
+        }
+
+        fn flush(&mut self) {
+            let pending = self.proto.to_write().to_vec();
+            if !pending.is_empty() {
+                self.child
+                    .stdin
+                    .as_mut()
+                    .unwrap()
+                    .write_all(&pending)
+                    .unwrap();
+                self.proto.wrote(pending.len());
+            }
+        }
+
+        /// Write pending bytes, then read (a few bytes at a time, to exercise
+        /// reassembly) until `done` holds for the events so far.
+        fn pump_until(&mut self, done: impl Fn(&[ShellEvent]) -> bool) -> Vec<ShellEvent> {
+            let mut events = Vec::new();
+            let mut buf = [0u8; 7];
+            loop {
+                self.flush();
+                let n = self.child.stdout.as_mut().unwrap().read(&mut buf).unwrap();
+                assert!(n > 0, "bash ended early");
+                events.extend(self.proto.receive(&buf[..n]).unwrap());
+                if done(&events) {
+                    return events;
+                }
+            }
+        }
+
+        fn run(&mut self, command: &Command) -> Output {
+            self.proto.send(command).unwrap();
+            let events = self.pump_until(|e| matches!(e.last(), Some(ShellEvent::Finished(_))));
+            assert!(matches!(events[0], ShellEvent::Started { pgid } if pgid > 1));
+            match events.last() {
+                Some(ShellEvent::Finished(out)) => out.clone(),
+                _ => unreachable!(),
+            }
+        }
+    }
+
+    impl Drop for Bash {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    #[test]
+    fn frames_output_fed_in_small_pieces() {
+        let mut bash = Bash::start();
+        let out = bash.run(&Command::bash_script(
+            r#"printf 'a\0b'; printf '%s O' "$1" >&2; exit 7"#,
+            ["SRM1234"],
+        ));
+        assert_eq!(out.status, 7);
+        assert_eq!(out.stdout, b"a\0b");
+        assert_eq!(out.stderr, b"SRM1234 O");
+        let out = bash.run(&Command::new("true"));
+        assert_eq!(out, Output::default());
+        // Stdin is delivered exactly, and the shell is not confused afterwards.
+        let out = bash.run(&Command::new("cat").stdin(b"x\ny\n__sr_run z 0 z\n".to_vec()));
+        assert_eq!(out.stdout, b"x\ny\n__sr_run z 0 z\n");
+        assert_eq!(bash.run(&Command::new("echo").arg("ok")).stdout, b"ok\n");
+    }
+
+    #[test]
+    fn request_counts_as_delivered_only_when_the_trailer_is_written() {
+        let mut proto = ShellProtocol::new(&[]);
+        let boot = proto.to_write().len();
+        proto.wrote(boot);
+        let sync = match &proto.state {
+            State::Syncing { needle, .. } => needle.clone(),
+            _ => unreachable!(),
+        };
+        assert!(proto.receive(&sync).unwrap().is_empty());
+        let init = proto.to_write().len();
+        proto.wrote(init);
+        let ready = match &proto.state {
+            State::Initializing { needle } => needle.clone(),
+            _ => unreachable!(),
+        };
+        assert_eq!(proto.receive(&ready).unwrap(), vec![ShellEvent::Ready]);
+        assert!(!proto.request_pending());
+        proto
+            .send(&Command::new("sbatch").stdin(vec![b'x'; 1000]))
+            .unwrap();
+        let total = proto.to_write().len();
+        assert!(proto.request_pending());
+        proto.wrote(total - 1);
+        assert!(
+            !proto.request_delivered(),
+            "the trailer's newline is not written yet"
+        );
+        proto.wrote(1);
+        assert!(proto.request_delivered());
+        // A second command is refused while one runs.
+        assert!(proto.send(&Command::new("true")).is_err());
+        assert!(Command::new("a\0b").shell_line().is_err());
+    }
+
+    #[test]
+    fn a_request_cut_short_never_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let flag = dir.path().join("ran");
+        let mut bash = Bash::start();
+        let cmd = Command::bash_script(
+            r#"cat > /dev/null; touch "$1""#,
+            [flag.display().to_string()],
+        )
+        .stdin(vec![b'q'; 100_000]);
+        bash.proto.send(&cmd).unwrap();
+        // Write the header and half the stdin, then the connection "drops".
+        let pending = bash.proto.to_write().to_vec();
+        let mut stdin = bash.child.stdin.take().unwrap();
+        stdin.write_all(&pending[..pending.len() / 2]).unwrap();
+        drop(stdin);
+        let status = bash.child.wait().unwrap();
+        assert!(status.success() || status.code().is_some());
+        assert!(!flag.exists(), "a truncated request ran");
+        // The same request written whole does run.
+        let mut bash = Bash::start();
+        let out = bash.run(&cmd);
+        assert_eq!(out.status, 0);
+        assert!(flag.exists());
+    }
+
+    #[test]
+    fn garbage_in_a_status_line_breaks_the_shell() {
+        let mut proto = ShellProtocol::new(&[]);
+        proto.state = State::Ready;
+        proto.send(&Command::new("true")).unwrap();
+        let marker = match &proto.state {
+            State::Busy { marker, .. } => marker.clone(),
+            _ => unreachable!(),
+        };
+        let err = proto
+            .receive(format!("{marker} P notanumber\n").as_bytes())
+            .unwrap_err();
+        assert_eq!(err.kind(), slurm_core::ErrorKind::Transport);
+        assert!(proto.is_broken());
+    }
+}
