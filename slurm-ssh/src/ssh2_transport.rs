@@ -36,6 +36,8 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(15);
 /// A connection that dies sooner than this after it opened counts as a failed connect.
 const MIN_HEALTHY_LIFE: Duration = Duration::from_secs(5);
+/// Shells failing to start in a row before waiting commands are failed.
+const MAX_SHELL_START_FAILURES: u32 = 3;
 /// Longest single poll, so deadlines are checked at least this often.
 const MAX_POLL: Duration = Duration::from_millis(500);
 
@@ -540,6 +542,9 @@ fn connect_one(
         next_keepalive: Instant::now() + settings.keepalive,
         channel_limit: settings.max_channels,
         shell_failure: None,
+        start_failures: 0,
+        next_shell_open: Instant::now(),
+        shell_backoff: FIRST_BACKOFF,
     })
 }
 
@@ -623,6 +628,8 @@ struct Shell {
     job: Option<Job>,
     started: Instant,
     dead: Option<String>,
+    /// Whether the shell ever finished its set-up.
+    was_ready: bool,
 }
 
 /// One connection and its shells, touched only by its worker thread.
@@ -639,6 +646,10 @@ struct Conn {
     /// Lowered when the server refuses a channel (its MaxSessions is lower than ours).
     channel_limit: usize,
     shell_failure: Option<String>,
+    /// Shells that failed to start in a row, and when the next may be opened.
+    start_failures: u32,
+    next_shell_open: Instant,
+    shell_backoff: Duration,
 }
 
 type Done = Vec<(Job, Result<Output>)>;
@@ -646,6 +657,9 @@ type Done = Vec<(Job, Result<Output>)>;
 impl Conn {
     fn next_deadline(&self) -> Instant {
         let mut until = self.next_keepalive;
+        if self.next_shell_open > Instant::now() {
+            until = until.min(self.next_shell_open);
+        }
         for shell in &self.shells {
             if let Some(job) = &shell.job {
                 until = until.min(job.deadline);
@@ -719,13 +733,17 @@ impl Conn {
         let starting = self.shells.iter().filter(|s| !s.proto.is_ready()).count();
         let in_use = self.shells.len() + self.closing.len();
         let want_more = queue.len() > starting || (!self.kills.is_empty() && starting == 0);
-        if want_more && in_use < self.channel_limit.min(settings.max_channels) {
+        if want_more
+            && in_use < self.channel_limit.min(settings.max_channels)
+            && now >= self.next_shell_open
+        {
             self.shells.push(Shell {
                 stage: Stage::Opening,
                 proto: ShellProtocol::new(&std::mem::take(&mut self.kills)),
                 job: None,
                 started: now,
                 dead: None,
+                was_ready: false,
             });
             progress = true;
         }
@@ -780,6 +798,28 @@ impl Conn {
                         }),
                     ));
                 }
+                if !shell.was_ready {
+                    // A shell that never became ready: wait before opening the next
+                    // one, and give up on waiting commands after a few tries.
+                    self.start_failures += 1;
+                    self.next_shell_open = Instant::now() + self.shell_backoff;
+                    self.shell_backoff = (self.shell_backoff * 2).min(MAX_BACKOFF);
+                    if self.start_failures >= MAX_SHELL_START_FAILURES {
+                        for job in queue.drain(..) {
+                            done.push((
+                                job,
+                                Err(Error::Transport {
+                                    message: format!(
+                                        "the remote shell on {} fails to start ({reason}); check the login files (.bashrc, .profile) of the remote user",
+                                        self.host
+                                    ),
+                                    may_have_run: false,
+                                }),
+                            ));
+                        }
+                        self.start_failures = 0;
+                    }
+                }
                 if reason != "timed out" {
                     self.shell_failure = Some(reason);
                 }
@@ -792,10 +832,10 @@ impl Conn {
             }
         }
         self.shells = kept;
-        for shell in &mut self.shells {
-            if shell.proto.is_ready() {
-                self.shell_failure = None;
-            }
+        if self.shells.iter().any(|s| s.proto.is_ready()) {
+            self.shell_failure = None;
+            self.start_failures = 0;
+            self.shell_backoff = FIRST_BACKOFF;
         }
         // Finish closing retired channels (then they are freed on drop).
         let mut still = Vec::new();
@@ -904,7 +944,8 @@ fn drive(
                                             .into(),
                                     );
                                 }
-                                ShellEvent::Ready | ShellEvent::Started { .. } => {}
+                                ShellEvent::Ready => shell.was_ready = true,
+                                ShellEvent::Started { .. } => {}
                             }
                         }
                     }
