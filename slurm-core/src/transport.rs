@@ -409,6 +409,64 @@ mod tests {
         assert!(shell_quote("a\0b").is_err());
     }
 
+    /// What a real bash makes of `printf '%s\0' WORDS`, split at the NULs.
+    fn bash_words(words: &[String]) -> Vec<String> {
+        let line = format!("printf '%s\\0' {}", words.join(" "));
+        let out = std::process::Command::new("bash")
+            .arg("--noprofile")
+            .arg("--norc")
+            .arg("-c")
+            .arg(line)
+            .output()
+            .expect("run bash");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut items: Vec<String> = out
+            .stdout
+            .split(|b| *b == 0)
+            .map(|w| String::from_utf8(w.to_vec()).expect("utf-8 back"))
+            .collect();
+        assert_eq!(items.pop().as_deref(), Some(""), "output ends with a NUL");
+        items
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Any string without NUL reaches a real bash as exactly that one argument.
+        #[test]
+        fn quoted_words_round_trip_through_bash(
+            a in "[^\\x00]{0,40}",
+            b in "(['\"$`\\\\ \n\t*?~!#;&|(){}<>-]|[a-z]|\\PC){0,24}",
+        ) {
+            let words = [shell_quote(&a).unwrap(), shell_quote(&b).unwrap()];
+            proptest::prop_assert_eq!(bash_words(&words), vec![a, b]);
+        }
+    }
+
+    #[test]
+    fn hostile_strings_round_trip_through_bash() {
+        let hostile = [
+            "",
+            "'",
+            "\"'\"",
+            "$(id)",
+            "`id`",
+            "a\nb",
+            "\\",
+            "*",
+            "~",
+            "-n",
+            "日本 ✓",
+            "'$HOME'",
+        ];
+        let words: Vec<String> = hostile.iter().map(|s| shell_quote(s).unwrap()).collect();
+        assert_eq!(bash_words(&words), hostile);
+    }
+
     #[tokio::test]
     async fn local_transport_round_trips_argv() {
         let t = LocalTransport::new();

@@ -1,0 +1,157 @@
+//! Latency of one command through each way of reaching the login node (needs the test bed).
+//!
+//! `cargo bench --bench transport` prints the median of `true` and of `sacct` through
+//! Ssh2Transport, OpenSshTransport, a bare ssh2 exec channel per command, and a fresh
+//! `ssh -o BatchMode=yes` process per command, with ratios to Ssh2Transport.
+
+#[path = "../tests/common/testbed.rs"]
+mod testbed;
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use slurm_core::transport::{Command, Transport};
+use slurm_ssh::{
+    HostSpec, OpenSshTransport, OpenSshTransportBuilder, Ssh2Transport, Ssh2TransportBuilder,
+};
+use testbed::{testbed_env, Master, Testbed};
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+async fn through<T: Transport>(t: &T, command: &Command, n: usize) -> Duration {
+    for _ in 0..3 {
+        let out = t.run(command).await.expect("warm-up command");
+        assert!(out.success(), "{}", out.stderr_text());
+    }
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        let out = t.run(command).await.expect("command");
+        samples.push(start.elapsed());
+        assert!(out.success());
+    }
+    median(samples)
+}
+
+/// One new exec channel per command on an already authenticated ssh2 session.
+fn bare_exec(tb: &Testbed, line: &str, n: usize) -> Duration {
+    let tcp = TcpStream::connect(("127.0.0.1", tb.ssh_port())).unwrap();
+    let mut session = ssh2::Session::new().unwrap();
+    session.set_tcp_stream(tcp);
+    session.handshake().unwrap();
+    session
+        .userauth_pubkey_file(
+            tb.get("SLURM_USER"),
+            None,
+            Path::new(tb.get("SSH_KEY_PATH")),
+            None,
+        )
+        .unwrap();
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n + 1 {
+        let start = Instant::now();
+        let mut channel = session.channel_session().unwrap();
+        channel.exec(line).unwrap();
+        let mut out = Vec::new();
+        channel.read_to_end(&mut out).unwrap();
+        channel.wait_close().unwrap();
+        assert_eq!(channel.exit_status().unwrap(), 0);
+        if i > 0 {
+            samples.push(start.elapsed());
+        }
+    }
+    median(samples)
+}
+
+/// One new `ssh` process (and connection) per command.
+fn fresh_ssh(tb: &Testbed, line: &str, n: usize) -> Duration {
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        let status = std::process::Command::new("ssh")
+            .args(tb.ssh_args())
+            .arg("127.0.0.1")
+            .arg(line)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        samples.push(start.elapsed());
+        assert!(status.success());
+    }
+    median(samples)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn main() {
+    // `cargo test --benches` runs this binary without `--bench`: nothing to measure then.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("transport bench: run with `cargo bench --bench transport` (needs the test bed)");
+        return;
+    }
+    let tb = testbed_env();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let ssh2 = Ssh2Transport::new(
+        Ssh2TransportBuilder::from_lookup(tb.lookup())
+            .unwrap()
+            .with_ssh_config(None)
+            .with_sessions(1),
+    )
+    .unwrap();
+    let master = Master::start(&tb);
+    let openssh = OpenSshTransport::new(
+        OpenSshTransportBuilder::new(HostSpec::with_port("127.0.0.1", tb.ssh_port()))
+            .with_control_path(&master.socket)
+            .with_user(tb.get("SLURM_USER"))
+            .with_option("UserKnownHostsFile", tb.get("SSH_KNOWN_HOSTS"))
+            .with_shells(1),
+    )
+    .unwrap();
+    let cases = [
+        ("true", Command::new("true"), "true"),
+        (
+            "sacct",
+            Command::new("sacct")
+                .arg("-n")
+                .arg("-X")
+                .arg("-o")
+                .arg("JobID,State"),
+            "sacct -n -X -o JobID,State",
+        ),
+    ];
+    println!("| command | Ssh2Transport | OpenSshTransport | ssh2 exec channel | fresh ssh | exec/Ssh2 | fresh/Ssh2 |");
+    println!("|---|---|---|---|---|---|---|");
+    for (name, command, line) in cases {
+        let (t_ssh2, t_open) = rt.block_on(async {
+            ssh2.connect().await.expect("connect");
+            (
+                through(&ssh2, &command, 200).await,
+                through(&openssh, &command, 200).await,
+            )
+        });
+        let t_exec = bare_exec(&tb, line, 20);
+        let t_fresh = fresh_ssh(&tb, line, 15);
+        println!(
+            "| {name} | {} | {} | {} | {} | {:.0}x | {:.0}x |",
+            ms(t_ssh2),
+            ms(t_open),
+            ms(t_exec),
+            ms(t_fresh),
+            t_exec.as_secs_f64() / t_ssh2.as_secs_f64(),
+            t_fresh.as_secs_f64() / t_ssh2.as_secs_f64(),
+        );
+    }
+    drop(openssh);
+    drop(master);
+}

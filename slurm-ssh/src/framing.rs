@@ -1,0 +1,636 @@
+//! The framing protocol of the long-lived remote shell: what is written to the shell and how its answers are read.
+//!
+//! This module does no I/O (it is "sans-IO"): [`ShellProtocol`] holds the bytes to
+//! write and parses the bytes read, and each transport moves bytes its own way (an
+//! ssh2 channel driven by a session's owner thread, or the pipes of an `ssh` child).
+//!
+//! # The protocol
+//!
+//! 1. *Bootstrap.* Whatever the user's login shell is, the first line written is
+//!    `exec bash --noprofile --norc -c 'printf ... SRSYNC TOKEN; exec bash --noprofile --norc'`.
+//!    Everything the login printed before `SRSYNC_TOKEN` (banner, motd) is skipped.
+//!    Nothing else is written until that line is seen, so a login shell that reads
+//!    its input in blocks cannot swallow later lines.
+//! 2. *Init.* A short script makes a private temporary folder (umask 077), turns on
+//!    job control (so each command gets its own process group, which a timeout can
+//!    kill), defines the function `__sr_run`, kills the process groups of commands
+//!    that timed out in an earlier shell, and prints `SRREADY_TOKEN2`.
+//! 3. *A command.* One line `__sr_run MARKER N 'QUOTED COMMAND LINE'`, then exactly
+//!    `N` raw stdin bytes (read by `head -c N` into a file), then the line `MARKER`.
+//!    Output goes to files named per command (a background process a command left
+//!    behind writes into its own file, never into the framing or the next command's
+//!    output); old files are removed every 64 commands.
+//!    The shell runs the command only when that trailer line arrives intact, so a
+//!    request cut short by a lost connection never runs (not even with truncated
+//!    input). The command runs as `( eval LINE ) <stdin-file-or-/dev/null >out 2>err &`,
+//!    in a subshell (no `cd`/`export` leaks), never reading the framing stream.
+//! 4. *The answer.* `MARKER P PGID\n` when the command started; when it ended, the
+//!    stdout file, `MARKER O`, the stderr file, `MARKER E STATUS\n`. The marker is
+//!    128 random bits per command, so no output can contain it by accident; the
+//!    streams are copied byte for byte (any bytes, no trailing newline needed).
+//!    `MARKER X\n` means the request arrived damaged and was not run.
+
+use std::time::Duration;
+
+use memchr::memmem;
+use slurm_core::transport::{shell_quote, Command, Output};
+use slurm_core::{Error, Result};
+
+/// The shell function and set-up run once per shell. `__sr_um` keeps the user's
+/// umask for the commands; the set-up itself runs with 077.
+const INIT_SCRIPT: &str = r#"__sr_um=$(umask)
+umask 077
+set +e +u
+set -m
+command -v head >/dev/null 2>&1 || exit 98
+__sr_d=$(mktemp -d "${TMPDIR:-/tmp}/slurm-run-shell.XXXXXXXX") || exit 97
+trap 'rm -rf -- "$__sr_d"' EXIT
+exec 2>/dev/null
+cd || exit 96
+__sr_n=0
+__sr_run() {
+  local m=$1 n=$2 ok src=/dev/null s p o e
+  __sr_n=$((__sr_n + 1))
+  if [ $((__sr_n % 64)) -eq 0 ]; then rm -f -- "$__sr_d"/[oei].*; fi
+  o=$__sr_d/o.$__sr_n e=$__sr_d/e.$__sr_n
+  if [ "$n" -gt 0 ]; then src=$__sr_d/i.$__sr_n; head -c "$n" > "$src"; fi
+  IFS= read -r ok
+  if [ "$ok" != "$m" ]; then printf '%s X\n' "$m"; return; fi
+  ( umask "$__sr_um"; eval "$3" ) < "$src" > "$o" 2> "$e" &
+  p=$!
+  printf '%s P %d\n' "$m" "$p"
+  wait "$p"; s=$?
+  if [ "$n" -gt 0 ]; then rm -f -- "$src"; fi
+  if [ -s "$o" ] || [ -s "$e" ]; then
+    printf '%s O' "$m" > "$__sr_d/m"
+    cat -- "$o" "$__sr_d/m" "$e"
+  else
+    printf '%s O' "$m"
+  fi
+  printf '%s E %d\n' "$m" "$s"
+}
+"#;
+
+/// The longest a single header line may be before the shell is considered to be
+/// printing garbage (the P and E lines are short).
+const MAX_STATUS_LINE: usize = 64;
+
+/// A random token of 32 hex digits.
+fn token() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// Something the shell told us.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShellEvent {
+    /// The shell finished its set-up and accepts commands.
+    Ready,
+    /// The current command started, in this process group.
+    Started {
+        /// The process group id of the command on the remote host.
+        pgid: u32,
+    },
+    /// The current command ended.
+    Finished(Output),
+    /// The current request arrived damaged (cut short); the command did not run.
+    Refused,
+}
+
+/// What one parsing step achieved.
+enum Step {
+    /// An event for the caller.
+    Event(ShellEvent),
+    /// The state changed; parse again.
+    Again,
+    /// More input is needed.
+    Wait,
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// Waiting for `MARKER P PGID\n` (or `MARKER X\n`).
+    Pid,
+    /// Collecting stdout until `MARKER O`.
+    Stdout,
+    /// Collecting stderr until `MARKER E `.
+    Stderr,
+    /// Reading the status digits until `\n`.
+    Status,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Waiting for the line `SRSYNC_TOKEN` from the bootstrap.
+    Syncing { needle: Vec<u8>, ready: Vec<u8> },
+    /// Waiting for the line `SRREADY_TOKEN` after the init script.
+    Initializing { needle: Vec<u8> },
+    /// Idle, accepting a command.
+    Ready,
+    /// Running a command.
+    Busy {
+        marker: String,
+        phase: Phase,
+        pgid: Option<u32>,
+        stdout: Vec<u8>,
+        stderr: Vec<u8>,
+    },
+    /// The protocol broke; the shell must be discarded.
+    Broken,
+}
+
+/// One long-lived shell's protocol state: bytes to write, parsing of bytes read.
+#[derive(Debug)]
+pub struct ShellProtocol {
+    state: State,
+    init: Option<Vec<u8>>,
+    out: Vec<u8>,
+    out_pos: usize,
+    /// Total bytes handed out by [`ShellProtocol::wrote`] so far.
+    written: u64,
+    /// The value of `written` at which the current request's trailer is complete.
+    request_end: Option<u64>,
+    input: Vec<u8>,
+    /// Where to resume searching `input` for the current needle.
+    scan_from: usize,
+}
+
+impl ShellProtocol {
+    /// A new shell's protocol. `kill_pgids` are process groups of commands that timed
+    /// out in an earlier shell on the same host; the init script kills them.
+    pub fn new(kill_pgids: &[u32]) -> Self {
+        let sync = token();
+        let ready = token();
+        let bootstrap = format!(
+            "exec bash --noprofile --norc -c 'printf \"%s_%s\\n\" SRSYNC \"$1\"; exec bash --noprofile --norc' slurm-run {sync}\n"
+        );
+        let mut init = INIT_SCRIPT.to_string();
+        for pgid in kill_pgids {
+            init.push_str(&format!("kill -s KILL -- -{pgid} 2>/dev/null\n"));
+        }
+        init.push_str(&format!("printf '%s_%s\\n' SRREADY {ready}\n"));
+        ShellProtocol {
+            state: State::Syncing {
+                needle: format!("SRSYNC_{sync}\n").into_bytes(),
+                ready: format!("SRREADY_{ready}\n").into_bytes(),
+            },
+            init: Some(init.into_bytes()),
+            out: bootstrap.into_bytes(),
+            out_pos: 0,
+            written: 0,
+            request_end: None,
+            input: Vec::new(),
+            scan_from: 0,
+        }
+    }
+
+    /// Bytes waiting to be written to the shell's standard input.
+    pub fn to_write(&self) -> &[u8] {
+        &self.out[self.out_pos..]
+    }
+
+    /// Record that `n` bytes of [`ShellProtocol::to_write`] were written.
+    pub fn wrote(&mut self, n: usize) {
+        self.out_pos += n;
+        self.written += n as u64;
+        if self.out_pos >= self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+        }
+    }
+
+    /// Whether the shell accepts a command now.
+    pub fn is_ready(&self) -> bool {
+        matches!(self.state, State::Ready)
+    }
+
+    /// Whether the protocol broke (the shell must be discarded).
+    pub fn is_broken(&self) -> bool {
+        matches!(self.state, State::Broken)
+    }
+
+    /// Whether the current request was written whole, so the remote side may run it.
+    /// False while any byte of it (up to the trailer's newline) is still unwritten.
+    pub fn request_delivered(&self) -> bool {
+        match self.request_end {
+            Some(end) => self.written >= end,
+            None => false,
+        }
+    }
+
+    /// Whether a request was sent and its answer has not come yet.
+    pub fn request_pending(&self) -> bool {
+        self.request_end.is_some()
+    }
+
+    /// The process group of the running command, once the shell reported it.
+    pub fn running_pgid(&self) -> Option<u32> {
+        match &self.state {
+            State::Busy { pgid, .. } => *pgid,
+            _ => None,
+        }
+    }
+
+    /// Queue `command` for the shell. Fails when the shell is not ready or an
+    /// argument cannot be quoted (NUL byte).
+    pub fn send(&mut self, command: &Command) -> Result<()> {
+        if !self.is_ready() {
+            return Err(Error::Transport {
+                message: "internal: command sent to a shell that is not ready".into(),
+                may_have_run: false,
+            });
+        }
+        let line = command.shell_line()?;
+        let marker = format!("SRM{}", token());
+        let stdin = command.stdin_bytes().unwrap_or(&[]);
+        let header = format!(
+            "__sr_run {marker} {} {}\n",
+            stdin.len(),
+            shell_quote(&line)?
+        );
+        self.out.extend_from_slice(header.as_bytes());
+        self.out.extend_from_slice(stdin);
+        self.out.extend_from_slice(marker.as_bytes());
+        self.out.push(b'\n');
+        self.request_end = Some(self.written + (self.out.len() - self.out_pos) as u64);
+        self.state = State::Busy {
+            marker,
+            phase: Phase::Pid,
+            pgid: None,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        };
+        self.scan_from = 0;
+        Ok(())
+    }
+
+    /// Feed bytes read from the shell's standard output; returns what they told.
+    /// An error means the shell spoke outside the protocol and must be discarded.
+    pub fn receive(&mut self, data: &[u8]) -> Result<Vec<ShellEvent>> {
+        self.input.extend_from_slice(data);
+        let mut events = Vec::new();
+        loop {
+            match self.step()? {
+                Step::Event(event) => events.push(event),
+                Step::Again => {}
+                Step::Wait => return Ok(events),
+            }
+        }
+    }
+
+    /// Find `needle` in the unparsed input, resuming where the last search stopped.
+    fn find(&mut self, needle: &[u8]) -> Option<usize> {
+        let start = self.scan_from;
+        match memmem::find(&self.input[start..], needle) {
+            Some(i) => {
+                self.scan_from = 0;
+                Some(start + i)
+            }
+            None => {
+                self.scan_from = self.input.len().saturating_sub(needle.len() - 1);
+                None
+            }
+        }
+    }
+
+    fn broken(&mut self, why: String) -> Error {
+        self.state = State::Broken;
+        Error::Transport {
+            message: format!("the remote shell broke the framing protocol: {why}"),
+            may_have_run: true,
+        }
+    }
+
+    /// Take the line (without `\n`) at the start of the input, if complete.
+    fn take_line(&mut self) -> Result<Option<String>> {
+        match memchr::memchr(b'\n', &self.input) {
+            Some(i) => {
+                let line = String::from_utf8_lossy(&self.input[..i]).into_owned();
+                self.input.drain(..=i);
+                self.scan_from = 0;
+                Ok(Some(line))
+            }
+            None if self.input.len() > MAX_STATUS_LINE => {
+                let shown = String::from_utf8_lossy(&self.input[..MAX_STATUS_LINE]).into_owned();
+                Err(self.broken(format!("status line too long: {shown:?}")))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn step(&mut self) -> Result<Step> {
+        match &mut self.state {
+            State::Syncing { needle, ready } => {
+                let (needle, ready) = (needle.clone(), ready.clone());
+                if let Some(i) = self.find(&needle) {
+                    if i > 0 {
+                        tracing::debug!(
+                            bytes = i,
+                            "skipped login output before the shell was in sync"
+                        );
+                    }
+                    self.input.drain(..i + needle.len());
+                    match self.init.take() {
+                        Some(init) => self.out.extend_from_slice(&init),
+                        None => return Err(self.broken("bootstrap ran twice".into())),
+                    }
+                    self.state = State::Initializing { needle: ready };
+                    return Ok(Step::Again);
+                }
+                Ok(Step::Wait)
+            }
+            State::Initializing { needle } => {
+                let needle = needle.clone();
+                if let Some(i) = self.find(&needle) {
+                    self.input.drain(..i + needle.len());
+                    self.state = State::Ready;
+                    return Ok(Step::Event(ShellEvent::Ready));
+                }
+                Ok(Step::Wait)
+            }
+            State::Ready | State::Broken => {
+                if !self.input.is_empty() {
+                    let shown: String = String::from_utf8_lossy(&self.input)
+                        .chars()
+                        .take(80)
+                        .collect();
+                    tracing::debug!(output = %shown, "ignored output of an idle shell");
+                    self.input.clear();
+                }
+                Ok(Step::Wait)
+            }
+            State::Busy { marker, phase, .. } => {
+                let marker = marker.clone();
+                match phase {
+                    Phase::Pid => {
+                        let started = format!("{marker} P ");
+                        let refused = format!("{marker} X\n");
+                        if let Some(i) = memmem::find(&self.input, refused.as_bytes()) {
+                            self.input.drain(..i + refused.len());
+                            self.state = State::Ready;
+                            self.request_end = None;
+                            return Ok(Step::Event(ShellEvent::Refused));
+                        }
+                        let Some(i) = self.find(started.as_bytes()) else {
+                            return Ok(Step::Wait);
+                        };
+                        let rest = &self.input[i + started.len()..];
+                        let Some(nl) = memchr::memchr(b'\n', rest) else {
+                            if rest.len() > MAX_STATUS_LINE {
+                                return Err(self.broken("process group line too long".into()));
+                            }
+                            // Search again from the marker once more bytes come.
+                            self.scan_from = i;
+                            return Ok(Step::Wait);
+                        };
+                        let digits = String::from_utf8_lossy(&rest[..nl]).into_owned();
+                        let Ok(pgid) = digits.parse::<u32>() else {
+                            return Err(self.broken(format!("bad process group {digits:?}")));
+                        };
+                        self.input.drain(..i + started.len() + nl + 1);
+                        if let State::Busy {
+                            phase, pgid: slot, ..
+                        } = &mut self.state
+                        {
+                            *phase = Phase::Stdout;
+                            *slot = Some(pgid);
+                        }
+                        Ok(Step::Event(ShellEvent::Started { pgid }))
+                    }
+                    Phase::Stdout | Phase::Stderr => {
+                        let is_out = matches!(phase, Phase::Stdout);
+                        let needle = if is_out {
+                            format!("{marker} O")
+                        } else {
+                            format!("{marker} E ")
+                        };
+                        let Some(i) = self.find(needle.as_bytes()) else {
+                            return Ok(Step::Wait);
+                        };
+                        let bytes: Vec<u8> = self.input.drain(..i + needle.len()).collect();
+                        let body = bytes[..i].to_vec();
+                        if let State::Busy {
+                            phase,
+                            stdout,
+                            stderr,
+                            ..
+                        } = &mut self.state
+                        {
+                            if is_out {
+                                *stdout = body;
+                                *phase = Phase::Stderr;
+                            } else {
+                                *stderr = body;
+                                *phase = Phase::Status;
+                            }
+                        }
+                        Ok(Step::Again)
+                    }
+                    Phase::Status => {
+                        let Some(line) = self.take_line()? else {
+                            return Ok(Step::Wait);
+                        };
+                        let Ok(status) = line.trim().parse::<i32>() else {
+                            return Err(self.broken(format!("bad exit status {line:?}")));
+                        };
+                        let State::Busy { stdout, stderr, .. } =
+                            std::mem::replace(&mut self.state, State::Ready)
+                        else {
+                            unreachable!("checked above")
+                        };
+                        self.request_end = None;
+                        Ok(Step::Event(ShellEvent::Finished(Output {
+                            status,
+                            stdout,
+                            stderr,
+                        })))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How long a new shell may take to print its sync and ready lines (a heavy
+/// `.bashrc` on a busy login node can take seconds).
+pub const SHELL_START_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::process::{Child, Stdio};
+
+    /// A local `bash` playing the remote shell, driven by hand.
+    struct Bash {
+        child: Child,
+        proto: ShellProtocol,
+    }
+
+    impl Bash {
+        fn start() -> Bash {
+            let child = std::process::Command::new("bash")
+                .args(["--noprofile", "--norc"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut bash = Bash {
+                child,
+                proto: ShellProtocol::new(&[]),
+            };
+            // Banner text before the sync line must be skipped.
+            let banner = b"echo 'Welcome! SRSYNC_not-the-token'; printf 'motd without newline'\n";
+            bash.child
+                .stdin
+                .as_mut()
+                .unwrap()
+                .write_all(banner)
+                .unwrap();
+            let events = bash.pump_until(|e| e.contains(&ShellEvent::Ready));
+            assert_eq!(events, vec![ShellEvent::Ready]);
+            bash
+        }
+
+        fn flush(&mut self) {
+            let pending = self.proto.to_write().to_vec();
+            if !pending.is_empty() {
+                self.child
+                    .stdin
+                    .as_mut()
+                    .unwrap()
+                    .write_all(&pending)
+                    .unwrap();
+                self.proto.wrote(pending.len());
+            }
+        }
+
+        /// Write pending bytes, then read (a few bytes at a time, to exercise
+        /// reassembly) until `done` holds for the events so far.
+        fn pump_until(&mut self, done: impl Fn(&[ShellEvent]) -> bool) -> Vec<ShellEvent> {
+            let mut events = Vec::new();
+            let mut buf = [0u8; 7];
+            loop {
+                self.flush();
+                let n = self.child.stdout.as_mut().unwrap().read(&mut buf).unwrap();
+                assert!(n > 0, "bash ended early");
+                events.extend(self.proto.receive(&buf[..n]).unwrap());
+                if done(&events) {
+                    return events;
+                }
+            }
+        }
+
+        fn run(&mut self, command: &Command) -> Output {
+            self.proto.send(command).unwrap();
+            let events = self.pump_until(|e| matches!(e.last(), Some(ShellEvent::Finished(_))));
+            assert!(matches!(events[0], ShellEvent::Started { pgid } if pgid > 1));
+            match events.last() {
+                Some(ShellEvent::Finished(out)) => out.clone(),
+                _ => unreachable!(),
+            }
+        }
+    }
+
+    impl Drop for Bash {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    #[test]
+    fn frames_output_fed_in_small_pieces() {
+        let mut bash = Bash::start();
+        let out = bash.run(&Command::bash_script(
+            r#"printf 'a\0b'; printf '%s O' "$1" >&2; exit 7"#,
+            ["SRM1234"],
+        ));
+        assert_eq!(out.status, 7);
+        assert_eq!(out.stdout, b"a\0b");
+        assert_eq!(out.stderr, b"SRM1234 O");
+        let out = bash.run(&Command::new("true"));
+        assert_eq!(out, Output::default());
+        // Stdin is delivered exactly, and the shell is not confused afterwards.
+        let out = bash.run(&Command::new("cat").stdin(b"x\ny\n__sr_run z 0 z\n".to_vec()));
+        assert_eq!(out.stdout, b"x\ny\n__sr_run z 0 z\n");
+        assert_eq!(bash.run(&Command::new("echo").arg("ok")).stdout, b"ok\n");
+    }
+
+    #[test]
+    fn request_counts_as_delivered_only_when_the_trailer_is_written() {
+        let mut proto = ShellProtocol::new(&[]);
+        let boot = proto.to_write().len();
+        proto.wrote(boot);
+        let sync = match &proto.state {
+            State::Syncing { needle, .. } => needle.clone(),
+            _ => unreachable!(),
+        };
+        assert!(proto.receive(&sync).unwrap().is_empty());
+        let init = proto.to_write().len();
+        proto.wrote(init);
+        let ready = match &proto.state {
+            State::Initializing { needle } => needle.clone(),
+            _ => unreachable!(),
+        };
+        assert_eq!(proto.receive(&ready).unwrap(), vec![ShellEvent::Ready]);
+        assert!(!proto.request_pending());
+        proto
+            .send(&Command::new("sbatch").stdin(vec![b'x'; 1000]))
+            .unwrap();
+        let total = proto.to_write().len();
+        assert!(proto.request_pending());
+        proto.wrote(total - 1);
+        assert!(
+            !proto.request_delivered(),
+            "the trailer's newline is not written yet"
+        );
+        proto.wrote(1);
+        assert!(proto.request_delivered());
+        // A second command is refused while one runs.
+        assert!(proto.send(&Command::new("true")).is_err());
+        assert!(Command::new("a\0b").shell_line().is_err());
+    }
+
+    #[test]
+    fn a_request_cut_short_never_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let flag = dir.path().join("ran");
+        let mut bash = Bash::start();
+        let cmd = Command::bash_script(
+            r#"cat > /dev/null; touch "$1""#,
+            [flag.display().to_string()],
+        )
+        .stdin(vec![b'q'; 100_000]);
+        bash.proto.send(&cmd).unwrap();
+        // Write the header and half the stdin, then the connection "drops".
+        let pending = bash.proto.to_write().to_vec();
+        let mut stdin = bash.child.stdin.take().unwrap();
+        stdin.write_all(&pending[..pending.len() / 2]).unwrap();
+        drop(stdin);
+        let status = bash.child.wait().unwrap();
+        assert!(status.success() || status.code().is_some());
+        assert!(!flag.exists(), "a truncated request ran");
+        // The same request written whole does run.
+        let mut bash = Bash::start();
+        let out = bash.run(&cmd);
+        assert_eq!(out.status, 0);
+        assert!(flag.exists());
+    }
+
+    #[test]
+    fn garbage_in_a_status_line_breaks_the_shell() {
+        let mut proto = ShellProtocol::new(&[]);
+        proto.state = State::Ready;
+        proto.send(&Command::new("true")).unwrap();
+        let marker = match &proto.state {
+            State::Busy { marker, .. } => marker.clone(),
+            _ => unreachable!(),
+        };
+        let err = proto
+            .receive(format!("{marker} P notanumber\n").as_bytes())
+            .unwrap_err();
+        assert_eq!(err.kind(), slurm_core::ErrorKind::Transport);
+        assert!(proto.is_broken());
+    }
+}

@@ -1,0 +1,247 @@
+//! `OpenSshTransport`: the system `ssh` client through a ControlMaster socket, with the same long-lived framed shells.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use slurm_core::transport::{Command, Output, Transport};
+use slurm_core::{Error, Result};
+
+use crate::hosts::HostSpec;
+use crate::process::{ProcessShellConfig, ProcessShellTransport};
+
+/// The default ControlPath (ssh expands the `%` tokens).
+pub const DEFAULT_CONTROL_PATH: &str = "~/.ssh/slurm-run-%r@%h:%p";
+
+/// Settings of an [`OpenSshTransport`].
+#[derive(Debug, Clone)]
+pub struct OpenSshTransportBuilder {
+    host: HostSpec,
+    user: Option<String>,
+    control_path: String,
+    options: Vec<(String, String)>,
+    shells: usize,
+    ssh_program: String,
+    start_timeout: Duration,
+}
+
+impl OpenSshTransportBuilder {
+    /// A builder for `host` (an alias from `~/.ssh/config`, or a name or address).
+    pub fn new(host: HostSpec) -> Self {
+        OpenSshTransportBuilder {
+            host,
+            user: None,
+            control_path: DEFAULT_CONTROL_PATH.to_string(),
+            options: Vec::new(),
+            shells: 4,
+            ssh_program: "ssh".into(),
+            start_timeout: crate::framing::SHELL_START_TIMEOUT,
+        }
+    }
+
+    /// Read the first host of `SLURM_HOSTNAME`, `SLURM_USER`, and the ControlPath from
+    /// `SLURM_SSH_CONTROL_PATH` (default [`DEFAULT_CONTROL_PATH`]).
+    pub fn from_env() -> Result<Self> {
+        let hosts = std::env::var("SLURM_HOSTNAME").unwrap_or_default();
+        let host = HostSpec::parse_list(&hosts)?.remove(0);
+        let mut b = OpenSshTransportBuilder::new(host);
+        if let Ok(user) = std::env::var("SLURM_USER") {
+            if !user.is_empty() {
+                b.user = Some(user);
+            }
+        }
+        if let Ok(path) = std::env::var("SLURM_SSH_CONTROL_PATH") {
+            if !path.is_empty() {
+                b.control_path = path;
+            }
+        }
+        Ok(b)
+    }
+
+    /// The remote user (else what `~/.ssh/config` says).
+    pub fn with_user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self
+    }
+
+    /// The ControlPath of the master connection.
+    pub fn with_control_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.control_path = path.into().to_string_lossy().into_owned();
+        self
+    }
+
+    /// An extra `-o NAME=VALUE` for every `ssh` call (e.g. `UserKnownHostsFile`).
+    pub fn with_option(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.options.push((name.into(), value.into()));
+        self
+    }
+
+    /// How many shells (sessions through the master) may run commands at once. Default 4.
+    pub fn with_shells(mut self, shells: usize) -> Self {
+        self.shells = shells;
+        self
+    }
+
+    /// The ssh program (default `ssh` from `PATH`).
+    pub fn with_ssh_program(mut self, program: impl Into<String>) -> Self {
+        self.ssh_program = program.into();
+        self
+    }
+
+    /// The arguments every `ssh` call gets before the host: the master socket, no
+    /// master of its own, never a prompt.
+    fn common_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "-S".to_string(),
+            self.control_path.clone(),
+            "-o".into(),
+            "ControlMaster=no".into(),
+            "-o".into(),
+            "BatchMode=yes".into(),
+        ];
+        if let Some(port) = self.host.port {
+            args.push("-p".into());
+            args.push(port.to_string());
+        }
+        if let Some(user) = &self.user {
+            args.push("-l".into());
+            args.push(user.clone());
+        }
+        for (name, value) in &self.options {
+            args.push("-o".into());
+            args.push(format!("{name}={value}"));
+        }
+        args
+    }
+
+    /// The command that starts a master for this host (for messages).
+    fn master_hint(&self) -> String {
+        let mut hint = format!("ssh -M -S {} -fN", self.control_path);
+        if let Some(port) = self.host.port {
+            hint.push_str(&format!(" -p {port}"));
+        }
+        if let Some(user) = &self.user {
+            hint.push_str(&format!(" -l {user}"));
+        }
+        hint.push(' ');
+        hint.push_str(&self.host.host);
+        hint
+    }
+}
+
+/// Runs commands through the system `ssh` and an already running ControlMaster, so
+/// users of two-factor clusters authenticate once by hand and the library reuses
+/// that connection. It never prompts (BatchMode) and never opens a connection of its
+/// own: without a master it fails with the command that starts one. `ssh` reads
+/// `~/.ssh/config` as usual (ProxyJump included).
+pub struct OpenSshTransport {
+    builder: OpenSshTransportBuilder,
+    inner: ProcessShellTransport,
+}
+
+impl fmt::Debug for OpenSshTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenSshTransport")
+            .field("builder", &self.builder)
+            .finish()
+    }
+}
+
+impl OpenSshTransport {
+    /// Build the transport (shells start on first use, after checking the master).
+    pub fn new(builder: OpenSshTransportBuilder) -> Result<Self> {
+        let mut args = builder.common_args();
+        args.push("-T".into());
+        args.push(builder.host.host.clone());
+        let mut config = ProcessShellConfig::new(builder.ssh_program.clone(), args);
+        config.shells = builder.shells;
+        config.label = builder.host.to_string();
+        config.start_timeout = builder.start_timeout;
+        let check = builder.clone();
+        config.preflight = Some(Arc::new(move || check_master(&check)));
+        Ok(OpenSshTransport {
+            inner: ProcessShellTransport::new(config)?,
+            builder,
+        })
+    }
+
+    /// Shorthand for `OpenSshTransport::new(OpenSshTransportBuilder::from_env()?)`.
+    pub fn from_env() -> Result<Self> {
+        OpenSshTransport::new(OpenSshTransportBuilder::from_env()?)
+    }
+
+    /// Whether the master is up (`ssh -O check`); the error says how to start one.
+    pub async fn check_master(&self) -> Result<()> {
+        let builder = self.builder.clone();
+        tokio::task::spawn_blocking(move || check_master(&builder))
+            .await
+            .map_err(|e| Error::io("check the ControlMaster", std::io::Error::other(e)))?
+    }
+}
+
+fn check_master(builder: &OpenSshTransportBuilder) -> Result<()> {
+    let mut args = builder.common_args();
+    args.push("-O".into());
+    args.push("check".into());
+    args.push(builder.host.host.clone());
+    let output = std::process::Command::new(&builder.ssh_program)
+        .args(&args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| Error::Connect {
+            host: builder.host.to_string(),
+            message: format!(
+                "cannot run `{}`: {e}; install the OpenSSH client",
+                builder.ssh_program
+            ),
+        })?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&output.stderr).trim().to_string();
+    Err(Error::Auth {
+        host: builder.host.to_string(),
+        message: format!(
+            "no SSH ControlMaster is up at {} (ssh -O check: {said}); authenticate once and start one with: {}",
+            builder.control_path,
+            builder.master_hint()
+        ),
+    })
+}
+
+#[async_trait]
+impl Transport for OpenSshTransport {
+    async fn run(&self, command: &Command) -> Result<Output> {
+        self.inner.run(command).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_clearly_without_a_master() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("no-master.sock");
+        let t = OpenSshTransport::new(
+            OpenSshTransportBuilder::new(HostSpec::with_port("127.0.0.1", 1))
+                .with_control_path(&sock)
+                .with_user("nobody"),
+        )
+        .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let err = rt.block_on(t.run(&Command::new("true"))).unwrap_err();
+        let text = err.to_string();
+        assert_eq!(err.kind(), slurm_core::ErrorKind::Auth, "{text}");
+        assert!(text.contains("ssh -M -S"), "{text}");
+        assert!(text.contains(&sock.display().to_string()), "{text}");
+        assert!(!err.is_transient());
+    }
+}

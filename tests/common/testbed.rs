@@ -1,0 +1,187 @@
+//! The local test bed's client settings for root tests and benches, read from the environment or `testbed/env`.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// The test bed's client environment (`SLURM_HOSTNAME`, `SSH_KEY_PATH`, ...).
+#[derive(Debug, Clone)]
+pub struct Testbed {
+    /// Every variable `testbed/env` exports.
+    pub vars: HashMap<String, String>,
+}
+
+const NAMES: &[&str] = &[
+    "SLURM_HOSTNAME",
+    "SLURM_USER",
+    "SSH_KEY_PATH",
+    "SSH_KNOWN_HOSTS",
+    "SLURM_PARTITION",
+    "SLURM_BASE_RESULTS_DIR",
+    "SLURM_CONVERT_PARTITION",
+    "SLURM_RUN_TESTBED_DIR",
+];
+
+/// The test bed environment: taken from the process environment when
+/// `SLURM_RUN_TESTBED_DIR` is set, else from `testbed/env` in the repository (or
+/// `$SLURM_RUN_TESTBED_ENV`). Panics loudly, with the fix, when the test bed is down.
+pub fn testbed_env() -> Testbed {
+    let mut vars = HashMap::new();
+    if std::env::var_os("SLURM_RUN_TESTBED_DIR").is_some() {
+        for name in NAMES {
+            if let Ok(v) = std::env::var(name) {
+                vars.insert(name.to_string(), v);
+            }
+        }
+    } else {
+        let script = std::env::var("SLURM_RUN_TESTBED_ENV")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("testbed/env"));
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(r#"eval "$("$1")" && env -0"#)
+            .arg("testbed-env")
+            .arg(&script)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "the test bed is not available: {} failed ({}). Start it with testbed/up, \
+             or export its variables (eval \"$(testbed/env)\")",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        for entry in out.stdout.split(|b| *b == 0) {
+            let entry = String::from_utf8_lossy(entry);
+            if let Some((k, v)) = entry.split_once('=') {
+                if NAMES.contains(&k) {
+                    vars.insert(k.to_string(), v.to_string());
+                }
+            }
+        }
+    }
+    for name in NAMES {
+        assert!(
+            vars.contains_key(*name),
+            "test bed variable {name} is missing; run testbed/up and eval \"$(testbed/env)\""
+        );
+    }
+    let tb = Testbed { vars };
+    let addr = format!("127.0.0.1:{}", tb.ssh_port());
+    TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(3)).unwrap_or_else(|e| {
+        panic!("the test bed's sshd at {addr} does not answer ({e}); start the test bed with testbed/up")
+    });
+    tb
+}
+
+impl Testbed {
+    /// One variable.
+    pub fn get(&self, name: &str) -> &str {
+        &self.vars[name]
+    }
+
+    /// A lookup function for builders that read the environment.
+    pub fn lookup(&self) -> impl Fn(&str) -> Option<String> + '_ {
+        move |name| self.vars.get(name).cloned()
+    }
+
+    /// The sshd port (from `SLURM_HOSTNAME=127.0.0.1:PORT`).
+    pub fn ssh_port(&self) -> u16 {
+        let host = self.get("SLURM_HOSTNAME");
+        host.rsplit(':')
+            .next()
+            .unwrap()
+            .parse()
+            .expect("SLURM_HOSTNAME has a port")
+    }
+
+    /// The test bed's state folder.
+    pub fn dir(&self) -> PathBuf {
+        PathBuf::from(self.get("SLURM_RUN_TESTBED_DIR"))
+    }
+
+    /// The listener sshd's pid file (`run/sshd.pid`, or `sshd.pid` at the top).
+    pub fn sshd_pid_file(&self) -> PathBuf {
+        let nested = self.dir().join("run/sshd.pid");
+        if nested.exists() {
+            nested
+        } else {
+            self.dir().join("sshd.pid")
+        }
+    }
+
+    /// `ssh` options that reach the test bed's sshd as its user with its key.
+    pub fn ssh_args(&self) -> Vec<String> {
+        vec![
+            "-o".into(),
+            "BatchMode=yes".into(),
+            "-o".into(),
+            format!("UserKnownHostsFile={}", self.get("SSH_KNOWN_HOSTS")),
+            "-o".into(),
+            "StrictHostKeyChecking=yes".into(),
+            "-o".into(),
+            "IdentitiesOnly=yes".into(),
+            "-F".into(),
+            "/dev/null".into(),
+            "-i".into(),
+            self.get("SSH_KEY_PATH").into(),
+            "-p".into(),
+            self.ssh_port().to_string(),
+            "-l".into(),
+            self.get("SLURM_USER").into(),
+        ]
+    }
+}
+
+/// An OpenSSH ControlMaster to the test bed, started with the test bed's key and
+/// stopped (`ssh -O exit`) on drop.
+pub struct Master {
+    /// The ControlPath socket.
+    pub socket: PathBuf,
+    args: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl Master {
+    /// Start a master (`ssh -M -S SOCKET -fN ...`), failing loudly if it cannot.
+    pub fn start(tb: &Testbed) -> Master {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("cm.sock");
+        let args = tb.ssh_args();
+        let status = Command::new("ssh")
+            .arg("-M")
+            .arg("-S")
+            .arg(&socket)
+            .arg("-fN")
+            .args(&args)
+            .arg("127.0.0.1")
+            .status()
+            .expect("run ssh");
+        assert!(
+            status.success(),
+            "could not start an ssh ControlMaster to the test bed"
+        );
+        Master {
+            socket,
+            args,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Master {
+    fn drop(&mut self) {
+        let _ = Command::new("ssh")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(&self.args)
+            .arg("-O")
+            .arg("exit")
+            .arg("127.0.0.1")
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
