@@ -41,7 +41,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::image::{check_gpu_image, ImageRef};
+use crate::image::ImageRef;
 use crate::storage::{MountSpec, StorageUri};
 use crate::{Error, Result};
 
@@ -566,9 +566,6 @@ impl JobSpec {
         let gpus = nodes
             .checked_mul(per_node)
             .ok_or_else(|| Error::invalid("gpus", "too many GPUs"))?;
-        if let Some(img) = self.image_ref()? {
-            check_gpu_image(&img, gpus, self.allow_registry_image)?;
-        }
         Ok(Resources {
             nodes,
             gpus_per_node: per_node,
