@@ -255,7 +255,11 @@ where
         if let Some(final_image) = &image {
             // The invariant this function keeps: what reaches the GPU job is a .sqsh,
             // or a registry image the spec explicitly allowed.
-            check_gpu_image(&ImageRef::parse(final_image)?, resources.gpus, spec.allow_registry_image)?;
+            check_gpu_image(
+                &ImageRef::parse(final_image)?,
+                resources.gpus,
+                spec.allow_registry_image,
+            )?;
         }
         let mut mounts: Vec<String> = config.container_mounts.clone();
         for mount in spec.mount_specs()? {
