@@ -274,6 +274,8 @@ async fn fifty_jobs_are_watched_with_one_remote_command_per_cycle() {
         }
     });
     let records = futures::future::join_all(submits).await;
+    // One preflight (shared by the concurrent first submits), then one round trip per submit.
+    assert_eq!(h.transport.count(), 51, "{:?}", h.transport.labels());
     let ids: Vec<_> = records.iter().map(|r| r.id.clone()).collect();
     h.transport.reset();
     let options = WatchOptions {

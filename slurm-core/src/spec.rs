@@ -48,9 +48,8 @@ use crate::{Error, Result};
 mod validate;
 mod wall_time;
 
-pub(crate) use validate::{
-    first_duplicate, validate_memory, validate_partition, validate_sbatch_line,
-};
+pub use validate::validate_sbatch_line;
+pub(crate) use validate::{first_duplicate, validate_memory, validate_partition};
 pub use validate::{validate_safe_name, validate_shell_name, MAX_NAME_LEN};
 pub use wall_time::WallTime;
 

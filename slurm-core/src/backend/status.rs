@@ -175,6 +175,10 @@ where
                     record,
                     native: None,
                 }),
+                Some(Decision { mark, native, .. }) if mark.state == record.state => {
+                    // Nothing new: the store would do nothing, so it is not asked.
+                    answers.push(JobStatus { record, native });
+                }
                 Some(Decision { mark, native, .. }) => {
                     let updated = match store.mark(&record.id, mark) {
                         Ok(updated) => updated,
