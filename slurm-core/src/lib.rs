@@ -3,7 +3,7 @@
 //!
 //! slurm-core knows nothing of ssh2 or handlebars. It defines the small,
 //! object-safe traits the other crates implement ([`Transport`](transport::Transport),
-//! [`Renderer`](render::Renderer), [`RecordStore`](record::RecordStore),
+//! [`Renderer`](render::Renderer), [`RecordStore`],
 //! [`Backend`](backend::Backend)) and the pure logic every backend shares: the job
 //! spec and its validation, the state machine, SLURM output parsing, failure
 //! classification and redaction. Keeping this crate free of I/O libraries keeps the

@@ -136,10 +136,21 @@ mod tests {
 
     #[test]
     fn secret_names_follow_the_word_rule() {
-        for name in ["HF_TOKEN", "MY_API_KEY", "db-password", "awsAccessKey", "NGC_KEY"] {
+        for name in [
+            "HF_TOKEN",
+            "MY_API_KEY",
+            "db-password",
+            "awsAccessKey",
+            "NGC_KEY",
+        ] {
             assert!(is_secret_name(name), "{name}");
         }
-        for name in ["TOKENIZERS_PARALLELISM", "max_new_tokens", "PATH", "KEYBOARD"] {
+        for name in [
+            "TOKENIZERS_PARALLELISM",
+            "max_new_tokens",
+            "PATH",
+            "KEYBOARD",
+        ] {
             assert!(!is_secret_name(name), "{name}");
         }
     }

@@ -19,7 +19,7 @@
 //!   `<log_dir>/<job>-<id>.slurm.out|err` and the script makes
 //!   `<log_dir>/<job>-<id>/` and redirects itself to `main.out` / `main.err` there.
 //! - **No secret in the script.** Secrets travel in a mode-600 env sidecar the script
-//!   sources and shreds on exit; [`lint`](crate::lint) refuses scripts holding a
+//!   sources and shreds on exit; [`lint`] refuses scripts holding a
 //!   registered secret value or anything that looks like a literal credential, and
 //!   runs `bash -n`.
 //!

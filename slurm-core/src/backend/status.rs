@@ -253,6 +253,14 @@ where
                         // Steps confirm only a finished job; sacct decides those.
                         failed_step: None,
                     }),
+                    // squeue answered and no longer lists the job, yet sacct says it
+                    // is pending or running: slurmdbd lags behind slurmctld, so that
+                    // row is stale. Ask scontrol instead of taking a step back.
+                    (None, Some(stale))
+                        if squeue.success() && !map_state(&stale.state).0.is_terminal() =>
+                    {
+                        None
+                    }
                     (None, sacct) => sacct,
                 };
                 if let Some(observation) = observation {

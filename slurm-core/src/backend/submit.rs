@@ -20,21 +20,21 @@ use crate::transport::{shell_quote, Command, Transport};
 use crate::{Error, Result};
 
 /// The remote side of a submit, one round trip: check the datasets and the image,
-/// unpack the staged files (a tar archive on stdin), verify their checksums, `sbatch`.
-/// `$1` job folder, `$2` job name, `$3` log folder, `$4` `.sqsh` image or empty,
-/// then the dataset paths.
+/// unpack the staged files (a tar archive on stdin, whose entries are under
+/// `<job name>/`, so tar makes the job folder and its `logs/`), verify their
+/// checksums, `sbatch`. `$1` results root, `$2` job name, `$3` `.sqsh` image or
+/// empty, then the dataset paths.
 const SUBMIT_SCRIPT: &str = r#"umask 077
-job_dir=$1 name=$2 log_dir=$3 image=$4
-shift 4
+root=$1 name=$2 image=$3
+shift 3
 missing=
 for p in "$@"; do [ -e "$p" ] || missing="$missing $p"; done
 if [ -n "$missing" ]; then echo "datasets missing on the cluster:$missing" >&2; cat >/dev/null; exit 67; fi
 if [ -n "$image" ] && [ "$(head -c 4 -- "$image" 2>/dev/null)" != hsqs ]; then
   echo "image $image is missing or not a squashfs file" >&2; cat >/dev/null; exit 66
 fi
-mkdir -p -- "$job_dir" "$log_dir" || { cat >/dev/null; exit 68; }
-tar -x -m -C "$job_dir" -f - || exit 69
-cd -- "$job_dir" || exit 68
+tar -x -m -C "$root" -f - || exit 69
+cd -- "$root/$name" || exit 68
 sha256sum --quiet --strict -c SHA256SUMS >&2 || exit 65
 exec sbatch --parsable --job-name="$name" "sbatch/job_$name.sbatch""#;
 
@@ -364,7 +364,7 @@ where
             })?;
             files.push((format!("files/{name}"), bytes, 0o600));
         }
-        let payload = build_payload(&files)?;
+        let payload = build_payload(id.as_str(), &files)?;
 
         let mut record = JobRecord::new(id.clone(), spec, job_dir.clone())?;
         if let Some(previous) = previous {
@@ -377,9 +377,8 @@ where
             String::new()
         };
         let mut params = vec![
-            job_dir.as_str().to_string(),
+            root.as_str().to_string(),
             id.as_str().to_string(),
-            context.log_dir.clone(),
             image_param,
         ];
         for uri in spec.dataset_uris()? {
@@ -658,30 +657,42 @@ fn collect_secrets(spec: &JobSpec, options: &SubmitOptions) -> Result<SecretRegi
     Ok(registry)
 }
 
-/// A tar archive of `files` (path, bytes, mode) plus `SHA256SUMS` listing each one.
-fn build_payload(files: &[(String, Vec<u8>, u32)]) -> Result<Vec<u8>> {
+/// A tar archive of the job folder `<folder>/`: its `logs/` folder, `files` (path,
+/// bytes, mode) and `SHA256SUMS` listing each file by its path inside the folder.
+fn build_payload(folder: &str, files: &[(String, Vec<u8>, u32)]) -> Result<Vec<u8>> {
     let mut sums = String::new();
     let mut builder = tar::Builder::new(Vec::new());
     let mtime = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let append =
-        |builder: &mut tar::Builder<Vec<u8>>, path: &str, bytes: &[u8], mode: u32| -> Result<()> {
-            let mut header = tar::Header::new_gnu();
-            header.set_size(bytes.len() as u64);
-            header.set_mode(mode);
-            header.set_mtime(mtime);
-            header.set_entry_type(tar::EntryType::Regular);
-            builder
-                .append_data(&mut header, path, bytes)
-                .map_err(|e| Error::io(format!("packing {path}"), e))
-        };
+    let append = |builder: &mut tar::Builder<Vec<u8>>,
+                  path: &str,
+                  bytes: &[u8],
+                  mode: u32,
+                  kind: tar::EntryType|
+     -> Result<()> {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(mode);
+        header.set_mtime(mtime);
+        header.set_entry_type(kind);
+        builder
+            .append_data(&mut header, format!("{folder}/{path}"), bytes)
+            .map_err(|e| Error::io(format!("packing {path}"), e))
+    };
+    append(&mut builder, "logs/", &[], 0o700, tar::EntryType::Directory)?;
     for (path, bytes, mode) in files {
         sums.push_str(&format!("{}  {path}\n", hex::encode(Sha256::digest(bytes))));
-        append(&mut builder, path, bytes, *mode)?;
+        append(&mut builder, path, bytes, *mode, tar::EntryType::Regular)?;
     }
-    append(&mut builder, "SHA256SUMS", sums.as_bytes(), 0o600)?;
+    append(
+        &mut builder,
+        "SHA256SUMS",
+        sums.as_bytes(),
+        0o600,
+        tar::EntryType::Regular,
+    )?;
     builder
         .into_inner()
         .map_err(|e| Error::io("finishing the staging archive", e))
@@ -693,7 +704,8 @@ mod tests {
 
     #[test]
     fn payload_lists_every_file_with_its_checksum() {
-        let payload = build_payload(&[("a/b.txt".into(), b"hello".to_vec(), 0o600)]).unwrap();
+        let payload =
+            build_payload("job-1", &[("a/b.txt".into(), b"hello".to_vec(), 0o600)]).unwrap();
         let mut archive = tar::Archive::new(payload.as_slice());
         let mut names = Vec::new();
         for entry in archive.entries().unwrap() {
@@ -706,10 +718,11 @@ mod tests {
                 text,
             ));
         }
-        assert_eq!(names[0].0, "a/b.txt");
-        assert_eq!(names[0].1, 0o600);
-        assert_eq!(names[1].0, "SHA256SUMS");
-        assert!(names[1].2.starts_with(
+        assert_eq!(names[0].0, "job-1/logs/");
+        assert_eq!(names[1].0, "job-1/a/b.txt");
+        assert_eq!(names[1].1, 0o600);
+        assert_eq!(names[2].0, "job-1/SHA256SUMS");
+        assert!(names[2].2.starts_with(
             "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824  a/b.txt"
         ));
     }
