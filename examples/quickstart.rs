@@ -64,7 +64,8 @@ async fn run() -> Result<ExitCode> {
     print!("{report}");
     if !report.passed() {
         eprintln!("quickstart: preflight failed; apply the remedies above and run again");
-        return Ok(ExitCode::from(2));
+        let unreachable = report.failures().any(|check| check.check == "ssh");
+        return Ok(ExitCode::from(if unreachable { 3 } else { 2 }));
     }
 
     // 4. Submit exactly once.
