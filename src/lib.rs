@@ -63,6 +63,33 @@ pub use slurm_ssh::{
 };
 
 /// The names a program embedding slurm-run usually needs: `use slurm_run::prelude::*;`.
+///
+/// ```
+/// use slurm_run::prelude::*;
+/// use slurm_run::core::spec::SpecDefaults;
+///
+/// # fn main() -> slurm_run::Result<()> {
+/// // A spec as a user writes it; the defaults and the partition's limits resolve it.
+/// let spec = JobSpec::from_yaml_str(
+///     "name: hello\ncommand: nvidia-smi -L\nnodes: 2\ngpus_per_node: 1\ntime: \"00:10:00\"\n",
+/// )?;
+/// let resources = spec.resolve(&SpecDefaults::default().with_partition("gpu"))?;
+/// assert_eq!((resources.nodes, resources.gpus, resources.exclusive), (2, 2, false));
+///
+/// // Bad input is an error naming the field and the fix.
+/// let err = JobSpec::from_yaml_str("name: ../x\ncommand: 'true'\n").unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::Invalid);
+/// assert!(err.to_string().starts_with("invalid name:"));
+///
+/// // The backend's configuration from a builder (or SlurmConfig::from_env()).
+/// let config = SlurmConfig::builder()
+///     .with_partition("gpu")
+///     .with_results_root("/lustre/me/results")
+///     .with_state_dir(std::env::temp_dir().join("slurm-run-doc"))
+///     .build()?;
+/// assert_eq!(config.results_root.as_deref(), Some("/lustre/me/results"));
+/// # Ok(()) }
+/// ```
 pub mod prelude {
     pub use slurm_core::backend::{
         Backend, BackendExt, JobStatus, LogOptions, LogStream, PreflightReport, SlurmBackend,
