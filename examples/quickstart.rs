@@ -81,7 +81,7 @@ async fn run() -> Result<ExitCode> {
     // 5. Watch until it ends: a spinner on a terminal, one line per change otherwise.
     println!("\n== watch");
     let started = Instant::now();
-    let spinner = spinner();
+    let spinner = spinner(&format!("{} {}", record.id, record.state));
     let options = WatchOptions {
         interval: Duration::from_secs(2),
         retry: Some(RetryPolicy::default()),
@@ -90,7 +90,7 @@ async fn run() -> Result<ExitCode> {
     let mut id = record.id.clone();
     let mut events = backend.watch(std::slice::from_ref(&id), options);
     while let Some(event) = events.next().await {
-        let line = match event? {
+        let (line, now) = match event? {
             WatchEvent::Transition { from, status } => {
                 let reason = status
                     .native
@@ -98,18 +98,20 @@ async fn run() -> Result<ExitCode> {
                     .and_then(|n| n.reason.clone())
                     .map(|r| format!(" ({r})"))
                     .unwrap_or_default();
-                format!("{from} -> {}{reason}", status.state())
+                let now = format!("{} {}{reason}", status.id(), status.state());
+                (format!("{from} -> {}{reason}", status.state()), now)
             }
             WatchEvent::Retried { previous, record } => {
                 id = record.id.clone();
-                format!("{previous} failed on the cluster's side; retried as {id}")
+                let line = format!("{previous} failed on the cluster's side; retried as {id}");
+                (line, format!("{id} {}", record.state))
             }
         };
         let line = format!("   [{:>5.1}s] {line}", started.elapsed().as_secs_f64());
         match &spinner {
             Some(bar) => {
                 bar.println(&line);
-                bar.set_message(line.trim().to_string());
+                bar.set_message(now);
             }
             None => println!("{line}"),
         }
@@ -167,7 +169,7 @@ async fn run() -> Result<ExitCode> {
 }
 
 /// A spinner with the elapsed time on stderr, only when stderr is a terminal.
-fn spinner() -> Option<ProgressBar> {
+fn spinner(message: &str) -> Option<ProgressBar> {
     if !std::io::stderr().is_terminal() {
         return None;
     }
@@ -176,7 +178,7 @@ fn spinner() -> Option<ProgressBar> {
         ProgressStyle::with_template("   {spinner} {msg} [{elapsed_precise}]")
             .expect("a valid template"),
     );
-    bar.set_message("SUBMITTED -> PENDING");
+    bar.set_message(message.to_string());
     bar.enable_steady_tick(Duration::from_millis(100));
     Some(bar)
 }
