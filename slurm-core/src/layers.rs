@@ -153,7 +153,12 @@ mod tests {
     async fn counts_and_injects() {
         let counting = CountingTransport::new(LocalTransport::new());
         counting.run(&Command::new("true")).await.unwrap();
-        counting.write_file("/dev/null", b"", 0o600).await.ok();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("written");
+        counting
+            .write_file(path.to_str().unwrap(), b"x", 0o600)
+            .await
+            .unwrap();
         assert_eq!(counting.count(), 2);
         assert_eq!(counting.labels()[0], "true");
 

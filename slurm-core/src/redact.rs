@@ -75,6 +75,50 @@ impl fmt::Debug for SecretRegistry {
     }
 }
 
+/// Whether `name` names a secret: one of its word parts (split at `_`, `-`, `.` and
+/// camel case) is SECRET, PASSWORD, PASSWD, TOKEN, CREDENTIAL or APIKEY, or two
+/// neighbouring parts are API KEY, ACCESS KEY or NGC KEY. `HF_TOKEN` is one,
+/// `TOKENIZERS_PARALLELISM` is not. The secret lint and log redaction share this rule.
+pub fn is_secret_name(name: &str) -> bool {
+    let parts = word_parts(name);
+    let single = [
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "TOKEN",
+        "CREDENTIAL",
+        "APIKEY",
+    ];
+    let pairs = [("API", "KEY"), ("ACCESS", "KEY"), ("NGC", "KEY")];
+    parts.iter().any(|p| single.contains(&p.as_str()))
+        || parts
+            .windows(2)
+            .any(|w| pairs.contains(&(w[0].as_str(), w[1].as_str())))
+}
+
+/// `name` split at `_`, `-`, `.` and camel-case boundaries, upper-cased.
+fn word_parts(name: &str) -> Vec<String> {
+    let mut parts = Vec::new();
+    for chunk in name.split(['_', '-', '.']) {
+        let chars: Vec<char> = chunk.chars().collect();
+        let mut start = 0;
+        for i in 1..chars.len() {
+            let lower_to_upper = chars[i - 1].is_lowercase() && chars[i].is_uppercase();
+            let acronym_end = chars[i - 1].is_uppercase()
+                && chars[i].is_uppercase()
+                && chars.get(i + 1).is_some_and(|c| c.is_lowercase());
+            if lower_to_upper || acronym_end {
+                parts.push(chars[start..i].iter().collect::<String>().to_uppercase());
+                start = i;
+            }
+        }
+        if start < chars.len() {
+            parts.push(chars[start..].iter().collect::<String>().to_uppercase());
+        }
+    }
+    parts
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,5 +132,15 @@ mod tests {
         assert_eq!(once, "token=[REDACTED] again [REDACTED]");
         assert_eq!(reg.redact(&once), once);
         assert!(!format!("{reg:?}").contains("hf_abc"));
+    }
+
+    #[test]
+    fn secret_names_follow_the_word_rule() {
+        for name in ["HF_TOKEN", "MY_API_KEY", "db-password", "awsAccessKey", "NGC_KEY"] {
+            assert!(is_secret_name(name), "{name}");
+        }
+        for name in ["TOKENIZERS_PARALLELISM", "max_new_tokens", "PATH", "KEYBOARD"] {
+            assert!(!is_secret_name(name), "{name}");
+        }
     }
 }

@@ -41,16 +41,15 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::image::{check_gpu_image, ImageRef};
+use crate::image::ImageRef;
 use crate::storage::{MountSpec, StorageUri};
 use crate::{Error, Result};
 
 mod validate;
 mod wall_time;
 
-pub(crate) use validate::{
-    first_duplicate, validate_memory, validate_partition, validate_sbatch_line,
-};
+pub use validate::validate_sbatch_line;
+pub(crate) use validate::{first_duplicate, validate_memory, validate_partition};
 pub use validate::{validate_safe_name, validate_shell_name, MAX_NAME_LEN};
 pub use wall_time::WallTime;
 
@@ -566,9 +565,6 @@ impl JobSpec {
         let gpus = nodes
             .checked_mul(per_node)
             .ok_or_else(|| Error::invalid("gpus", "too many GPUs"))?;
-        if let Some(img) = self.image_ref()? {
-            check_gpu_image(&img, gpus, self.allow_registry_image)?;
-        }
         Ok(Resources {
             nodes,
             gpus_per_node: per_node,

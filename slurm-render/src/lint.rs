@@ -92,46 +92,7 @@ static JSON_KEY_RE: LazyLock<Regex> =
     LazyLock::new(|| re(r#"\\?"([A-Za-z_][A-Za-z0-9_.-]*)\\?"\s*:\s*\\?"([^"\\]*)"#));
 static BASH_LINE_RE: LazyLock<Regex> = LazyLock::new(|| re(r"line ([0-9]+):"));
 
-/// Whether `name` names a secret (see the module docs for the word rule).
-pub fn is_secret_name(name: &str) -> bool {
-    let parts = word_parts(name);
-    let single = [
-        "SECRET",
-        "PASSWORD",
-        "PASSWD",
-        "TOKEN",
-        "CREDENTIAL",
-        "APIKEY",
-    ];
-    let pairs = [("API", "KEY"), ("ACCESS", "KEY"), ("NGC", "KEY")];
-    parts.iter().any(|p| single.contains(&p.as_str()))
-        || parts
-            .windows(2)
-            .any(|w| pairs.contains(&(w[0].as_str(), w[1].as_str())))
-}
-
-/// `name` split at `_`, `-`, `.` and camel-case boundaries, upper-cased.
-fn word_parts(name: &str) -> Vec<String> {
-    let mut parts = Vec::new();
-    for chunk in name.split(['_', '-', '.']) {
-        let chars: Vec<char> = chunk.chars().collect();
-        let mut start = 0;
-        for i in 1..chars.len() {
-            let lower_to_upper = chars[i - 1].is_lowercase() && chars[i].is_uppercase();
-            let acronym_end = chars[i - 1].is_uppercase()
-                && chars[i].is_uppercase()
-                && chars.get(i + 1).is_some_and(|c| c.is_lowercase());
-            if lower_to_upper || acronym_end {
-                parts.push(chars[start..i].iter().collect::<String>().to_uppercase());
-                start = i;
-            }
-        }
-        if start < chars.len() {
-            parts.push(chars[start..].iter().collect::<String>().to_uppercase());
-        }
-    }
-    parts
-}
+pub use slurm_core::redact::is_secret_name;
 
 /// The value starting at the beginning of `rest` (right after `=`), unquoted.
 fn value_after(rest: &str) -> &str {

@@ -31,18 +31,6 @@ const RENDEZVOUS: [&str; 8] = [
     "TAO_NODE_RANK",
 ];
 
-/// `#SBATCH` options the templates set and a spec may not override (the job name is the
-/// record id; the output files carry the log layout).
-const RESERVED_SBATCH: [&str; 7] = [
-    "--job-name",
-    "-J",
-    "--output",
-    "-o",
-    "--error",
-    "-e",
-    "--open-mode",
-];
-
 /// Whether `name` is a shell variable name (`[A-Za-z_][A-Za-z0-9_]*`).
 pub(crate) fn is_identifier(name: &str) -> bool {
     let mut chars = name.chars();
@@ -195,26 +183,7 @@ pub fn validate_context(kind: TemplateKind, context: &ScriptContext) -> Result<(
         }
     }
     for line in &c.extra_sbatch {
-        if line.chars().any(char::is_control) {
-            return Err(Error::invalid(
-                "extra_sbatch",
-                "a line holds a newline or control character, which would break out of its #SBATCH line; split it into separate entries",
-            ));
-        }
-        let line = line.trim();
-        if !line.starts_with('-') {
-            return Err(Error::invalid(
-                "extra_sbatch",
-                "each entry is one sbatch option without the `#SBATCH` prefix, e.g. `--qos=high`",
-            ));
-        }
-        let option = line.split(['=', ' ']).next().unwrap_or(line);
-        if RESERVED_SBATCH.contains(&option) {
-            return Err(Error::invalid(
-                "extra_sbatch",
-                format!("`{option}` is set by the template (job name = record id, log layout); remove it"),
-            ));
-        }
+        slurm_core::spec::validate_sbatch_line(line)?;
     }
     Ok(())
 }

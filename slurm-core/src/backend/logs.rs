@@ -142,40 +142,9 @@ where
 fn redact_env_secrets(text: &str) -> String {
     let mut registry = SecretRegistry::new();
     for (name, value) in std::env::vars() {
-        if is_secret_like(&name) {
+        if crate::redact::is_secret_name(&name) {
             registry.register(name, value);
         }
     }
     registry.redact(text)
-}
-
-fn is_secret_like(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    let parts: Vec<&str> = upper.split('_').collect();
-    let single = [
-        "SECRET",
-        "PASSWORD",
-        "PASSWD",
-        "TOKEN",
-        "CREDENTIAL",
-        "CREDENTIALS",
-        "APIKEY",
-    ];
-    let pairs = [("API", "KEY"), ("ACCESS", "KEY"), ("NGC", "KEY")];
-    parts.iter().any(|p| single.contains(p))
-        || parts.windows(2).any(|w| pairs.contains(&(w[0], w[1])))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn secret_like_names() {
-        assert!(is_secret_like("HF_TOKEN"));
-        assert!(is_secret_like("MY_API_KEY"));
-        assert!(is_secret_like("DB_PASSWORD"));
-        assert!(!is_secret_like("TOKENIZERS_PARALLELISM"));
-        assert!(!is_secret_like("PATH"));
-    }
 }

@@ -381,14 +381,21 @@ where
             .split(',')
             .map(|p| p.trim().to_string())
             .collect();
-        {
+        let cached = || {
             let cache = self.inner.cache.lock().expect("cache lock");
             let known = partitions.iter().all(|p| cache.partitions.contains_key(p));
-            if cache.base_checked && known {
-                if let Some(root) = &cache.results_root {
-                    return Ok(root.clone());
-                }
+            match (&cache.results_root, cache.base_checked && known) {
+                (Some(root), true) => Some(root.clone()),
+                _ => None,
             }
+        };
+        if let Some(root) = cached() {
+            return Ok(root);
+        }
+        // One preflight at a time: submits that arrive together wait for the first.
+        let _once = self.inner.preflight_once.lock().await;
+        if let Some(root) = cached() {
+            return Ok(root);
         }
         let mut base = spec.clone();
         // Per-job checks (datasets, the image) run inside the submit command itself.

@@ -62,6 +62,8 @@ pub(super) struct Inner<T, R, S> {
     pub(super) store: S,
     pub(super) config: SlurmConfig,
     pub(super) cache: Mutex<Cache>,
+    /// Held while the base preflight runs, so concurrent first submits run it once.
+    pub(super) preflight_once: tokio::sync::Mutex<()>,
 }
 
 /// What the backend learnt of the cluster and keeps for later submits.
@@ -110,6 +112,7 @@ where
                 store,
                 config,
                 cache: Mutex::new(Cache::default()),
+                preflight_once: tokio::sync::Mutex::new(()),
             }),
         }
     }

@@ -175,6 +175,10 @@ where
                     record,
                     native: None,
                 }),
+                Some(Decision { mark, native, .. }) if mark.state == record.state => {
+                    // Nothing new: the store would do nothing, so it is not asked.
+                    answers.push(JobStatus { record, native });
+                }
                 Some(Decision { mark, native, .. }) => {
                     let updated = match store.mark(&record.id, mark) {
                         Ok(updated) => updated,
@@ -237,7 +241,15 @@ where
                         exit_code: sacct.as_ref().and_then(|s| s.exit_code),
                         nodes: row.nodelist.clone(),
                         source: "squeue",
-                        requeued_after: sacct.as_ref().and_then(|s| s.requeued_after.clone()),
+                        // Just after a requeue sacct may know only the run that ended
+                        // (NODE_FAIL) while squeue already shows the job pending again.
+                        requeued_after: sacct.as_ref().and_then(|s| {
+                            s.requeued_after.clone().or_else(|| {
+                                (is_requeue_cause(&s.state.base)
+                                    && map_state(&row.state).0 == JobState::Pending)
+                                    .then(|| s.state.raw.clone())
+                            })
+                        }),
                         // Steps confirm only a finished job; sacct decides those.
                         failed_step: None,
                     }),
@@ -418,15 +430,7 @@ fn observe_sacct(rows: &[SacctRow], id: SlurmJobId) -> Option<Observation> {
     let requeued_after = rows
         .iter()
         .filter(|r| r.id.job == id && r.id.is_job_itself() && r.position != newest.position)
-        .filter(|r| {
-            matches!(
-                r.state.base,
-                SlurmBaseState::NodeFail
-                    | SlurmBaseState::Preempted
-                    | SlurmBaseState::BootFail
-                    | SlurmBaseState::Requeued
-            )
-        })
+        .filter(|r| is_requeue_cause(&r.state.base))
         .map(|r| r.state.raw.clone())
         .next_back();
     // sacct prints a job row, then that run's steps: the newest run's steps are those
@@ -461,6 +465,17 @@ fn observe_sacct(rows: &[SacctRow], id: SlurmJobId) -> Option<Observation> {
         requeued_after,
         failed_step,
     })
+}
+
+/// The ways a run can end that make Slurm requeue a job with `--requeue`.
+fn is_requeue_cause(state: &SlurmBaseState) -> bool {
+    matches!(
+        state,
+        SlurmBaseState::NodeFail
+            | SlurmBaseState::Preempted
+            | SlurmBaseState::BootFail
+            | SlurmBaseState::Requeued
+    )
 }
 
 /// A scheduler command that failed: fine when the job simply left the queue, a

@@ -194,7 +194,7 @@ where
                 "cannot derive a cache file name; give a .sqsh path",
             )
         })?;
-        let path = root.join(".images")?.join(&file)?;
+        let path = root.join("images")?.join(&file)?;
         self.convert_image(&parsed, path.as_str()).await?;
         Ok(path.as_str().to_string())
     }
@@ -226,7 +226,8 @@ where
         let image = match spec.image_ref()? {
             None => None,
             Some(image) => {
-                check_gpu_image(&image, resources.gpus, spec.allow_registry_image)?;
+                // A registry image never reaches the GPU job unless the spec opts in:
+                // it is converted to a .sqsh first (below).
                 if self.pyxis_present() == Some(false) {
                     return Err(Error::Preflight {
                         check: "pyxis (srun --container-image)".into(),
@@ -245,12 +246,21 @@ where
                             "cannot derive a cache file name; give a .sqsh path",
                         )
                     })?;
-                    let path = root.join(".images")?.join(&file)?;
+                    let path = root.join("images")?.join(&file)?;
                     conversion = Some((image, path.as_str().to_string()));
                     Some(path.as_str().to_string())
                 }
             }
         };
+        if let Some(final_image) = &image {
+            // The invariant this function keeps: what reaches the GPU job is a .sqsh,
+            // or a registry image the spec explicitly allowed.
+            check_gpu_image(
+                &ImageRef::parse(final_image)?,
+                resources.gpus,
+                spec.allow_registry_image,
+            )?;
+        }
         let mut mounts: Vec<String> = config.container_mounts.clone();
         for mount in spec.mount_specs()? {
             mounts.push(mount.to_pyxis());

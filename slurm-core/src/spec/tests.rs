@@ -34,11 +34,8 @@ fn the_issue_example_reads_and_resolves() {
     assert_eq!(s.name, "hello");
     assert_eq!(s.env.get("EPOCHS").map(String::as_str), Some("10"));
     assert_eq!(s.secrets, vec!["HF_TOKEN"]);
-    // A registry image reaching a GPU job needs the opt-in.
-    let err = s.resolve(&SpecDefaults::default()).unwrap_err();
-    assert_eq!(invalid_field(err), "image");
-    let mut s = s;
-    s.allow_registry_image = true;
+    // A registry image resolves: the backend converts it to a .sqsh before any GPU
+    // job sees it (or passes it through when the spec opts in).
     let r = s.resolve(&SpecDefaults::default()).unwrap();
     assert_eq!(
         (r.nodes, r.gpus_per_node, r.gpus, r.exclusive),

@@ -64,6 +64,7 @@ const RESERVED_SBATCH: &[&str] = &[
     "-o",
     "--error",
     "-e",
+    "--open-mode",
     "--parsable",
     "--wrap",
 ];
@@ -107,19 +108,30 @@ pub(crate) fn validate_memory(mem: &str) -> Result<()> {
 }
 
 /// One extra sbatch option: a single line starting with `-`, not one slurm-run owns.
-pub(crate) fn validate_sbatch_line(line: &str) -> Result<()> {
-    let t = line.trim();
-    if !t.starts_with('-') || t.contains(['\n', '\r', '\0']) {
+/// Check one `extra_sbatch` entry: a single-line option such as `--qos=high`, not one
+/// slurm-run sets itself (job name, output files, `--wrap`, `--parsable`).
+pub fn validate_sbatch_line(line: &str) -> Result<()> {
+    if line.chars().any(char::is_control) {
         return Err(Error::invalid(
             "extra_sbatch",
-            format!("`{}`: write one sbatch option per entry, e.g. --qos=high (no #SBATCH prefix, one line)", crate::slurm::id::short(t)),
+            "an entry holds a newline or control character, which would break out of its #SBATCH line; write one option per entry",
+        ));
+    }
+    let t = line.trim();
+    if !t.starts_with('-') {
+        return Err(Error::invalid(
+            "extra_sbatch",
+            format!(
+                "`{}`: write one sbatch option per entry, e.g. --qos=high (no #SBATCH prefix)",
+                crate::slurm::id::short(t)
+            ),
         ));
     }
     let opt = t.split(['=', ' ']).next().unwrap_or(t);
     if RESERVED_SBATCH.contains(&opt) {
         return Err(Error::invalid(
             "extra_sbatch",
-            format!("`{opt}` is set by slurm-run (job name and log layout); remove it"),
+            format!("`{opt}` is set by slurm-run (job name = record id, log layout); remove it"),
         ));
     }
     Ok(())

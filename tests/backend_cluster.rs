@@ -1,0 +1,159 @@
+//! Backend tests that take the whole test bed (every GPU, or a node down), so they run
+//! in their own test binary, one after the other: cancels of pending and running jobs,
+//! and a node failure seen as NODE_FAIL (ERROR, infra) or as a Slurm requeue.
+#![cfg(feature = "testbed")]
+
+#[path = "common/backend.rs"]
+mod backend;
+#[path = "common/testbed.rs"]
+mod testbed;
+
+use backend::{admin, harness, small_spec, wait_state, wait_terminal};
+use slurm_core::backend::{Backend, SubmitOptions};
+use slurm_core::{ErrorClass, JobState};
+
+/// Puts node n2 back in service when dropped, whatever the test did.
+struct ResumeNode<'a>(&'a testbed::Testbed, &'static str);
+
+impl Drop for ResumeNode<'_> {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("scontrol")
+            .args(["update", &format!("nodename={}", self.1), "state=resume"])
+            .env("SLURM_CONF", self.0.dir().join("etc/slurm.conf"))
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_scenarios() {
+    pending_and_running_jobs_are_cancelled().await;
+    a_node_failure_is_infra_or_a_requeue().await;
+}
+
+async fn pending_and_running_jobs_are_cancelled() {
+    let h = harness();
+    // A blocker takes every GPU of the test bed (2 exclusive nodes of 8).
+    let mut blocker = small_spec("blocker", "sleep 300");
+    blocker.gpus_per_node = None;
+    blocker.gpus = Some(16);
+    let blocker = h
+        .backend
+        .submit(&blocker, SubmitOptions::default())
+        .await
+        .unwrap();
+    let running = wait_state(&h.backend, &blocker.id, JobState::Running, 120).await;
+    assert!(running
+        .record
+        .history
+        .iter()
+        .any(|t| t.state == JobState::Running));
+
+    // Behind it, a job asking for 8 GPUs pends (Resources or Priority).
+    let mut waiting = small_spec("waiting", "true");
+    waiting.gpus_per_node = Some(8);
+    let waiting = h
+        .backend
+        .submit(&waiting, SubmitOptions::default())
+        .await
+        .unwrap();
+    let pending = wait_state(&h.backend, &waiting.id, JobState::Pending, 30).await;
+    let reason = pending
+        .native
+        .as_ref()
+        .and_then(|n| n.reason.clone())
+        .unwrap_or_default();
+    assert!(
+        ["Resources", "Priority", "None"]
+            .iter()
+            .any(|r| reason.contains(r)),
+        "pending reason {reason:?}"
+    );
+    let cancelled = h.backend.cancel(&waiting.id).await.unwrap();
+    assert_eq!(cancelled.state, JobState::Canceled);
+
+    // The running blocker: sacct says `CANCELLED by <uid>`.
+    let cancelled = h.backend.cancel(&blocker.id).await.unwrap();
+    assert_eq!(cancelled.state, JobState::Canceled);
+    let message = cancelled
+        .history
+        .last()
+        .unwrap()
+        .message
+        .clone()
+        .unwrap_or_default();
+    assert!(message.starts_with("CANCELLED"), "{message}");
+
+    // Cancelling a finished job changes nothing and succeeds.
+    let again = h.backend.cancel(&blocker.id).await.unwrap();
+    assert_eq!(again.history.len(), cancelled.history.len());
+}
+
+async fn a_node_failure_is_infra_or_a_requeue() {
+    let h = harness();
+    let mut plain = small_spec("nodefail", "sleep 300");
+    plain.extra_sbatch = vec!["--nodelist=n2".into()];
+    plain.requeue = Some(false);
+    let mut requeued = small_spec("requeued", "sleep 300");
+    requeued.extra_sbatch = vec!["--nodelist=n2".into()];
+    requeued.requeue = Some(true);
+    let plain = h
+        .backend
+        .submit(&plain, SubmitOptions::default())
+        .await
+        .unwrap();
+    let requeued = h
+        .backend
+        .submit(&requeued, SubmitOptions::default())
+        .await
+        .unwrap();
+    wait_state(&h.backend, &plain.id, JobState::Running, 120).await;
+    wait_state(&h.backend, &requeued.id, JobState::Running, 120).await;
+
+    let _resume = ResumeNode(&h.testbed, "n2");
+    admin(
+        &h.testbed,
+        "scontrol",
+        &[
+            "update",
+            "nodename=n2",
+            "state=down",
+            "reason=slurm-run-test",
+        ],
+    );
+
+    let failed = wait_terminal(&h.backend, &plain.id, 120).await;
+    assert_eq!(failed.state(), JobState::Error, "{:?}", failed.native);
+    assert_eq!(failed.err_class(), Some(ErrorClass::Infra));
+    assert!(
+        failed
+            .native
+            .as_ref()
+            .unwrap()
+            .state
+            .starts_with("NODE_FAIL"),
+        "{:?}",
+        failed.native
+    );
+
+    // With --requeue, Slurm puts the job back in the queue: RUNNING -> PENDING on the
+    // same record, the node failure noted in the transition.
+    let back = wait_state(&h.backend, &requeued.id, JobState::Pending, 120).await;
+    let message = back
+        .record
+        .history
+        .last()
+        .unwrap()
+        .message
+        .clone()
+        .unwrap_or_default();
+    assert!(message.contains("NODE_FAIL"), "{message}");
+    let states: Vec<JobState> = back.record.history.iter().map(|t| t.state).collect();
+    assert!(
+        states
+            .windows(2)
+            .any(|w| w == [JobState::Running, JobState::Pending]),
+        "{states:?}"
+    );
+    let cancelled = h.backend.cancel(&requeued.id).await.unwrap();
+    assert_eq!(cancelled.state, JobState::Canceled);
+}

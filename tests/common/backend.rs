@@ -1,0 +1,152 @@
+//! A SlurmBackend wired to the test bed (Ssh2Transport, HandlebarsRenderer, a fresh
+//! FileRecordStore), with a counting and a fault-injecting layer, for the end-to-end tests.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use slurm_core::backend::{Backend, JobStatus, SlurmBackend, SlurmConfig};
+use slurm_core::layers::{CountingTransport, FaultTransport};
+use slurm_core::spec::WallTime;
+use slurm_core::transport::{Command, Transport};
+use slurm_core::{FileRecordStore, JobId, JobSpec, JobState};
+use slurm_render::HandlebarsRenderer;
+use slurm_ssh::{Ssh2Transport, Ssh2TransportBuilder};
+
+use super::testbed::{testbed_env, Testbed};
+
+/// The transport stack of the tests: counting over fault injection over ssh2.
+pub type Stack = Arc<CountingTransport<FaultTransport<Ssh2Transport>>>;
+
+/// The backend under test.
+pub type TestBackend = SlurmBackend<Stack, HandlebarsRenderer, FileRecordStore>;
+
+/// A backend on the test bed and what the tests need beside it.
+pub struct Harness {
+    /// The backend.
+    pub backend: TestBackend,
+    /// Its transport, for counting and arming faults.
+    pub transport: Stack,
+    /// The test bed's settings.
+    pub testbed: Testbed,
+    _records: tempfile::TempDir,
+}
+
+/// A backend on the test bed with its own record folder.
+pub fn harness() -> Harness {
+    let testbed = testbed_env();
+    let ssh = Ssh2Transport::new(
+        Ssh2TransportBuilder::from_lookup(testbed.lookup()).expect("test bed ssh settings"),
+    )
+    .expect("ssh2 transport");
+    let transport: Stack = Arc::new(CountingTransport::new(FaultTransport::new(ssh)));
+    let records = tempfile::tempdir().unwrap();
+    let config = SlurmConfig::builder()
+        .with_env_from(testbed.lookup())
+        .with_state_dir(records.path())
+        .with_poll_interval(Duration::from_millis(500))
+        .with_reconcile_wait(Duration::from_secs(15))
+        .build()
+        .expect("test bed backend config");
+    let store = FileRecordStore::new(records.path()).expect("record store");
+    let backend = SlurmBackend::new(
+        Arc::clone(&transport),
+        HandlebarsRenderer::new(),
+        store,
+        config,
+    );
+    Harness {
+        backend,
+        transport,
+        testbed,
+        _records: records,
+    }
+}
+
+/// A small job: one node, one GPU, one CPU, ten minutes.
+pub fn small_spec(name: &str, command: &str) -> JobSpec {
+    let mut spec = JobSpec::new(name, command);
+    spec.gpus_per_node = Some(1);
+    spec.cpus_per_task = Some(1);
+    spec.time = Some(WallTime::from_minutes(10));
+    spec
+}
+
+/// Poll `id` until `done` holds for its status, or panic after `seconds`.
+pub async fn wait_until(
+    backend: &TestBackend,
+    id: &JobId,
+    seconds: u64,
+    done: impl Fn(&JobStatus) -> bool,
+) -> JobStatus {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    loop {
+        let status = backend.status(id).await.expect("status");
+        if done(&status) {
+            return status;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{id} still {} ({:?}) after {seconds} s",
+            status.state(),
+            status.native
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Poll `id` until it is terminal.
+pub async fn wait_terminal(backend: &TestBackend, id: &JobId, seconds: u64) -> JobStatus {
+    wait_until(backend, id, seconds, |s| s.state().is_terminal()).await
+}
+
+/// Poll `id` until it is in `state`.
+pub async fn wait_state(
+    backend: &TestBackend,
+    id: &JobId,
+    state: JobState,
+    seconds: u64,
+) -> JobStatus {
+    wait_until(backend, id, seconds, |s| s.state() == state).await
+}
+
+/// Run a command on the test bed through the harness's transport; its stdout.
+pub async fn remote(harness: &Harness, command: Command) -> String {
+    let output = harness
+        .transport
+        .run(&command)
+        .await
+        .expect("remote command");
+    output.stdout_text()
+}
+
+/// The SLURM job ids carrying `name`, from squeue and sacct.
+pub async fn jobs_named(harness: &Harness, name: &str) -> Vec<String> {
+    let out = remote(
+        harness,
+        Command::new("bash").arg("-c").arg(
+            r#"{ squeue --noheader --states=all --format=%i --name="$1"; sacct --noheader -X --parsable2 --starttime=now-1days --format=JobIDRaw --name="$1"; } | sort -u"#,
+        ).arg("jobs-named").arg(name),
+    )
+    .await;
+    out.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Run a local Slurm admin command (as root, on this host) against the test bed.
+pub fn admin(testbed: &Testbed, program: &str, args: &[&str]) -> String {
+    let output = std::process::Command::new(program)
+        .args(args)
+        .env("SLURM_CONF", testbed.dir().join("etc/slurm.conf"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
