@@ -1,8 +1,45 @@
 //! slurm-run: run GPU jobs on a SLURM cluster reached over SSH.
 //!
-//! This facade only re-exports the workspace crates: [`core`] (the domain, the
-//! `Backend`, `Transport` and `Renderer` seams), [`ssh`] (SSH transports) and
-//! [`render`] (sbatch templates).
+//! A [`JobSpec`] goes in; a durable [`JobRecord`] comes out and is kept true to what
+//! the cluster says, through one [`Backend`] trait that orchestrators hold as
+//! `Arc<dyn Backend>`. [`SlurmBackend`] implements it for SLURM over a pluggable
+//! transport (where commands run: [`Ssh2Transport`], [`OpenSshTransport`], or
+//! [`LocalTransport`](core::transport::LocalTransport) on the login node itself) and a
+//! pluggable renderer (how the batch script is written: [`HandlebarsRenderer`]).
+//!
+//! This facade only re-exports the workspace crates: [`core`] (the domain and the
+//! `Backend`, `Transport`, `Renderer` and `RecordStore` seams), [`ssh`] (the SSH
+//! transports) and [`render`] (the sbatch templates), plus the names most programs
+//! need at the top level and in [`prelude`].
+//!
+//! # Embedding
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use futures::StreamExt;
+//! use slurm_run::prelude::*;
+//!
+//! # async fn demo() -> slurm_run::Result<()> {
+//! // Everything from the environment: SLURM_HOSTNAME, SLURM_USER, SSH_KEY_PATH, SLURM_PARTITION, ...
+//! let config = SlurmConfig::from_env()?;
+//! let store = FileRecordStore::new(&config.state_dir)?;
+//! let ssh = Ssh2Transport::new(Ssh2TransportBuilder::from_env()?)?;
+//! let backend: Arc<dyn Backend> =
+//!     Arc::new(SlurmBackend::new(ssh, HandlebarsRenderer::new(), store, config));
+//!
+//! let mut spec = JobSpec::new("hello", "nvidia-smi -L");
+//! spec.gpus_per_node = Some(1);
+//! let record = backend.submit(&spec, SubmitOptions::default()).await?;
+//! let options = WatchOptions { interval: Duration::from_secs(5), ..WatchOptions::default() };
+//! let mut events = backend.watch(&[record.id.clone()], options);
+//! while let Some(event) = events.next().await {
+//!     if let WatchEvent::Transition { status, .. } = event? {
+//!         println!("{} is {}", status.id(), status.state());
+//!     }
+//! }
+//! println!("{}", backend.logs(&record.id, LogOptions::default()).await?);
+//! # Ok(()) }
+//! ```
 #![deny(missing_docs)]
 
 pub use slurm_core as core;
@@ -10,3 +47,63 @@ pub use slurm_render as render;
 pub use slurm_ssh as ssh;
 
 pub use slurm_core::{Error, ErrorKind, Result};
+
+pub use slurm_core::backend::{
+    Backend, BackendExt, JobStatus, LogOptions, LogStream, NativeStatus, PreflightCheck,
+    PreflightReport, SlurmBackend, SlurmConfig, SlurmConfigBuilder, SubmitOptions, WatchEvent,
+    WatchOptions,
+};
+pub use slurm_core::{
+    ErrorClass, FileRecordStore, JobId, JobRecord, JobSpec, JobState, MemoryRecordStore,
+    RecordFilter, RecordStore, RetryPolicy, WallTime,
+};
+pub use slurm_render::HandlebarsRenderer;
+pub use slurm_ssh::{
+    OpenSshTransport, OpenSshTransportBuilder, Ssh2Transport, Ssh2TransportBuilder,
+};
+
+/// The names a program embedding slurm-run usually needs: `use slurm_run::prelude::*;`.
+///
+/// ```
+/// use slurm_run::prelude::*;
+/// use slurm_run::core::spec::SpecDefaults;
+///
+/// # fn main() -> slurm_run::Result<()> {
+/// // A spec as a user writes it; the defaults and the partition's limits resolve it.
+/// let spec = JobSpec::from_yaml_str(
+///     "name: hello\ncommand: nvidia-smi -L\nnodes: 2\ngpus_per_node: 1\ntime: \"00:10:00\"\n",
+/// )?;
+/// let resources = spec.resolve(&SpecDefaults::default().with_partition("gpu"))?;
+/// assert_eq!((resources.nodes, resources.gpus, resources.exclusive), (2, 2, false));
+///
+/// // Bad input is an error naming the field and the fix.
+/// let err = JobSpec::from_yaml_str("name: ../x\ncommand: 'true'\n").unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::Invalid);
+/// assert!(err.to_string().starts_with("invalid name:"));
+///
+/// // The backend's configuration from a builder (or SlurmConfig::from_env()).
+/// let config = SlurmConfig::builder()
+///     .with_partition("gpu")
+///     .with_results_root("/lustre/me/results")
+///     .with_state_dir(std::env::temp_dir().join("slurm-run-doc"))
+///     .build()?;
+/// assert_eq!(config.results_root.as_deref(), Some("/lustre/me/results"));
+/// # Ok(()) }
+/// ```
+pub mod prelude {
+    pub use slurm_core::backend::{
+        Backend, BackendExt, JobStatus, LogOptions, LogStream, PreflightReport, SlurmBackend,
+        SlurmConfig, SubmitOptions, WatchEvent, WatchOptions,
+    };
+    pub use slurm_core::{
+        Error, ErrorKind, FileRecordStore, JobId, JobRecord, JobSpec, JobState, RecordFilter,
+        RecordStore, Result, RetryPolicy, WallTime,
+    };
+    pub use slurm_render::HandlebarsRenderer;
+    pub use slurm_ssh::{Ssh2Transport, Ssh2TransportBuilder};
+}
+
+/// The README's code blocks, compiled as doc tests so the embedding example stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

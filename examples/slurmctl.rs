@@ -1,0 +1,835 @@
+//! slurmctl: a command-line facade over the slurm-run `Backend`, for people and for scripts.
+//!
+//! ```text
+//! slurmctl preflight [SPEC]          check that jobs (like SPEC) can run
+//! slurmctl submit SPEC               submit a YAML or JSON job spec exactly once
+//! slurmctl status ID...              current state (one round trip for all ids)
+//! slurmctl watch ID...               follow jobs until each is terminal
+//! slurmctl logs ID [--tail N] [--err] [--follow]
+//! slurmctl cancel ID...              cancel (a finished job is left as it is)
+//! slurmctl records [--state S]       the local job records (no remote call)
+//! slurmctl render SPEC               the batch script a submit would write (secrets never shown)
+//! ```
+//!
+//! Configuration comes from the environment (`SLURM_HOSTNAME`, `SLURM_USER`,
+//! `SSH_KEY_PATH`, `SSH_KNOWN_HOSTS`, `SLURM_PARTITION`, `SLURM_BASE_RESULTS_DIR`,
+//! `SLURM_ACCOUNT`, `SLURM_CONVERT_PARTITION`, `SLURM_CONTAINER_MOUNTS`,
+//! `SLURM_RUN_STATE_DIR`); the flags `--host`, `--user`, `--key`, `--known-hosts`,
+//! `--partition`, `--results-root`, `--account` and `--state-dir` override it.
+//!
+//! `--json` prints JSON Lines on stdout: one object per job (per transition for
+//! `watch`, per check for `preflight`). Without it the output is aligned text, with
+//! colour only when stdout is a terminal (and `NO_COLOR` is unset). A spinner shows
+//! long waits on stderr when stderr is a terminal, and nothing on a pipe.
+//!
+//! Exit status:
+//! - `0` success.
+//! - `1` an internal error (a bug: please report it).
+//! - `2` bad input or configuration: the message names the field and the fix. Error
+//!   kinds Config, Invalid, Lint, Render, NotFound (a record, a log not written yet),
+//!   Io (the record folder, the spec file), Parse of a local record, and Preflight
+//!   when a check other than `ssh` failed (a partition that does not exist or is not
+//!   up, a wall time above its MaxTime, an unwritable results root: the fix is on the
+//!   caller's side).
+//! - `3` the remote side or the connection failed: Connect, Auth, HostKey, Transport,
+//!   Remote, Timeout, Ambiguous (a submit a person must settle), Parse of the
+//!   cluster's output, and a failed `ssh` preflight check.
+//! - `4` `watch` saw a job end ERROR or CANCELED (after its retries).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use futures::StreamExt;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{json, Value};
+use slurm_run::core::backend::default_state_dir;
+use slurm_run::core::transport::Transport;
+use slurm_run::prelude::*;
+use slurm_run::ssh::{HostSpec, OpenSshTransport, OpenSshTransportBuilder};
+use slurm_run::{Error, NativeStatus, PreflightCheck};
+
+/// The concrete backend slurmctl drives: any transport, the built-in templates, records in a folder.
+type Slurm = SlurmBackend<Arc<dyn Transport>, HandlebarsRenderer, FileRecordStore>;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "slurmctl",
+    version,
+    about = "Run GPU jobs on a SLURM cluster over SSH: preflight, submit, status, watch, logs, cancel.",
+    after_help = "Exit status: 0 success; 2 bad input or configuration; 3 remote or connection failure; 4 watch saw ERROR or CANCELED."
+)]
+struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+/// Flags every command takes; each overrides the environment variable it names.
+#[derive(Debug, Args)]
+struct Global {
+    /// Print JSON Lines (one object per job, per transition for watch, per check for preflight).
+    #[arg(long, global = true)]
+    json: bool,
+    /// Login host(s): host, host:port, comma-separated [env: SLURM_HOSTNAME].
+    #[arg(long, global = true, value_name = "HOST")]
+    host: Option<String>,
+    /// Remote user [env: SLURM_USER].
+    #[arg(long, global = true)]
+    user: Option<String>,
+    /// Private key file [env: SSH_KEY_PATH].
+    #[arg(long, global = true, value_name = "PATH")]
+    key: Option<PathBuf>,
+    /// known_hosts file [env: SSH_KNOWN_HOSTS].
+    #[arg(long = "known-hosts", global = true, value_name = "PATH")]
+    known_hosts: Option<PathBuf>,
+    /// GPU partition(s), comma-separated [env: SLURM_PARTITION].
+    #[arg(long, global = true)]
+    partition: Option<String>,
+    /// Absolute results root on shared storage [env: SLURM_BASE_RESULTS_DIR].
+    #[arg(long = "results-root", global = true, value_name = "DIR")]
+    results_root: Option<String>,
+    /// Account for #SBATCH --account [env: SLURM_ACCOUNT].
+    #[arg(long, global = true)]
+    account: Option<String>,
+    /// Local folder of job records [env: SLURM_RUN_STATE_DIR] [default: ~/.slurm-run/jobs].
+    #[arg(long = "state-dir", global = true, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// SSH client: ssh2 (libssh2) or openssh (the system ssh through a ControlMaster, for ProxyJump and 2FA).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "ssh2",
+        env = "SLURM_RUN_SSH"
+    )]
+    ssh: SshKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum SshKind {
+    Ssh2,
+    Openssh,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Check that jobs (like SPEC, else the configured defaults) can run; one line per check.
+    Preflight {
+        /// A job spec (.yaml, .yml or .json).
+        spec: Option<PathBuf>,
+    },
+    /// Submit a job spec exactly once; prints the record.
+    Submit {
+        /// A job spec (.yaml, .yml or .json).
+        spec: PathBuf,
+    },
+    /// The current state of jobs, one remote round trip for all of them.
+    Status {
+        /// Record ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Follow jobs until each is terminal; exit 4 when one ends ERROR or CANCELED.
+    Watch {
+        /// Record ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+        /// Seconds between polls (default: the backend's, 10).
+        #[arg(long, value_name = "SECS")]
+        interval: Option<f64>,
+        /// Resubmit infrastructure failures up to this many times.
+        #[arg(long, value_name = "N")]
+        retries: Option<u32>,
+    },
+    /// The last lines of a job's log (main.out, or main.err with --err).
+    Logs {
+        /// Record id.
+        id: String,
+        /// How many lines from the end.
+        #[arg(long, default_value_t = 200, value_name = "N")]
+        tail: usize,
+        /// Read main.err instead of main.out.
+        #[arg(long)]
+        err: bool,
+        /// Stream new text until the job is terminal.
+        #[arg(long)]
+        follow: bool,
+        /// Seconds between reads when following.
+        #[arg(long, default_value_t = 2.0, value_name = "SECS")]
+        interval: f64,
+    },
+    /// Cancel jobs; a job already finished is left as it is.
+    Cancel {
+        /// Record ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// The local job records, oldest first (no remote call).
+    Records {
+        /// Only records in this state (repeat or comma-separate for several).
+        #[arg(long, value_name = "STATE", value_delimiter = ',')]
+        state: Vec<String>,
+    },
+    /// Print the batch script a submit of SPEC would write (secrets are never in it).
+    Render {
+        /// A job spec (.yaml, .yml or .json).
+        spec: PathBuf,
+    },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let out = Out::new(cli.global.json);
+    match run(&cli, &out).await {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            let code = exit_code(&error);
+            out.error(&error, code);
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// The exit status for an error (see the module docs).
+fn exit_code(error: &Error) -> u8 {
+    match error.kind() {
+        ErrorKind::Config
+        | ErrorKind::Invalid
+        | ErrorKind::Lint
+        | ErrorKind::Render
+        | ErrorKind::NotFound
+        | ErrorKind::Io => 2,
+        ErrorKind::Preflight => match error {
+            Error::Preflight { check, .. } if check == "ssh" => 3,
+            _ => 2,
+        },
+        ErrorKind::Parse => match error {
+            Error::Parse { what, .. } if what.starts_with("job record") => 2,
+            _ => 3,
+        },
+        ErrorKind::Connect
+        | ErrorKind::Auth
+        | ErrorKind::HostKey
+        | ErrorKind::Transport
+        | ErrorKind::Remote
+        | ErrorKind::Timeout
+        | ErrorKind::Ambiguous => 3,
+        _ => 1,
+    }
+}
+
+/// The field an error names, when it names one.
+fn error_field(error: &Error) -> Option<&str> {
+    match error {
+        Error::Config { field, .. } | Error::Invalid { field, .. } => Some(field),
+        Error::Preflight { check, .. } => Some(check),
+        _ => None,
+    }
+}
+
+async fn run(cli: &Cli, out: &Out) -> slurm_run::Result<u8> {
+    let global = &cli.global;
+    match &cli.command {
+        Cmd::Records { state } => {
+            let mut filter = RecordFilter::any();
+            for s in state {
+                filter = filter.state(s.parse::<JobState>()?);
+            }
+            let dir = match global.lookup("SLURM_RUN_STATE_DIR") {
+                Some(dir) => PathBuf::from(dir),
+                None => default_state_dir()?,
+            };
+            let records = FileRecordStore::new(dir)?.list(&filter)?;
+            out.jobs(records.iter().map(|r| (r, None)));
+            Ok(0)
+        }
+        Cmd::Preflight { spec } => {
+            let spec = spec.as_ref().map(JobSpec::from_path).transpose()?;
+            let backend = global.backend()?;
+            let progress = Progress::start("preflight");
+            let report = backend.preflight(spec.as_ref()).await?;
+            progress.finish();
+            out.preflight(&report.checks);
+            let code = match report.failures().next() {
+                None => 0,
+                Some(failed) if failed.check == "ssh" => 3,
+                Some(_) => 2,
+            };
+            Ok(code)
+        }
+        Cmd::Submit { spec } => {
+            let spec = JobSpec::from_path(spec)?;
+            let backend = global.backend()?;
+            let progress = Progress::start(&format!("submitting {}", spec.name));
+            let record = backend.submit(&spec, SubmitOptions::default()).await?;
+            progress.finish();
+            if out.json {
+                out.line(&job_json(&record, None).to_string());
+            } else {
+                out.line(&format!(
+                    "submitted {} as SLURM job {}; results in {}",
+                    out.bold(record.id.as_str()),
+                    record
+                        .backend_ref
+                        .as_ref()
+                        .map(|r| r.slurm_job_id.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                    record.results_dir
+                ));
+                out.line(&format!("follow it with: slurmctl watch {}", record.id));
+            }
+            Ok(0)
+        }
+        Cmd::Status { ids } => {
+            let ids = parse_ids(ids)?;
+            let backend = global.backend()?;
+            let progress = Progress::start("status");
+            let statuses = backend.status_many(&ids).await?;
+            progress.finish();
+            out.jobs(statuses.iter().map(|s| (&s.record, s.native.as_ref())));
+            Ok(0)
+        }
+        Cmd::Watch {
+            ids,
+            interval,
+            retries,
+        } => {
+            let ids = parse_ids(ids)?;
+            let backend = global.backend()?;
+            let interval = match interval {
+                Some(secs) => seconds("interval", *secs)?,
+                None => backend.config().poll_interval,
+            };
+            let retry = retries.map(|budget| RetryPolicy {
+                budget,
+                ..RetryPolicy::default()
+            });
+            watch(&backend, &ids, interval, retry, out).await
+        }
+        Cmd::Logs {
+            id,
+            tail,
+            err,
+            follow,
+            interval,
+        } => {
+            let id = JobId::parse(id)?;
+            let stream = if *err { LogStream::Err } else { LogStream::Out };
+            let backend = global.backend()?;
+            if *follow {
+                let interval = seconds("interval", *interval)?;
+                let record = backend.record(&id)?;
+                let mut chunks = backend.follow_logs(&id, stream, interval);
+                while let Some(chunk) = chunks.next().await {
+                    let text = chunk?;
+                    if out.json {
+                        out.line(&logs_json(&record, stream, &text).to_string());
+                    } else {
+                        out.raw(&text);
+                    }
+                }
+            } else {
+                let progress = Progress::start("reading the log");
+                let text = backend
+                    .logs(
+                        &id,
+                        LogOptions {
+                            stream,
+                            tail: *tail,
+                        },
+                    )
+                    .await?;
+                progress.finish();
+                let record = backend.record(&id)?;
+                if out.json {
+                    out.line(&logs_json(&record, stream, &text).to_string());
+                } else {
+                    out.raw(&text);
+                }
+            }
+            Ok(0)
+        }
+        Cmd::Cancel { ids } => {
+            let ids = parse_ids(ids)?;
+            let backend = global.backend()?;
+            let mut records = Vec::new();
+            for id in &ids {
+                let progress = Progress::start(&format!("cancelling {id}"));
+                records.push(backend.cancel(id).await?);
+                progress.finish();
+            }
+            out.jobs(records.iter().map(|r| (r, None)));
+            Ok(0)
+        }
+        Cmd::Render { spec } => {
+            let spec = JobSpec::from_path(spec)?;
+            let backend = global.backend()?;
+            let progress = Progress::start("rendering");
+            let script = backend.render_script(&spec).await?;
+            progress.finish();
+            if out.json {
+                let id = script
+                    .lines()
+                    .find_map(|l| l.strip_prefix("#SBATCH --job-name="))
+                    .unwrap_or_default();
+                out.line(
+                    &json!({"id": id, "name": spec.name, "state": null, "script": script})
+                        .to_string(),
+                );
+            } else {
+                out.raw(&script);
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// Follow `ids` to the end; 4 when one ended ERROR or CANCELED.
+async fn watch(
+    backend: &Slurm,
+    ids: &[JobId],
+    interval: Duration,
+    retry: Option<RetryPolicy>,
+    out: &Out,
+) -> slurm_run::Result<u8> {
+    // The latest record of every watched job (followed through retries).
+    let mut latest: BTreeMap<JobId, JobRecord> = BTreeMap::new();
+    let mut root_of: HashMap<JobId, JobId> = HashMap::new();
+    for id in ids {
+        latest.insert(id.clone(), backend.record(id)?);
+        root_of.insert(id.clone(), id.clone());
+    }
+    let mut reported: HashSet<JobId> = HashSet::new();
+    let progress = Progress::start("watching");
+    progress.set(&summary(&latest));
+    let options = WatchOptions {
+        interval,
+        retry,
+        ..WatchOptions::default()
+    };
+    let mut events = backend.watch(ids, options);
+    while let Some(event) = events.next().await {
+        match event? {
+            WatchEvent::Transition { from, status } => {
+                let id = status.id().clone();
+                reported.insert(id.clone());
+                if out.json {
+                    let mut object = job_json(&status.record, status.native.as_ref());
+                    object["event"] = json!("transition");
+                    object["from"] = json!(from);
+                    progress.line(&object.to_string());
+                } else {
+                    progress.line(&out.transition(from, &status.record, status.native.as_ref()));
+                }
+                if let Some(root) = root_of.get(&id).cloned() {
+                    latest.insert(root, status.record.clone());
+                }
+            }
+            WatchEvent::Retried { previous, record } => {
+                reported.insert(record.id.clone());
+                if out.json {
+                    let mut object = job_json(&record, None);
+                    object["event"] = json!("retried");
+                    object["previous"] = json!(previous);
+                    progress.line(&object.to_string());
+                } else {
+                    progress.line(&format!(
+                        "{}  {}  retried as {} (attempt {})",
+                        chrono::Local::now().format("%H:%M:%S"),
+                        previous,
+                        out.bold(record.id.as_str()),
+                        record.attempt
+                    ));
+                }
+                if let Some(root) = root_of.get(&previous).cloned() {
+                    root_of.insert(record.id.clone(), root.clone());
+                    latest.insert(root, (*record).clone());
+                }
+            }
+        }
+        progress.set(&summary(&latest));
+    }
+    progress.finish();
+    // The final word on each job; in JSON only for jobs no event spoke of (already terminal).
+    let mut failed = false;
+    let mut finals = Vec::new();
+    for record in latest.values() {
+        let record = backend.record(&record.id)?;
+        failed |= matches!(record.state, JobState::Error | JobState::Canceled);
+        finals.push(record);
+    }
+    if out.json {
+        for record in finals.iter().filter(|r| !reported.contains(&r.id)) {
+            let mut object = job_json(record, None);
+            object["event"] = json!("final");
+            out.line(&object.to_string());
+        }
+    } else {
+        out.jobs(finals.iter().map(|r| (r, None)));
+    }
+    Ok(if failed { 4 } else { 0 })
+}
+
+fn summary(latest: &BTreeMap<JobId, JobRecord>) -> String {
+    let mut counts: BTreeMap<JobState, usize> = BTreeMap::new();
+    for record in latest.values() {
+        *counts.entry(record.state).or_default() += 1;
+    }
+    let parts: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    format!("watching {} job(s): {}", latest.len(), parts.join(", "))
+}
+
+fn parse_ids(ids: &[String]) -> slurm_run::Result<Vec<JobId>> {
+    ids.iter().map(|id| JobId::parse(id)).collect()
+}
+
+fn seconds(field: &str, secs: f64) -> slurm_run::Result<Duration> {
+    if secs.is_finite() && secs > 0.0 && secs < 86_400.0 {
+        Ok(Duration::from_secs_f64(secs))
+    } else {
+        Err(Error::invalid(
+            field,
+            format!("{secs} is not a number of seconds between 0 and 86400; give e.g. --{field} 5"),
+        ))
+    }
+}
+
+impl Global {
+    /// The value of environment variable `name`, a flag overriding it; empty counts as unset.
+    fn lookup(&self, name: &str) -> Option<String> {
+        let flag = match name {
+            "SLURM_HOSTNAME" => self.host.clone(),
+            "SLURM_USER" => self.user.clone(),
+            "SSH_KEY_PATH" => self.key.as_ref().map(|p| p.display().to_string()),
+            "SSH_KNOWN_HOSTS" => self.known_hosts.as_ref().map(|p| p.display().to_string()),
+            "SLURM_PARTITION" => self.partition.clone(),
+            "SLURM_BASE_RESULTS_DIR" => self.results_root.clone(),
+            "SLURM_ACCOUNT" => self.account.clone(),
+            "SLURM_RUN_STATE_DIR" => self.state_dir.as_ref().map(|p| p.display().to_string()),
+            _ => None,
+        };
+        flag.or_else(|| std::env::var(name).ok())
+            .filter(|v| !v.trim().is_empty())
+    }
+
+    /// The backend the flags and the environment describe (connecting happens on first use).
+    fn backend(&self) -> slurm_run::Result<Slurm> {
+        let lookup = |name: &str| self.lookup(name);
+        let config = SlurmConfig::builder().with_env_from(lookup).build()?;
+        let store = FileRecordStore::new(&config.state_dir)?;
+        let transport: Arc<dyn Transport> = match self.ssh {
+            SshKind::Ssh2 => Arc::new(Ssh2Transport::new(Ssh2TransportBuilder::from_lookup(
+                lookup,
+            )?)?),
+            SshKind::Openssh => {
+                let hosts = self.lookup("SLURM_HOSTNAME").ok_or_else(|| {
+                    Error::config(
+                        "SLURM_HOSTNAME",
+                        "not set; set it (or --host) to the login host as ~/.ssh/config names it",
+                    )
+                })?;
+                let host: HostSpec = HostSpec::parse_list(&hosts)?.remove(0);
+                let mut builder = OpenSshTransportBuilder::new(host);
+                if let Some(user) = self.lookup("SLURM_USER") {
+                    builder = builder.with_user(user);
+                }
+                if let Some(path) = self.lookup("SLURM_SSH_CONTROL_PATH") {
+                    builder = builder.with_control_path(path);
+                }
+                Arc::new(OpenSshTransport::new(builder)?)
+            }
+        };
+        Ok(SlurmBackend::new(
+            transport,
+            HandlebarsRenderer::new(),
+            store,
+            config,
+        ))
+    }
+}
+
+/// One job as a JSON object: the fields scripts rely on, then the details.
+fn job_json(record: &JobRecord, native: Option<&NativeStatus>) -> Value {
+    json!({
+        "id": record.id,
+        "state": record.state,
+        "slurm_job_id": record.backend_ref.as_ref().map(|r| r.slurm_job_id.get()),
+        "results_dir": record.results_dir.as_str(),
+        "retry_of": record.retry_of,
+        "name": record.name,
+        "attempt": record.attempt,
+        "err_class": record.err_class,
+        "cluster": record.backend_ref.as_ref().and_then(|r| r.cluster.clone()),
+        "native_state": native.map(|n| n.state.clone()),
+        "reason": native.and_then(|n| n.reason.clone()),
+        "exit_code": native.and_then(|n| n.exit_code),
+        "nodes": native.and_then(|n| n.nodes.clone()),
+        "message": record.history.last().and_then(|t| t.message.clone()),
+        "submitted_at": record.submitted_at,
+        "updated_at": record.updated_at,
+    })
+}
+
+fn logs_json(record: &JobRecord, stream: LogStream, text: &str) -> Value {
+    let mut object = job_json(record, None);
+    object["stream"] = json!(stream.file_name());
+    object["text"] = json!(text);
+    object
+}
+
+/// Where and how results are printed.
+struct Out {
+    json: bool,
+    color: bool,
+}
+
+impl Out {
+    fn new(json: bool) -> Self {
+        let color =
+            !json && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        Out { json, color }
+    }
+
+    /// Write `text` to stdout as it is; a closed pipe ends the program quietly.
+    fn raw(&self, text: &str) {
+        let mut stdout = std::io::stdout().lock();
+        if let Err(e) = stdout
+            .write_all(text.as_bytes())
+            .and_then(|_| stdout.flush())
+        {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }
+
+    fn line(&self, text: &str) {
+        self.raw(&format!("{text}\n"));
+    }
+
+    fn paint(&self, code: &str, text: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_string()
+        }
+    }
+
+    fn bold(&self, text: &str) -> String {
+        self.paint("1", text)
+    }
+
+    /// `text` (already padded) in the colour of `state`.
+    fn state(&self, state: JobState, text: &str) -> String {
+        let code = match state {
+            JobState::Complete => "32",
+            JobState::Error => "31",
+            JobState::Canceled => "33",
+            JobState::Running => "36",
+            JobState::Unknown => "35",
+            JobState::Pending | JobState::Submitting => "34",
+        };
+        self.paint(code, text)
+    }
+
+    /// Jobs: JSON Lines, or an aligned table.
+    fn jobs<'a>(&self, jobs: impl Iterator<Item = (&'a JobRecord, Option<&'a NativeStatus>)>) {
+        let jobs: Vec<_> = jobs.collect();
+        if self.json {
+            for (record, native) in jobs {
+                self.line(&job_json(record, native).to_string());
+            }
+            return;
+        }
+        if jobs.is_empty() {
+            self.line("no jobs");
+            return;
+        }
+        let header = ["ID", "STATE", "SLURM", "ATTEMPT", "REASON", "RESULTS"];
+        let rows: Vec<(JobState, [String; 6])> = jobs
+            .iter()
+            .map(|(record, native)| {
+                let reason = native
+                    .and_then(|n| n.reason.clone())
+                    .or_else(|| record.err_class.map(|c| c.to_string()))
+                    .unwrap_or_else(|| "-".into());
+                (
+                    record.state,
+                    [
+                        record.id.to_string(),
+                        record.state.to_string(),
+                        record
+                            .backend_ref
+                            .as_ref()
+                            .map(|r| r.slurm_job_id.to_string())
+                            .unwrap_or_else(|| "-".into()),
+                        match &record.retry_of {
+                            Some(prev) => format!("{} (retry of {prev})", record.attempt),
+                            None => record.attempt.to_string(),
+                        },
+                        reason,
+                        record.results_dir.to_string(),
+                    ],
+                )
+            })
+            .collect();
+        let mut widths = header.map(str::len);
+        for (_, row) in &rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let pad = |text: &str, width: usize| format!("{text:width$}");
+        let head: Vec<String> = header.iter().zip(widths).map(|(h, w)| pad(h, w)).collect();
+        self.line(self.bold(head.join("  ").trim_end()).as_str());
+        for (state, row) in rows {
+            let cells: Vec<String> = row
+                .iter()
+                .zip(widths)
+                .enumerate()
+                .map(|(i, (cell, w))| {
+                    let padded = pad(cell, w);
+                    if i == 1 {
+                        self.state(state, &padded)
+                    } else {
+                        padded
+                    }
+                })
+                .collect();
+            self.line(cells.join("  ").trim_end());
+        }
+    }
+
+    /// One line of `watch` output.
+    fn transition(
+        &self,
+        from: JobState,
+        record: &JobRecord,
+        native: Option<&NativeStatus>,
+    ) -> String {
+        let mut line = format!(
+            "{}  {}  {} -> {}",
+            chrono::Local::now().format("%H:%M:%S"),
+            record.id,
+            from,
+            self.state(record.state, record.state.as_str())
+        );
+        if let Some(r) = &record.backend_ref {
+            line.push_str(&format!("  slurm {}", r.slurm_job_id));
+        }
+        if let Some(reason) = native.and_then(|n| n.reason.as_deref()) {
+            line.push_str(&format!("  ({reason})"));
+        }
+        if let Some(class) = record.err_class {
+            line.push_str(&format!("  {class}"));
+        }
+        line
+    }
+
+    /// Preflight checks: one JSON object each, or an aligned list with remedies.
+    fn preflight(&self, checks: &[PreflightCheck]) {
+        if self.json {
+            for c in checks {
+                self.line(
+                    &json!({"check": c.check, "ok": c.ok, "detail": c.detail, "remedy": c.remedy})
+                        .to_string(),
+                );
+            }
+            return;
+        }
+        let width = checks.iter().map(|c| c.check.len()).max().unwrap_or(0);
+        for c in checks {
+            let mark = if c.ok {
+                self.paint("32", "ok  ")
+            } else {
+                self.paint("31", "FAIL")
+            };
+            self.line(&format!("{mark} {:width$}  {}", c.check, c.detail));
+            if !c.ok {
+                self.line(&format!("     {:width$}  remedy: {}", "", c.remedy));
+            }
+        }
+    }
+
+    /// An error on stderr: text, or one JSON object with `--json`.
+    fn error(&self, error: &Error, code: u8) {
+        let message = if self.json {
+            json!({
+                "error": error.to_string(),
+                "kind": format!("{:?}", error.kind()),
+                "field": error_field(error),
+                "exit_code": code,
+            })
+            .to_string()
+        } else {
+            let lead = if std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+            {
+                "\x1b[31merror\x1b[0m"
+            } else {
+                "error"
+            };
+            format!("slurmctl: {lead}: {error}")
+        };
+        let _ = writeln!(std::io::stderr(), "{message}");
+    }
+}
+
+/// A spinner with the elapsed time on stderr, only when stderr is a terminal.
+struct Progress(Option<ProgressBar>);
+
+impl Progress {
+    fn start(message: &str) -> Self {
+        if !std::io::stderr().is_terminal() {
+            return Progress(None);
+        }
+        let bar = ProgressBar::new_spinner();
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {msg} [{elapsed_precise}]")
+                .expect("a valid template"),
+        );
+        bar.set_message(message.to_string());
+        bar.enable_steady_tick(Duration::from_millis(100));
+        Progress(Some(bar))
+    }
+
+    fn set(&self, message: &str) {
+        if let Some(bar) = &self.0 {
+            bar.set_message(message.to_string());
+        }
+    }
+
+    /// Print a line on stdout without tearing the spinner.
+    fn line(&self, text: &str) {
+        let print = || {
+            let mut stdout = std::io::stdout().lock();
+            if let Err(e) = writeln!(stdout, "{text}").and_then(|_| stdout.flush()) {
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    std::process::exit(0);
+                }
+            }
+        };
+        match &self.0 {
+            Some(bar) => bar.suspend(print),
+            None => print(),
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.0 {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}

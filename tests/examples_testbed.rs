@@ -1,0 +1,123 @@
+//! The quickstart and the orchestrator examples against the local test bed: output and exit status.
+#![cfg(feature = "testbed")]
+
+#[path = "common/examples.rs"]
+mod examples;
+#[path = "common/testbed.rs"]
+mod testbed;
+
+use std::time::Duration;
+
+use examples::{example, run, Run};
+use testbed::testbed_env;
+
+/// Run example `name` with the test bed's environment (plus `extra`) and a fresh record folder.
+fn run_example(name: &str, args: &[&str], extra: &[(&str, &str)]) -> (Run, tempfile::TempDir) {
+    let state = tempfile::tempdir().unwrap();
+    let mut env: Vec<(String, String)> = testbed_env().vars.into_iter().collect();
+    env.push((
+        "SLURM_RUN_STATE_DIR".into(),
+        state.path().display().to_string(),
+    ));
+    for (k, v) in extra {
+        env.retain(|(name, _)| name != k);
+        env.push((k.to_string(), v.to_string()));
+    }
+    let out = run(&example(name), args, &env, Duration::from_secs(300));
+    (out, state)
+}
+
+#[test]
+fn quickstart_runs_a_two_node_job_to_complete() {
+    let (out, state) = run_example("quickstart", &[], &[]);
+    out.expect_code(0);
+    let stdout = &out.stdout;
+    assert!(stdout.contains("== preflight\nok   ssh"), "{stdout}");
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+    // Both ranks ran, on the two nodes, and agree on the master.
+    assert!(stdout.contains("rank 0 of 2 on n1"), "{stdout}");
+    assert!(stdout.contains("rank 1 of 2 on n2"), "{stdout}");
+    assert_eq!(stdout.matches("master n1").count(), 2, "{stdout}");
+    assert!(stdout.contains("-> COMPLETE"), "{stdout}");
+    // No spinner on a pipe.
+    assert!(
+        !out.stderr.contains('\r') && !out.stderr.contains('\x1b'),
+        "{}",
+        out.stderr
+    );
+
+    // The final record is printed as JSON and is the one in the record folder.
+    let json = stdout
+        .split("== record\n")
+        .nth(1)
+        .expect("a record section");
+    let record: serde_json::Value = serde_json::from_str(json).expect("the record is JSON");
+    assert_eq!(record["state"], "COMPLETE");
+    assert!(record["backend_ref"]["slurm_job_id"].as_u64().is_some());
+    let id = record["id"].as_str().unwrap();
+    assert!(id.starts_with("quickstart-"));
+    let stored: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.path().join(format!("{id}.json"))).unwrap())
+            .unwrap();
+    assert_eq!(stored, record);
+}
+
+#[test]
+fn quickstart_exits_3_when_the_cluster_does_not_answer() {
+    let (out, state) = run_example("quickstart", &[], &[("SLURM_HOSTNAME", "127.0.0.1:1")]);
+    out.expect_code(3);
+    assert!(out.stdout.contains("FAIL ssh"), "{}", out.stdout);
+    assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn quickstart_exits_2_naming_a_missing_variable() {
+    let (out, _state) = run_example("quickstart", &[], &[("SLURM_PARTITION", "")]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("SLURM_PARTITION"), "{}", out.stderr);
+}
+
+#[test]
+fn orchestrator_on_slurm_retries_the_flaky_job_and_cancels_the_straggler() {
+    let (out, _state) = run_example(
+        "orchestrator",
+        &["--backend", "slurm", "--interval", "0.5"],
+        &[],
+    );
+    out.expect_code(0);
+    let stdout = &out.stdout;
+    assert!(stdout.contains("backend: slurm"), "{stdout}");
+    let finals: Vec<Vec<&str>> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("FINAL "))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(finals.len(), 5, "{stdout}");
+    let find = |prefix: &str| {
+        finals
+            .iter()
+            .find(|f| f[0].starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in {stdout}"))
+    };
+    for shard in ["shard-1-", "shard-2-", "shard-3-"] {
+        assert_eq!(find(shard)[1], "COMPLETE", "{stdout}");
+    }
+    let flaky = find("flaky-");
+    assert_eq!(&flaky[1..3], ["COMPLETE", "attempt=2"], "{stdout}");
+    let first = flaky[3].trim_start_matches("retry_of=");
+    assert!(
+        stdout.contains(&format!("{first}  PENDING -> ERROR ERR_INFRA"))
+            || stdout.contains(&format!("{first}  RUNNING -> ERROR ERR_INFRA")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("retried as {} (attempt 2)", flaky[0])),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("log: flaky: succeeded on its retry"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("log: shard 2 step 3"), "{stdout}");
+    assert_eq!(find("straggler-")[1], "CANCELED", "{stdout}");
+}

@@ -1,0 +1,472 @@
+//! Every slurmctl command against the local test bed: output (human and JSON Lines) and exit status,
+//! including bad input (a missing field, an unknown partition, a wall time above the limit, hostile names).
+#![cfg(feature = "testbed")]
+
+#[path = "common/examples.rs"]
+mod examples;
+#[path = "common/testbed.rs"]
+mod testbed;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use examples::{example, run, Run};
+use serde_json::Value;
+use testbed::{testbed_env, Testbed};
+
+const VOCABULARY: &[&str] = &[
+    "SUBMITTING",
+    "PENDING",
+    "RUNNING",
+    "COMPLETE",
+    "ERROR",
+    "CANCELED",
+    "UNKNOWN",
+];
+
+/// slurmctl with the test bed's environment and a record folder of its own.
+struct Ctl {
+    tb: Testbed,
+    state: tempfile::TempDir,
+    specs: tempfile::TempDir,
+}
+
+impl Ctl {
+    fn new() -> Ctl {
+        Ctl {
+            tb: testbed_env(),
+            state: tempfile::tempdir().unwrap(),
+            specs: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn env(&self) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = self
+            .tb
+            .vars
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        env.push((
+            "SLURM_RUN_STATE_DIR".into(),
+            self.state.path().display().to_string(),
+        ));
+        env
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        self.run_with(args, &[], &[])
+    }
+
+    /// Run with extra variables, and without the variables named in `remove`.
+    fn run_with(&self, args: &[&str], extra: &[(&str, &str)], remove: &[&str]) -> Run {
+        let mut env: Vec<(String, String)> = self
+            .env()
+            .into_iter()
+            .filter(|(k, _)| !remove.contains(&k.as_str()))
+            .collect();
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        run(&example("slurmctl"), args, &env, Duration::from_secs(240))
+    }
+
+    /// Write a spec file and return its path.
+    fn spec(&self, file: &str, text: &str) -> String {
+        let path: PathBuf = self.specs.path().join(file);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    }
+
+    /// The number of records in this test's folder.
+    fn record_count(&self) -> usize {
+        std::fs::read_dir(self.state.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "json")
+            })
+            .count()
+    }
+
+    /// Submit a spec with `--json` and return its one JSON object.
+    fn submit(&self, spec: &str) -> Value {
+        let out = self.run(&["submit", spec, "--json"]);
+        out.expect_code(0);
+        let lines = out.json_lines();
+        assert_eq!(lines.len(), 1, "{}", out.stdout);
+        lines.into_iter().next().unwrap()
+    }
+}
+
+fn small_spec(name: &str, command: &str) -> String {
+    format!(
+        "name: {name}\ncommand: {}\ngpus_per_node: 1\ncpus_per_task: 1\ntime: \"00:05:00\"\n",
+        serde_json::to_string(command).unwrap()
+    )
+}
+
+fn id_of(job: &Value) -> String {
+    job["id"].as_str().expect("an id").to_string()
+}
+
+fn assert_job_object(job: &Value) {
+    for key in ["id", "state", "slurm_job_id", "results_dir", "retry_of"] {
+        assert!(job.get(key).is_some(), "no `{key}` in {job}");
+    }
+    let state = job["state"].as_str().unwrap();
+    assert!(
+        VOCABULARY.contains(&state),
+        "state {state} is not in the vocabulary"
+    );
+}
+
+#[test]
+fn preflight_passes_in_text_and_json() {
+    let ctl = Ctl::new();
+    let out = ctl.run(&["preflight"]);
+    out.expect_code(0);
+    assert!(out.stdout.contains("partition gpu"), "{}", out.stdout);
+    for line in out.stdout.lines() {
+        assert!(line.starts_with("ok "), "a failed or odd line: {line}");
+    }
+    assert!(!out.stdout.contains('\x1b'), "colour on a pipe");
+    assert!(out.stderr.is_empty(), "progress on a pipe: {}", out.stderr);
+
+    let out = ctl.run(&["preflight", "--json"]);
+    out.expect_code(0);
+    let checks = out.json_lines();
+    assert!(checks.len() >= 5, "{}", out.stdout);
+    for check in &checks {
+        assert_eq!(check["ok"], Value::Bool(true), "{check}");
+        assert!(
+            check["check"].is_string() && check["remedy"].is_string(),
+            "{check}"
+        );
+    }
+    let names: Vec<&str> = checks
+        .iter()
+        .map(|c| c["check"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"ssh") && names.contains(&"partition gpu"),
+        "{names:?}"
+    );
+}
+
+#[test]
+fn a_job_through_submit_status_watch_logs_and_records() {
+    let ctl = Ctl::new();
+    let spec = ctl.spec(
+        "hello.yaml",
+        &small_spec(
+            "hello",
+            "sleep 2; echo slurmctl-out-marker; echo slurmctl-err-marker >&2; echo last-line",
+        ),
+    );
+    let out = ctl.run(&["submit", &spec, "--json"]);
+    out.expect_code(0);
+    assert!(out.stderr.is_empty(), "stderr on a pipe: {}", out.stderr);
+    let job = out.json_lines().remove(0);
+    assert_job_object(&job);
+    let id = id_of(&job);
+    assert!(id.starts_with("hello-"), "{id}");
+    assert_eq!(job["state"], "PENDING");
+    assert!(job["slurm_job_id"].as_u64().is_some(), "{job}");
+    assert!(job["retry_of"].is_null());
+    let root = ctl.tb.get("SLURM_BASE_RESULTS_DIR");
+    assert_eq!(job["results_dir"].as_str().unwrap(), format!("{root}/{id}"));
+
+    let out = ctl.run(&["status", &id, "--json"]);
+    out.expect_code(0);
+    let status = out.json_lines().remove(0);
+    assert_job_object(&status);
+    assert_eq!(id_of(&status), id);
+    assert_eq!(status["slurm_job_id"], job["slurm_job_id"]);
+
+    let out = ctl.run(&["watch", &id, "--json", "--interval", "0.5"]);
+    out.expect_code(0);
+    let events = out.json_lines();
+    assert!(!events.is_empty(), "watch printed nothing");
+    for event in &events {
+        assert_job_object(event);
+        assert_eq!(id_of(event), id);
+    }
+    let last = events.last().unwrap();
+    assert_eq!(last["state"], "COMPLETE", "{}", out.stdout);
+
+    // Human status: an aligned table, no colour on a pipe.
+    let out = ctl.run(&["status", &id]);
+    out.expect_code(0);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("STATE"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        lines[0].find("STATE"),
+        lines[1].find("COMPLETE"),
+        "columns do not line up:\n{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains('\x1b'));
+
+    let out = ctl.run(&["logs", &id]);
+    out.expect_code(0);
+    assert!(out.stdout.contains("slurmctl-out-marker"), "{}", out.stdout);
+    assert!(!out.stdout.contains("slurmctl-err-marker"));
+    let out = ctl.run(&["logs", &id, "--err"]);
+    out.expect_code(0);
+    assert!(out.stdout.contains("slurmctl-err-marker"), "{}", out.stdout);
+    let out = ctl.run(&["logs", &id, "--tail", "1"]);
+    out.expect_code(0);
+    assert_eq!(out.stdout.trim(), "last-line");
+    let out = ctl.run(&["logs", &id, "--json"]);
+    out.expect_code(0);
+    let log = out.json_lines().remove(0);
+    assert_job_object(&log);
+    assert_eq!(log["stream"], "main.out");
+    assert!(log["text"]
+        .as_str()
+        .unwrap()
+        .contains("slurmctl-out-marker"));
+    // Following a finished job prints what it wrote and ends.
+    let out = ctl.run(&["logs", &id, "--follow", "--interval", "0.5"]);
+    out.expect_code(0);
+    assert!(out.stdout.contains("slurmctl-out-marker") && out.stdout.contains("last-line"));
+
+    let out = ctl.run(&["records", "--json", "--state", "COMPLETE"]);
+    out.expect_code(0);
+    let records = out.json_lines();
+    assert_eq!(records.len(), 1, "{}", out.stdout);
+    assert_eq!(id_of(&records[0]), id);
+    let out = ctl.run(&["records", "--json", "--state", "running,pending"]);
+    out.expect_code(0);
+    assert!(out.json_lines().is_empty(), "{}", out.stdout);
+    let out = ctl.run(&["records"]);
+    out.expect_code(0);
+    assert!(out.stdout.contains(&id) && out.stdout.contains("COMPLETE"));
+    let out = ctl.run(&["records", "--state", "DONE"]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("state"), "{}", out.stderr);
+
+    // A watch of a job already finished ends at once with its final word.
+    let out = ctl.run(&["watch", &id, "--json"]);
+    out.expect_code(0);
+    let events = out.json_lines();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["event"], "final");
+    assert_eq!(events[0]["state"], "COMPLETE");
+}
+
+#[test]
+fn watch_exits_4_when_a_job_fails() {
+    let ctl = Ctl::new();
+    let spec = ctl.spec(
+        "fail.yaml",
+        &small_spec("fails", "echo about to fail; exit 3"),
+    );
+    let id = id_of(&ctl.submit(&spec));
+    let out = ctl.run(&["watch", &id, "--json", "--interval", "0.5"]);
+    out.expect_code(4);
+    let last = out.json_lines().pop().unwrap();
+    assert_eq!(last["state"], "ERROR");
+    assert_eq!(last["err_class"], "ERR_PROGRAM");
+    // Human form: the final table says ERROR.
+    let out = ctl.run(&["watch", &id]);
+    out.expect_code(4);
+    assert!(out.stdout.contains("ERROR"), "{}", out.stdout);
+}
+
+#[test]
+fn cancel_a_running_job() {
+    let ctl = Ctl::new();
+    let spec = ctl.spec("sleep.yaml", &small_spec("sleeper", "sleep 300"));
+    let id = id_of(&ctl.submit(&spec));
+    let out = ctl.run(&["cancel", &id, "--json"]);
+    out.expect_code(0);
+    let job = out.json_lines().remove(0);
+    assert_job_object(&job);
+    assert_eq!(job["state"], "CANCELED", "{job}");
+    // Cancelling again is a success that changes nothing; watch reports CANCELED with 4.
+    let out = ctl.run(&["cancel", &id]);
+    out.expect_code(0);
+    assert!(out.stdout.contains("CANCELED"));
+    ctl.run(&["watch", &id]).expect_code(4);
+}
+
+#[test]
+fn render_prints_the_script_and_never_a_secret() {
+    let ctl = Ctl::new();
+    let secret = "s3cr3t-value-5d41402abc4b2a76";
+    let spec = ctl.spec(
+        "secret.yaml",
+        "name: render-me\ncommand: \"python train.py --token-from-env\"\nsecrets: [SLURMCTL_TEST_TOKEN]\nnodes: 2\ngpus_per_node: 1\ncpus_per_task: 1\ntime: \"00:05:00\"\n",
+    );
+    let env = [("SLURMCTL_TEST_TOKEN", secret)];
+    let out = ctl.run_with(&["render", &spec], &env, &[]);
+    out.expect_code(0);
+    assert!(
+        out.stdout
+            .starts_with("#!/bin/bash\n#SBATCH --job-name=render-me-"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("#SBATCH --nodes=2"));
+    assert!(
+        out.stdout.contains("source \"$slurm_run_env_file\""),
+        "the script sources the sidecar"
+    );
+    assert!(!out.stdout.contains(secret) && !out.stderr.contains(secret));
+
+    let out = ctl.run_with(&["render", &spec, "--json"], &env, &[]);
+    out.expect_code(0);
+    let rendered = out.json_lines().remove(0);
+    assert!(rendered["id"].as_str().unwrap().starts_with("render-me-"));
+    assert!(rendered["script"]
+        .as_str()
+        .unwrap()
+        .contains("#SBATCH --partition=gpu"));
+    assert!(!out.stdout.contains(secret));
+    assert_eq!(ctl.record_count(), 0, "render must not submit");
+}
+
+#[test]
+fn a_spec_missing_a_field_is_exit_2_naming_it() {
+    let ctl = Ctl::new();
+    let spec = ctl.spec("nocommand.yaml", "name: incomplete\ngpus_per_node: 1\n");
+    for command in ["submit", "render", "preflight"] {
+        let out = ctl.run(&[command, &spec]);
+        out.expect_code(2);
+        assert!(
+            out.stderr.contains("invalid command")
+                && out.stderr.contains("missing field `command`"),
+            "{command}: {}",
+            out.stderr
+        );
+    }
+    let out = ctl.run(&["submit", &spec, "--json"]);
+    out.expect_code(2);
+    let error: Value = serde_json::from_str(out.stderr.trim()).unwrap();
+    assert_eq!(error["field"], "command");
+    assert_eq!(error["exit_code"], 2);
+    assert!(out.stdout.is_empty());
+    assert_eq!(ctl.record_count(), 0);
+}
+
+#[test]
+fn an_unknown_partition_is_exit_2_naming_it() {
+    let ctl = Ctl::new();
+    let out = ctl.run(&["preflight", "--partition", "nopart-xyz"]);
+    out.expect_code(2);
+    assert!(
+        out.stdout.contains("FAIL partition nopart-xyz"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("remedy:"), "{}", out.stdout);
+
+    let out = ctl.run(&["preflight", "--partition", "nopart-xyz", "--json"]);
+    out.expect_code(2);
+    let failed: Vec<Value> = out
+        .json_lines()
+        .into_iter()
+        .filter(|c| c["ok"] == Value::Bool(false))
+        .collect();
+    assert_eq!(failed.len(), 1, "{}", out.stdout);
+    assert_eq!(failed[0]["check"], "partition nopart-xyz");
+    assert!(!failed[0]["remedy"].as_str().unwrap().is_empty());
+
+    let spec = ctl.spec(
+        "nopart.yaml",
+        &format!("{}partition: nopart-xyz\n", small_spec("nopart", "true")),
+    );
+    let out = ctl.run(&["submit", &spec]);
+    out.expect_code(2);
+    assert!(
+        out.stderr.contains("partition nopart-xyz"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(ctl.record_count(), 0, "nothing may be recorded or staged");
+}
+
+#[test]
+fn a_wall_time_above_the_partition_limit_is_exit_2_naming_time() {
+    let ctl = Ctl::new();
+    let spec = ctl.spec(
+        "long.json",
+        r#"{"name": "too-long", "command": "true", "gpus_per_node": 1, "time": "05:00:00"}"#,
+    );
+    let out = ctl.run(&["submit", &spec]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("invalid time"), "{}", out.stderr);
+    assert!(out.stderr.contains("04:00:00"), "{}", out.stderr);
+    assert_eq!(ctl.record_count(), 0);
+
+    let out = ctl.run(&["preflight", &spec]);
+    out.expect_code(2);
+    assert!(out.stdout.contains("FAIL partition gpu"), "{}", out.stdout);
+    assert!(out.stdout.contains("lower `time`"), "{}", out.stdout);
+}
+
+#[test]
+fn hostile_job_names_are_exit_2_naming_name() {
+    let ctl = Ctl::new();
+    for (i, name) in ["a;rm -rf ~", "../x", "$(touch /tmp/pwned)"]
+        .iter()
+        .enumerate()
+    {
+        let spec = ctl.spec(
+            &format!("hostile{i}.yaml"),
+            &small_spec(&format!("'{}'", name.replace('\'', "''")), "true"),
+        );
+        for command in ["submit", "render"] {
+            let out = ctl.run(&[command, &spec]);
+            out.expect_code(2);
+            assert!(
+                out.stderr.contains("invalid name"),
+                "{name} {command}: {}",
+                out.stderr
+            );
+        }
+    }
+    assert_eq!(ctl.record_count(), 0);
+    // Hostile ids on the command line are refused the same way.
+    let out = ctl.run(&["status", "../x"]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("job id"), "{}", out.stderr);
+}
+
+#[test]
+fn configuration_and_connection_failures() {
+    let ctl = Ctl::new();
+    // A missing variable: exit 2, naming it.
+    let spec = ctl.spec("ok.yaml", &small_spec("cfg", "true"));
+    let out = ctl.run_with(&["submit", &spec], &[], &["SLURM_PARTITION"]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("SLURM_PARTITION"), "{}", out.stderr);
+    // ...which a flag can supply.
+    let out = ctl.run_with(
+        &["preflight", "--partition", "gpu"],
+        &[],
+        &["SLURM_PARTITION"],
+    );
+    out.expect_code(0);
+
+    // An unknown record: exit 2.
+    let out = ctl.run(&["status", "nothing-000000"]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("nothing-000000"), "{}", out.stderr);
+
+    // A login host that does not answer: exit 3, before anything is recorded.
+    let out = ctl.run(&["preflight", "--host", "127.0.0.1:1"]);
+    out.expect_code(3);
+    assert!(out.stdout.contains("FAIL ssh"), "{}", out.stdout);
+    let out = ctl.run(&["submit", &spec, "--host", "127.0.0.1:1"]);
+    out.expect_code(3);
+    assert!(out.stderr.contains("ssh"), "{}", out.stderr);
+    assert_eq!(ctl.record_count(), 0);
+}
