@@ -311,7 +311,7 @@ impl Orchestrator {
 
 /// A second [`Backend`]: runs each job's command on this machine.
 mod local {
-    use std::collections::{HashMap, VecDeque};
+    use std::collections::HashMap;
     use std::fmt;
     use std::fs;
     use std::io::{Read, Seek, SeekFrom};
@@ -778,87 +778,8 @@ mod local {
             ids: &[JobId],
             options: WatchOptions,
         ) -> BoxStream<'static, Result<WatchEvent>> {
-            struct Watch {
-                backend: LocalBackend,
-                options: WatchOptions,
-                active: Vec<(JobId, JobState)>,
-                queued: VecDeque<Result<WatchEvent>>,
-                first: bool,
-            }
-            let mut queued = VecDeque::new();
-            let mut active: Vec<(JobId, JobState)> = Vec::new();
-            for id in ids {
-                match self.inner.store.get(id) {
-                    Ok(record) if record.state.is_terminal() => {}
-                    Ok(record) if active.iter().all(|(a, _)| a != id) => {
-                        active.push((id.clone(), record.state))
-                    }
-                    Ok(_) => {}
-                    Err(error) => queued.push_back(Err(error)),
-                }
-            }
-            let state = Watch {
-                backend: self.clone(),
-                options,
-                active,
-                queued,
-                first: true,
-            };
-            stream::unfold(state, |mut st| async move {
-                loop {
-                    if let Some(event) = st.queued.pop_front() {
-                        return Some((event, st));
-                    }
-                    if st.active.is_empty() {
-                        return None;
-                    }
-                    if !st.first {
-                        tokio::time::sleep(st.options.interval).await;
-                    }
-                    st.first = false;
-                    let mut still = Vec::new();
-                    for (id, last) in std::mem::take(&mut st.active) {
-                        let status = match st.backend.status(&id).await {
-                            Ok(status) => status,
-                            Err(error) => {
-                                st.queued.push_back(Err(error));
-                                continue;
-                            }
-                        };
-                        let now = status.state();
-                        if now != last {
-                            st.queued.push_back(Ok(WatchEvent::Transition {
-                                from: last,
-                                status: Box::new(status.clone()),
-                            }));
-                        }
-                        if !now.is_terminal() {
-                            still.push((id, now));
-                            continue;
-                        }
-                        let retry = match (&st.options.retry, status.err_class()) {
-                            (Some(policy), Some(class)) if now == JobState::Error => {
-                                policy.should_retry(class, status.record.attempt)
-                            }
-                            _ => false,
-                        };
-                        if retry {
-                            match st.backend.resubmit(&id).await {
-                                Ok(record) => {
-                                    still.push((record.id.clone(), record.state));
-                                    st.queued.push_back(Ok(WatchEvent::Retried {
-                                        previous: id,
-                                        record: Box::new(record),
-                                    }));
-                                }
-                                Err(error) => st.queued.push_back(Err(error)),
-                            }
-                        }
-                    }
-                    st.active = still;
-                }
-            })
-            .boxed()
+            // The library's generic watch: one status_many per cycle, retries per policy.
+            slurm_run::core::backend::watch_by_polling(self.clone(), ids, options)
         }
 
         fn record(&self, id: &JobId) -> Result<JobRecord> {

@@ -34,6 +34,7 @@ use crate::Result;
 pub use config::{default_state_dir, SlurmConfig, SlurmConfigBuilder, ENV_VARS};
 pub use preflight::{PreflightCheck, PreflightReport};
 pub use slurm::SlurmBackend;
+pub use watch::watch_by_polling;
 
 /// Options of [`Backend::submit`].
 #[derive(Clone, Default)]

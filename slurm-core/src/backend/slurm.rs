@@ -183,7 +183,7 @@ where
         ids: &[JobId],
         options: WatchOptions,
     ) -> BoxStream<'static, Result<WatchEvent>> {
-        self.clone().watch_jobs(ids.to_vec(), options)
+        super::watch_by_polling(self.clone(), ids, options)
     }
 
     fn record(&self, id: &JobId) -> Result<JobRecord> {

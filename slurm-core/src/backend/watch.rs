@@ -1,18 +1,16 @@
-//! Watch: one poll per cycle for every watched job, each transition reported once,
-//! back-off on transient errors, infra failures resubmitted within the retry budget.
+//! Watch by polling, for any backend: one `status_many` per cycle for every watched job,
+//! each transition reported once, back-off on transient errors, infra failures resubmitted
+//! within the retry budget.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
 use futures::stream::{self, BoxStream, StreamExt};
 
-use super::slurm::SlurmBackend;
 use super::{Backend, WatchEvent, WatchOptions};
 use crate::classify::ErrorClass;
-use crate::record::{JobId, RecordStore};
-use crate::render::Renderer;
+use crate::record::JobId;
 use crate::state::JobState;
-use crate::transport::Transport;
 use crate::Result;
 
 struct Watch<B> {
@@ -25,63 +23,61 @@ struct Watch<B> {
     first: bool,
 }
 
-impl<T, R, S> SlurmBackend<T, R, S>
+/// [`Backend::watch`] for any backend that can answer [`Backend::status_many`]:
+/// polls every job still active once per cycle (so a backend whose `status_many` is
+/// one round trip watches any number of jobs for one round trip a cycle), reports each
+/// state change once, doubles the pause after each transient error up to
+/// `options.max_backoff`, resubmits ERROR jobs the retry policy allows (reporting
+/// [`WatchEvent::Retried`] and following the new record), and ends when every job is
+/// terminal or on a lasting error (reported as the last item). Never stops on elapsed time.
+pub fn watch_by_polling<B>(
+    backend: B,
+    ids: &[JobId],
+    options: WatchOptions,
+) -> BoxStream<'static, Result<WatchEvent>>
 where
-    T: Transport + 'static,
-    R: Renderer + 'static,
-    S: RecordStore + 'static,
+    B: Backend + Clone + 'static,
 {
-    pub(super) fn watch_jobs(
-        self,
-        ids: Vec<JobId>,
-        options: WatchOptions,
-    ) -> BoxStream<'static, Result<WatchEvent>> {
-        let mut queued = VecDeque::new();
-        let mut active = Vec::new();
-        let mut seen = HashMap::new();
-        for id in ids {
-            if seen.insert(id.clone(), ()).is_some() {
-                continue;
-            }
-            match self.inner.store.get(&id) {
-                Ok(record) if record.state.is_terminal() => {}
-                Ok(record) => active.push((id, record.state)),
-                Err(error) => queued.push_back(Err(error)),
-            }
+    let mut queued = VecDeque::new();
+    let mut active = Vec::new();
+    let mut seen = HashSet::new();
+    for id in ids {
+        if !seen.insert(id.clone()) {
+            continue;
         }
-        let state = Watch {
-            backend: self,
-            options,
-            active,
-            queued,
-            failures: 0,
-            first: true,
-        };
-        stream::unfold(state, |mut st| async move {
-            loop {
-                if let Some(event) = st.queued.pop_front() {
-                    return Some((event, st));
-                }
-                if st.active.is_empty() {
-                    return None;
-                }
-                if !st.first {
-                    tokio::time::sleep(st.delay()).await;
-                }
-                st.first = false;
-                st.cycle().await;
-            }
-        })
-        .boxed()
+        match backend.record(id) {
+            Ok(record) if record.state.is_terminal() => {}
+            Ok(record) => active.push((id.clone(), record.state)),
+            Err(error) => queued.push_back(Err(error)),
+        }
     }
+    let state = Watch {
+        backend,
+        options,
+        active,
+        queued,
+        failures: 0,
+        first: true,
+    };
+    stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(event) = st.queued.pop_front() {
+                return Some((event, st));
+            }
+            if st.active.is_empty() {
+                return None;
+            }
+            if !st.first {
+                tokio::time::sleep(st.delay()).await;
+            }
+            st.first = false;
+            st.cycle().await;
+        }
+    })
+    .boxed()
 }
 
-impl<T, R, S> Watch<SlurmBackend<T, R, S>>
-where
-    T: Transport + 'static,
-    R: Renderer + 'static,
-    S: RecordStore + 'static,
-{
+impl<B: Backend> Watch<B> {
     /// The pause before the next cycle: the interval, doubled per consecutive
     /// transient failure up to the maximum back-off.
     fn delay(&self) -> Duration {
@@ -92,10 +88,10 @@ where
             .min(self.options.max_backoff.max(self.options.interval))
     }
 
-    /// One poll of every active job (one round trip), queueing the events it yields.
+    /// One poll of every active job, queueing the events it yields.
     async fn cycle(&mut self) {
         let ids: Vec<JobId> = self.active.iter().map(|(id, _)| id.clone()).collect();
-        let statuses = match self.backend.poll(&ids).await {
+        let statuses = match self.backend.status_many(&ids).await {
             Ok(statuses) => {
                 self.failures = 0;
                 statuses
