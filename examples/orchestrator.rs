@@ -678,7 +678,7 @@ mod local {
                 &spec,
                 SubmitOptions {
                     retry_of: Some(id.clone()),
-                    secret_values: None,
+                    ..SubmitOptions::default()
                 },
             )
             .await

@@ -26,6 +26,10 @@ pub const ENV_VARS: &[(&str, &str)] = &[
         "SLURM_RUN_STATE_DIR",
         "local folder of job records (optional: default `~/.slurm-run/jobs`)",
     ),
+    (
+        "SLURM_NCCL_SOCKET_IFNAME",
+        "network interface the NCCL probe's last rung pins with NCCL_SOCKET_IFNAME (optional: default `eth0`)",
+    ),
 ];
 
 /// The SLURM backend's configuration. Connection settings (`SLURM_HOSTNAME`,
@@ -51,6 +55,8 @@ pub struct SlurmConfig {
     pub reconcile_wait: Duration,
     /// The time limit of an image conversion job, in minutes.
     pub convert_minutes: u32,
+    /// The interface the NCCL probe's last knob rung sets as `NCCL_SOCKET_IFNAME`.
+    pub nccl_socket_ifname: String,
 }
 
 impl fmt::Debug for SlurmConfig {
@@ -63,6 +69,7 @@ impl fmt::Debug for SlurmConfig {
             .field("container_mounts", &self.container_mounts)
             .field("state_dir", &self.state_dir)
             .field("poll_interval", &self.poll_interval)
+            .field("nccl_socket_ifname", &self.nccl_socket_ifname)
             .finish_non_exhaustive()
     }
 }
@@ -93,6 +100,7 @@ pub struct SlurmConfigBuilder {
     poll_interval: Option<Duration>,
     reconcile_wait: Option<Duration>,
     convert_minutes: Option<u32>,
+    nccl_socket_ifname: Option<String>,
 }
 
 impl SlurmConfigBuilder {
@@ -120,6 +128,9 @@ impl SlurmConfigBuilder {
         }
         if let Some(v) = get("SLURM_RUN_STATE_DIR") {
             self.state_dir = Some(PathBuf::from(v));
+        }
+        if let Some(v) = get("SLURM_NCCL_SOCKET_IFNAME") {
+            self.nccl_socket_ifname = Some(v.trim().to_string());
         }
         self
     }
@@ -178,6 +189,12 @@ impl SlurmConfigBuilder {
         self
     }
 
+    /// The interface the NCCL probe's last knob rung pins (`NCCL_SOCKET_IFNAME`).
+    pub fn with_nccl_socket_ifname(mut self, ifname: impl Into<String>) -> Self {
+        self.nccl_socket_ifname = Some(ifname.into());
+        self
+    }
+
     /// Check and build. Errors name the variable and the fix.
     pub fn build(self) -> Result<SlurmConfig> {
         let partition = self.partition.ok_or_else(|| {
@@ -204,6 +221,20 @@ impl SlurmConfigBuilder {
             .convert_partition
             .unwrap_or_else(|| "cpu_long".to_string());
         crate::spec::validate_safe_name("SLURM_CONVERT_PARTITION", &convert_partition)?;
+        let nccl_socket_ifname = self
+            .nccl_socket_ifname
+            .unwrap_or_else(|| "eth0".to_string());
+        // NCCL accepts a list (`eth0,eth1`) and prefixes (`^docker`, `=eth0`).
+        if nccl_socket_ifname.is_empty()
+            || !nccl_socket_ifname
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-,^=:".contains(c))
+        {
+            return Err(Error::config(
+                "SLURM_NCCL_SOCKET_IFNAME",
+                format!("`{nccl_socket_ifname}` is not an interface name (letters, digits, `._-,^=:`); give e.g. eth0 or ib0"),
+            ));
+        }
         let state_dir = match self.state_dir {
             Some(dir) => dir,
             None => default_state_dir()?,
@@ -220,6 +251,7 @@ impl SlurmConfigBuilder {
             poll_interval: self.poll_interval.unwrap_or(Duration::from_secs(10)),
             reconcile_wait: self.reconcile_wait.unwrap_or(Duration::from_secs(20)),
             convert_minutes: self.convert_minutes.unwrap_or(120),
+            nccl_socket_ifname,
         })
     }
 }
@@ -270,6 +302,26 @@ mod tests {
         assert_eq!(config.account.as_deref(), Some("proj"));
         assert_eq!(config.container_mounts, vec!["/a:/a", "/b:/c"]);
         assert_eq!(config.convert_partition, "cpu_long");
+        assert_eq!(config.nccl_socket_ifname, "eth0");
+    }
+
+    #[test]
+    fn socket_ifname_is_read_and_checked() {
+        let config = from(&[
+            ("SLURM_PARTITION", "gpu"),
+            ("SLURM_NCCL_SOCKET_IFNAME", "ib0,eth1"),
+        ])
+        .unwrap();
+        assert_eq!(config.nccl_socket_ifname, "ib0,eth1");
+        let err = from(&[
+            ("SLURM_PARTITION", "gpu"),
+            ("SLURM_NCCL_SOCKET_IFNAME", "eth0; reboot"),
+        ])
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("SLURM_NCCL_SOCKET_IFNAME"),
+            "{err}"
+        );
     }
 
     #[test]

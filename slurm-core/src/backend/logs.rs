@@ -24,7 +24,7 @@ where
     R: Renderer + 'static,
     S: RecordStore + 'static,
 {
-    fn log_path(&self, record: &JobRecord, stream: LogStream) -> Result<String> {
+    pub(super) fn log_path(&self, record: &JobRecord, stream: LogStream) -> Result<String> {
         let backend_ref = record.backend_ref.as_ref().ok_or_else(|| {
             Error::NotFound(format!(
                 "{}: no log yet, the job was never accepted by the scheduler",

@@ -8,6 +8,7 @@ mod cancel;
 mod config;
 mod logs;
 mod preflight;
+mod probe;
 mod slurm;
 mod status;
 mod submit;
@@ -33,6 +34,10 @@ use crate::Result;
 
 pub use config::{default_state_dir, SlurmConfig, SlurmConfigBuilder, ENV_VARS};
 pub use preflight::{PreflightCheck, PreflightReport};
+pub use probe::{
+    default_ladder, ClusterKnobs, KnobSet, NcclProbe, ProbeAttempt, ProbeOptions, ProbeOutcome,
+    ProbeReport, PROBE_BAD, PROBE_LABEL, PROBE_OK, PROBE_TIMEOUT,
+};
 pub use slurm::SlurmBackend;
 pub use watch::watch_by_polling;
 
@@ -44,6 +49,11 @@ pub struct SubmitOptions {
     /// Secret values by name. `None` reads each secret the spec names from this
     /// process's environment. Values are never stored, logged or shown.
     pub secret_values: Option<BTreeMap<String, String>>,
+    /// Whether a job that needs NCCL (more than one node or more than one GPU per
+    /// node) is preceded by the NCCL probe; see [`NcclProbe`].
+    pub nccl_probe: NcclProbe,
+    /// How that probe runs (its command, timeout and knob ladder).
+    pub probe: ProbeOptions,
 }
 
 impl fmt::Debug for SubmitOptions {
@@ -58,6 +68,8 @@ impl fmt::Debug for SubmitOptions {
                         .collect::<Vec<_>>()
                 }),
             )
+            .field("nccl_probe", &self.nccl_probe)
+            .field("probe", &self.probe)
             .finish()
     }
 }

@@ -123,6 +123,10 @@ const ENROOT_SCRIPT: &str = r#"command -v enroot >/dev/null 2>&1 || echo enroot
 f="${ENROOT_CONFIG_PATH:-$HOME/.config/enroot}/.credentials"
 [ -s "$f" ] || echo "credentials $f""#;
 
+/// Prints the cluster's `ClusterName` (nothing when scontrol cannot say).
+pub(super) const CLUSTER_NAME_SCRIPT: &str = r#"scontrol show config 2>/dev/null | sed -n 's/^ClusterName *= *//p' | head -n 1
+exit 0"#;
+
 /// Prints each path that does not exist.
 const MISSING_PATHS_SCRIPT: &str = r#"for p in "$@"; do [ -e "$p" ] || printf '%s\n' "$p"; done"#;
 
@@ -134,6 +138,7 @@ enum Probe {
     Enroot,
     ResultsRoot,
     Datasets(Vec<String>),
+    ClusterName,
 }
 
 impl<T, R, S> SlurmBackend<T, R, S>
@@ -197,6 +202,11 @@ where
         commands.push(Command::bash_script(
             RESULTS_ROOT_SCRIPT,
             [config.results_root.clone().unwrap_or_default()],
+        ));
+        probes.push(Probe::ClusterName);
+        commands.push(Command::bash_script(
+            CLUSTER_NAME_SCRIPT,
+            Vec::<String>::new(),
         ));
         if !datasets.is_empty() {
             probes.push(Probe::Datasets(datasets.clone()));
@@ -354,6 +364,10 @@ where
                     if parsed.is_some() {
                         cache.results_root = parsed;
                     }
+                }
+                Probe::ClusterName => {
+                    // Not a check: the key of the NCCL knob cache, learnt on the way.
+                    cache.cluster_name = Some(super::probe::cluster_key(&out.stdout_text()));
                 }
                 Probe::Datasets(paths) => {
                     let missing: Vec<String> =

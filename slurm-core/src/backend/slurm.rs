@@ -64,6 +64,8 @@ pub(super) struct Inner<T, R, S> {
     pub(super) cache: Mutex<Cache>,
     /// Held while the base preflight runs, so concurrent first submits run it once.
     pub(super) preflight_once: tokio::sync::Mutex<()>,
+    /// Held while a submit-time NCCL probe runs, so concurrent submits probe once.
+    pub(super) probe_once: tokio::sync::Mutex<()>,
 }
 
 /// What the backend learnt of the cluster and keeps for later submits.
@@ -79,6 +81,8 @@ pub(super) struct Cache {
     pub(super) pyxis: Option<bool>,
     /// Whether sacct answers (accounting enabled).
     pub(super) accounting: Option<bool>,
+    /// The cluster's `ClusterName` (the key of the NCCL knob cache).
+    pub(super) cluster_name: Option<String>,
 }
 
 impl<T, R, S> fmt::Debug for SlurmBackend<T, R, S>
@@ -113,6 +117,7 @@ where
                 config,
                 cache: Mutex::new(Cache::default()),
                 preflight_once: tokio::sync::Mutex::new(()),
+                probe_once: tokio::sync::Mutex::new(()),
             }),
         }
     }
@@ -190,7 +195,13 @@ where
         self.inner.store.get(id)
     }
 
+    /// NCCL probe jobs (labelled [`PROBE_LABEL`](super::PROBE_LABEL)) are left out
+    /// unless the filter asks for that label.
     fn records(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
-        self.inner.store.list(filter)
+        let mut records = self.inner.store.list(filter)?;
+        if !filter.labels.contains_key(super::PROBE_LABEL) {
+            records.retain(|r| !r.labels.contains_key(super::PROBE_LABEL));
+        }
+        Ok(records)
     }
 }

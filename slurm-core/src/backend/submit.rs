@@ -6,14 +6,14 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use super::slurm::SlurmBackend;
-use super::SubmitOptions;
+use super::{KnobSet, SubmitOptions};
 use crate::batch::{batch, split_batch_output};
 use crate::image::{check_gpu_image, ImageRef};
 use crate::record::{BackendRef, JobId, JobRecord, Mark, RecordStore, TransitionSource};
 use crate::redact::SecretRegistry;
 use crate::render::{EnvVar, Renderer, ScriptContext, TemplateKind};
 use crate::slurm::{parse_sbatch_parsable, SbatchOutcome, SlurmIdField, SlurmJobId};
-use crate::spec::{JobSpec, Limits, SpecDefaults};
+use crate::spec::{JobSpec, Limits, Resources, SpecDefaults};
 use crate::state::JobState;
 use crate::storage::RemotePath;
 use crate::transport::{shell_quote, Command, Transport};
@@ -101,7 +101,9 @@ where
             None => None,
         };
         let root = self.ensure_ready(spec).await?;
-        let prepared = self.prepare(spec, &secrets, &root, previous.as_ref())?;
+        // The cluster's NCCL knobs (cached, or found by a probe job first).
+        let knobs = self.nccl_knobs_for(spec, &options).await?;
+        let prepared = self.prepare(spec, &secrets, &root, previous.as_ref(), &knobs)?;
         let id = prepared.record.id.clone();
         self.inner.store.open(&prepared.record)?;
         tracing::info!(job = %id, "record opened; submitting");
@@ -141,22 +143,24 @@ where
             &spec,
             SubmitOptions {
                 retry_of: Some(id.clone()),
-                secret_values: None,
+                ..SubmitOptions::default()
             },
         )
         .await
     }
 
     /// Render the script for `spec` as a submit would, without submitting (secrets
-    /// are named, never shown: the script only sources the sidecar).
+    /// are named, never shown: the script only sources the sidecar). Cached NCCL
+    /// knobs are applied as a submit would; no probe runs.
     pub async fn render_script(&self, spec: &JobSpec) -> Result<String> {
         spec.validate()?;
         let root = self.ensure_ready(spec).await?;
         let registry = SecretRegistry::new();
         let id = JobId::mint_for(spec);
         let job_dir = root.join(id.as_str())?;
+        let knobs = self.cached_knobs_for(spec).await?;
         let (context, _) =
-            self.script_context(spec, &id, &job_dir, &root, !spec.secrets.is_empty())?;
+            self.script_context(spec, &id, &job_dir, &root, !spec.secrets.is_empty(), &knobs)?;
         let script = self
             .inner
             .renderer
@@ -199,14 +203,8 @@ where
         Ok(path.as_str().to_string())
     }
 
-    fn script_context(
-        &self,
-        spec: &JobSpec,
-        id: &JobId,
-        job_dir: &RemotePath,
-        root: &RemotePath,
-        with_sidecar: bool,
-    ) -> Result<(ScriptContext, Option<(ImageRef, String)>)> {
+    /// The spec's resources with the backend's defaults and the partition's limits.
+    pub(super) fn resources(&self, spec: &JobSpec) -> Result<Resources> {
         let config = &self.inner.config;
         let limits = Limits {
             max_wall: self.max_wall(spec).unwrap_or(Limits::default().max_wall),
@@ -220,7 +218,22 @@ where
         if let Some(account) = &config.account {
             defaults = defaults.with_account(account.clone());
         }
-        let resources = spec.resolve(&defaults)?;
+        spec.resolve(&defaults)
+    }
+
+    /// `knobs` are the cluster's NCCL knobs, added to the extra env after the spec's
+    /// own (a name the spec sets in `env` or `extra_env` keeps the spec's value).
+    fn script_context(
+        &self,
+        spec: &JobSpec,
+        id: &JobId,
+        job_dir: &RemotePath,
+        root: &RemotePath,
+        with_sidecar: bool,
+        knobs: &KnobSet,
+    ) -> Result<(ScriptContext, Option<(ImageRef, String)>)> {
+        let config = &self.inner.config;
+        let resources = self.resources(spec)?;
 
         let mut conversion = None;
         let image = match spec.image_ref()? {
@@ -299,7 +312,14 @@ where
                 None
             },
             env: spec.env.iter().map(env_var).collect(),
-            extra_env: spec.extra_env.iter().map(env_var).collect(),
+            extra_env: spec
+                .extra_env
+                .iter()
+                .chain(knobs.iter().filter(|(name, _)| {
+                    !spec.extra_env.contains_key(*name) && !spec.env.contains_key(*name)
+                }))
+                .map(env_var)
+                .collect(),
             requeue: resources.requeue,
             exclusive: resources.exclusive,
             extra_sbatch: spec.extra_sbatch.clone(),
@@ -313,11 +333,12 @@ where
         secrets: &SecretRegistry,
         root: &RemotePath,
         previous: Option<&JobRecord>,
+        knobs: &KnobSet,
     ) -> Result<Prepared> {
         let id = JobId::mint_for(spec);
         let job_dir = root.join(id.as_str())?;
         let (context, conversion) =
-            self.script_context(spec, &id, &job_dir, root, !secrets.is_empty())?;
+            self.script_context(spec, &id, &job_dir, root, !secrets.is_empty(), knobs)?;
         let script = self
             .inner
             .renderer

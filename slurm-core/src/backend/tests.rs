@@ -53,6 +53,7 @@ fn backend(remote: MockRemote) -> SlurmBackend<MockRemote, NameRenderer, MemoryR
         // As after a passed preflight: no preflight round trip in these tests.
         let mut cache = backend.inner.cache.lock().unwrap();
         cache.base_checked = true;
+        cache.cluster_name = Some("unit".into());
         cache.results_root = Some(RemotePath::parse("/shared/results").unwrap());
         cache.partitions.insert(
             "gpu".into(),

@@ -1,0 +1,55 @@
+# The NCCL probe of slurm-run: one all-reduce over every GPU of the job.
+# Run by torchrun (one process per GPU, on every node). Rank r contributes r + 1,
+# so every element must end as world * (world + 1) / 2. Rank 0 prints one marker:
+# NCCL_PROBE_OK, or NCCL_PROBE_BAD sum=X expected=Y (a wrong answer, not a hang).
+# A hang is caught outside, by the `timeout` around torchrun.
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def main():
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    expected_world = os.environ.get("SLURM_RUN_NCCL_PROBE_WORLD")
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group(
+        backend="nccl", timeout=datetime.timedelta(seconds=600)
+    )
+    # 4 MiB: large enough to take the ring/tree paths, small enough to be quick.
+    data = torch.full((1 << 20,), float(rank + 1), device="cuda")
+    dist.all_reduce(data)
+    torch.cuda.synchronize()
+    expected = world * (world + 1) / 2
+    wrong = int((data != expected).sum().item())
+    # Every rank's verdict reaches rank 0 (a second collective, over the same path).
+    verdict = torch.tensor([1.0 if wrong else 0.0], device="cuda")
+    dist.all_reduce(verdict)
+    torch.cuda.synchronize()
+    bad_ranks = int(verdict.item())
+    wrong_world = expected_world is not None and int(expected_world) != world
+    if rank == 0:
+        if wrong_world:
+            print(
+                "NCCL_PROBE_BAD sum=%s expected=%s world=%d expected_world=%s"
+                % (data[0].item(), expected, world, expected_world),
+                flush=True,
+            )
+        elif bad_ranks:
+            print(
+                "NCCL_PROBE_BAD sum=%s expected=%s bad_ranks=%d"
+                % (data[0].item(), expected, bad_ranks),
+                flush=True,
+            )
+        else:
+            print("NCCL_PROBE_OK world=%d" % world, flush=True)
+    dist.destroy_process_group()
+    return 3 if bad_ranks or wrong_world else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1094 @@
+//! The NCCL probe: a cheap all-reduce job run before a job that needs NCCL, a ladder of
+//! NCCL knob sets tried while it hangs, and the per-cluster cache of the set that works.
+//!
+//! A probe job takes the resources of the job it stands for (nodes, GPUs per node,
+//! partition, account, image, mounts, env, extra sbatch lines) but not its command:
+//! it runs `torchrun` over every GPU with a small all-reduce script of ours (see
+//! `nccl_probe.py`; it travels in the probe's environment and runs with `python3 -c`,
+//! so nothing has to be mounted into the container), under `timeout <N>s`. Rank 0
+//! prints [`PROBE_OK`] or [`PROBE_BAD`]; the wrapper prints [`PROBE_TIMEOUT`] when
+//! `timeout` fires. The outcome ([`ProbeOutcome`]) is read from those markers in the
+//! probe's `main.out` and from the job's final state.
+//!
+//! On a hang the next rung of the knob ladder ([`default_ladder`]) is tried; the first
+//! rung that passes is written to `<state_dir>/clusters/<ClusterName>.json`
+//! ([`ClusterKnobs`], atomically: temporary file, fsync, rename, fsync of the folder).
+//! Later submits add the cached env to the job's extra env (the spec's own values
+//! win) and, under [`NcclProbe::Auto`], skip the probe.
+//!
+//! Probe jobs are ordinary records (exactly-once submit, status, logs, cancel all
+//! apply) labelled [`PROBE_LABEL`]`=nccl`; [`Backend::records`](super::Backend::records)
+//! leaves them out unless the filter asks for that label.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::slurm::SlurmBackend;
+use super::{JobStatus, LogStream, NativeStatus, SubmitOptions};
+use crate::record::{JobId, JobRecord, RecordStore};
+use crate::render::Renderer;
+use crate::slurm::SlurmJobId;
+use crate::spec::{JobSpec, Resources, WallTime};
+use crate::state::JobState;
+use crate::transport::{shell_quote, Command, Transport};
+use crate::{Error, Result};
+
+/// The label every probe record carries (value `nccl`).
+pub const PROBE_LABEL: &str = "slurm-run-probe";
+
+/// Printed by rank 0 when the all-reduce gave the right sum on every rank.
+pub const PROBE_OK: &str = "NCCL_PROBE_OK";
+
+/// Printed by rank 0 as `NCCL_PROBE_BAD sum=X expected=Y` when it did not.
+pub const PROBE_BAD: &str = "NCCL_PROBE_BAD";
+
+/// Printed by the probe's wrapper when `timeout` stopped the probe command (a hang).
+pub const PROBE_TIMEOUT: &str = "NCCL_PROBE_TIMEOUT";
+
+/// The all-reduce script (our own), run by torchrun on every GPU.
+const PROBE_SCRIPT: &str = include_str!("nccl_probe.py");
+
+/// The environment variable the script travels in.
+const PROBE_SCRIPT_ENV: &str = "SLURM_RUN_NCCL_PROBE_PY";
+
+/// The global world size the script must see (nodes x GPUs per node).
+const PROBE_WORLD_ENV: &str = "SLURM_RUN_NCCL_PROBE_WORLD";
+
+/// The markers, as an extended regular expression for `grep -E`.
+const MARKER_PATTERN: &str = "NCCL_PROBE_(OK|BAD|TIMEOUT)";
+
+/// The version of the knob cache file format.
+const KNOBS_SCHEMA_VERSION: u32 = 1;
+
+/// The seconds `timeout` waits after its TERM before it kills the probe.
+const KILL_AFTER_SECS: u64 = 10;
+
+/// Extra environment for NCCL: variable name to value.
+pub type KnobSet = BTreeMap<String, String>;
+
+/// Whether a submit runs the NCCL probe first.
+///
+/// Only jobs that need NCCL are concerned: more than one node, or more than one GPU
+/// per node (the intra-node P2P hang needs no second node). Other jobs never probe
+/// and never get knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NcclProbe {
+    /// Probe when the job has a container image (the probe runs the container's
+    /// torchrun) and the cluster's cached knobs were not probed at this shape
+    /// ([`ClusterKnobs::covers`]); otherwise submit with the cached knobs, if any.
+    #[default]
+    Auto,
+    /// Probe before every such job (and refresh the cache).
+    Always,
+    /// Neither probe nor add cached knobs: the job runs with its own env only.
+    Never,
+}
+
+/// How a probe runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeOptions {
+    /// The command each node runs instead of the default `torchrun ... python3 -c
+    /// <all-reduce script>`; it runs in `bash -c`, inside the container when the job
+    /// has an image, with `NODE_RANK`, `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`
+    /// (nodes) and `NUM_GPU_PER_NODE` set on multi-node jobs. Rank 0 must print
+    /// [`PROBE_OK`] or [`PROBE_BAD`]. It always runs under `timeout`.
+    pub command: Option<String>,
+    /// The time one probe may take before it counts as hung.
+    pub timeout: Duration,
+    /// The env sets tried in order while the probe hangs; `None` is
+    /// [`default_ladder`] with the configured `SLURM_NCCL_SOCKET_IFNAME`.
+    pub ladder: Option<Vec<KnobSet>>,
+    /// Time between two polls of a probe job.
+    pub poll_interval: Duration,
+    /// How long one probe job may take, queue time included, before it is cancelled.
+    pub max_wait: Duration,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> Self {
+        ProbeOptions {
+            command: None,
+            timeout: Duration::from_secs(120),
+            ladder: None,
+            poll_interval: Duration::from_secs(5),
+            max_wait: Duration::from_secs(30 * 60),
+        }
+    }
+}
+
+impl ProbeOptions {
+    /// Run `command` on each node instead of the default torchrun probe.
+    pub fn with_command(mut self, command: impl Into<String>) -> Self {
+        self.command = Some(command.into());
+        self
+    }
+
+    /// The time one probe may take before it counts as hung.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The env sets tried in order while the probe hangs.
+    pub fn with_ladder(mut self, ladder: Vec<KnobSet>) -> Self {
+        self.ladder = Some(ladder);
+        self
+    }
+
+    /// Time between two polls of a probe job.
+    pub fn with_poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// How long one probe job may take, queue time included.
+    pub fn with_max_wait(mut self, wait: Duration) -> Self {
+        self.max_wait = wait;
+        self
+    }
+}
+
+/// The default ladder: nothing; `NCCL_P2P_DISABLE=1`; also `NCCL_IB_DISABLE=1`; also
+/// `NCCL_SOCKET_IFNAME=<socket_ifname>`.
+pub fn default_ladder(socket_ifname: &str) -> Vec<KnobSet> {
+    let knob = |pairs: &[(&str, &str)]| -> KnobSet {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    vec![
+        KnobSet::new(),
+        knob(&[("NCCL_P2P_DISABLE", "1")]),
+        knob(&[("NCCL_P2P_DISABLE", "1"), ("NCCL_IB_DISABLE", "1")]),
+        knob(&[
+            ("NCCL_P2P_DISABLE", "1"),
+            ("NCCL_IB_DISABLE", "1"),
+            ("NCCL_SOCKET_IFNAME", socket_ifname),
+        ]),
+    ]
+}
+
+/// What one probe job showed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ProbeOutcome {
+    /// Rank 0 printed [`PROBE_OK`]: the collective works with this env.
+    Ok,
+    /// Rank 0 printed [`PROBE_BAD`]: the collective finished with a wrong sum. A
+    /// hard fault (fabric, driver), not a hang: no knob is tried.
+    Bad {
+        /// The marker line.
+        detail: String,
+    },
+    /// The probe did not finish in time ([`PROBE_TIMEOUT`], exit code 124, or the
+    /// job's wall time).
+    Hung {
+        /// What showed the hang.
+        detail: String,
+    },
+    /// The job ended otherwise, without a marker (no torchrun in the image, a node
+    /// failure, a cancel): trying NCCL knobs would not help.
+    Failed {
+        /// How the job ended.
+        detail: String,
+    },
+}
+
+impl ProbeOutcome {
+    /// `OK`, `BAD`, `HUNG` or `FAILED`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ProbeOutcome::Ok => "OK",
+            ProbeOutcome::Bad { .. } => "BAD",
+            ProbeOutcome::Hung { .. } => "HUNG",
+            ProbeOutcome::Failed { .. } => "FAILED",
+        }
+    }
+}
+
+impl fmt::Display for ProbeOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProbeOutcome::Ok => f.write_str("OK"),
+            ProbeOutcome::Bad { detail }
+            | ProbeOutcome::Hung { detail }
+            | ProbeOutcome::Failed { detail } => write!(f, "{} ({detail})", self.name()),
+        }
+    }
+}
+
+/// One rung of the ladder, as it ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProbeAttempt {
+    /// The knob env of this rung.
+    pub env: KnobSet,
+    /// What it showed.
+    pub outcome: ProbeOutcome,
+    /// The probe's record.
+    pub job: JobId,
+    /// Its SLURM job id.
+    pub slurm_job_id: Option<SlurmJobId>,
+    /// Its `main.out` on the cluster (with the `NCCL_DEBUG=INFO` lines).
+    pub log: Option<String>,
+}
+
+/// A probe that passed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProbeReport {
+    /// The cluster (its `ClusterName`), the key of the cache.
+    pub cluster: String,
+    /// The env that worked (empty when nothing was needed), now cached.
+    pub knobs: KnobSet,
+    /// Every rung tried, in order; the last one passed.
+    pub attempts: Vec<ProbeAttempt>,
+    /// The cache file written.
+    pub cache_file: PathBuf,
+}
+
+/// A cluster's cached NCCL knobs, as stored in `<state_dir>/clusters/<cluster>.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterKnobs {
+    /// The file format version.
+    pub schema_version: u32,
+    /// The cluster's `ClusterName`.
+    pub cluster: String,
+    /// The env that made the probe pass (empty: none needed).
+    pub env: KnobSet,
+    /// When the probe passed.
+    pub probed_at: DateTime<Utc>,
+    /// The probe's node count.
+    pub nodes: u32,
+    /// The probe's GPUs per node.
+    pub gpus_per_node: u32,
+    /// The probe record that passed.
+    pub probe_job: JobId,
+}
+
+impl ClusterKnobs {
+    /// Whether this probe exercised what a job of this shape needs: the paths between
+    /// nodes when it has several, and those inside a node when it has several GPUs per
+    /// node. A knob set found on one node says nothing about the network.
+    pub fn covers(&self, nodes: u32, gpus_per_node: u32) -> bool {
+        (nodes <= 1 || self.nodes >= 2) && (gpus_per_node <= 1 || self.gpus_per_node >= 2)
+    }
+}
+
+/// Whether a job of these resources uses NCCL between GPUs (and so may hang).
+pub(super) fn needs_nccl(resources: &Resources) -> bool {
+    resources.nodes > 1 || resources.gpus_per_node > 1
+}
+
+/// The cache key from `scontrol show config`'s `ClusterName` (its first line): kept
+/// when it is a safe file name, otherwise made one; `default` when empty.
+pub(super) fn cluster_key(raw: &str) -> String {
+    let name = raw.lines().next().unwrap_or("").trim();
+    let mut key: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(crate::spec::MAX_NAME_LEN)
+        .collect();
+    if !key.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        key = format!("c{key}");
+        key.truncate(crate::spec::MAX_NAME_LEN);
+    }
+    if name.is_empty() {
+        "default".to_string()
+    } else {
+        key
+    }
+}
+
+/// `<state_dir>/clusters/<cluster>.json`; refuses a name that is not a safe file name.
+fn knobs_path(state_dir: &Path, cluster: &str) -> Result<PathBuf> {
+    crate::spec::validate_safe_name("cluster", cluster)?;
+    Ok(state_dir.join("clusters").join(format!("{cluster}.json")))
+}
+
+/// The cached knobs of `cluster`, `None` when there are none. A file that no longer
+/// parses is reported and ignored (the next probe replaces it).
+fn read_knobs(state_dir: &Path, cluster: &str) -> Result<Option<ClusterKnobs>> {
+    let path = knobs_path(state_dir, cluster)?;
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(Error::io(
+                format!("reading the NCCL knob cache {}", path.display()),
+                e,
+            ))
+        }
+    };
+    match serde_json::from_slice::<ClusterKnobs>(&bytes) {
+        Ok(knobs) if knobs.schema_version == KNOBS_SCHEMA_VERSION => Ok(Some(knobs)),
+        Ok(knobs) => {
+            tracing::warn!(path = %path.display(), version = knobs.schema_version, "NCCL knob cache of another format version; ignored");
+            Ok(None)
+        }
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "NCCL knob cache does not parse; ignored (the next probe replaces it)");
+            Ok(None)
+        }
+    }
+}
+
+/// Write `knobs` atomically (temporary file, fsync, rename, fsync of the folder).
+fn write_knobs(state_dir: &Path, knobs: &ClusterKnobs) -> Result<PathBuf> {
+    let path = knobs_path(state_dir, &knobs.cluster)?;
+    let dir = path.parent().expect("a cache file has a folder");
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    let ctx = |what: &str| format!("{what} the NCCL knob cache {}", path.display());
+    builder
+        .create(dir)
+        .map_err(|e| Error::io(ctx("creating the folder of"), e))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tmp-")
+        .suffix(".partial")
+        .tempfile_in(dir)
+        .map_err(|e| Error::io(ctx("creating a temporary file for"), e))?;
+    let text = serde_json::to_vec_pretty(knobs)
+        .map_err(|e| Error::io(ctx("serialising"), std::io::Error::other(e)))?;
+    tmp.write_all(&text)
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| Error::io(ctx("writing"), e))?;
+    tmp.persist(&path)
+        .map_err(|e| Error::io(ctx("storing"), e.error))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(ctx("syncing the folder of"), e))?;
+    Ok(path)
+}
+
+/// Remove the cache of `cluster`; whether there was one.
+fn remove_knobs(state_dir: &Path, cluster: &str) -> Result<bool> {
+    let path = knobs_path(state_dir, cluster)?;
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io(
+            format!("removing the NCCL knob cache {}", path.display()),
+            e,
+        )),
+    }
+}
+
+/// The outcome of a finished probe job from its marker lines and how it ended.
+pub(super) fn classify(
+    state: JobState,
+    native: Option<&NativeStatus>,
+    markers: &str,
+) -> ProbeOutcome {
+    let line = |marker: &str| {
+        markers
+            .lines()
+            .map(str::trim)
+            .find(|l| l.contains(marker))
+            .map(str::to_string)
+    };
+    if let Some(detail) = line(PROBE_BAD) {
+        return ProbeOutcome::Bad { detail };
+    }
+    if line(PROBE_OK).is_some() {
+        return ProbeOutcome::Ok;
+    }
+    if let Some(detail) = line(PROBE_TIMEOUT) {
+        return ProbeOutcome::Hung { detail };
+    }
+    let scheduler = native.map(|n| n.state.as_str()).unwrap_or("");
+    if native.and_then(|n| n.exit_code) == Some(124) {
+        return ProbeOutcome::Hung {
+            detail: "the probe exited 124 (timeout)".to_string(),
+        };
+    }
+    if scheduler.starts_with("TIMEOUT") {
+        return ProbeOutcome::Hung {
+            detail: "the probe job reached its wall time".to_string(),
+        };
+    }
+    let mut detail = format!("the probe job ended {state} without a probe marker");
+    if let Some(native) = native {
+        detail.push_str(&format!(" (SLURM {}", native.state));
+        if let Some(code) = native.exit_code {
+            detail.push_str(&format!(", exit code {code}"));
+        }
+        if let Some(reason) = &native.reason {
+            detail.push_str(&format!(", {reason}"));
+        }
+        detail.push(')');
+    }
+    ProbeOutcome::Failed { detail }
+}
+
+/// Try the rungs in order until one does not hang; the attempts made.
+pub(super) async fn climb<'a, F, Fut>(
+    ladder: &'a [KnobSet],
+    mut attempt: F,
+) -> Result<Vec<ProbeAttempt>>
+where
+    F: FnMut(&'a KnobSet) -> Fut,
+    Fut: Future<Output = Result<ProbeAttempt>>,
+{
+    let mut attempts: Vec<ProbeAttempt> = Vec::new();
+    for rung in ladder {
+        let done = attempt(rung).await?;
+        let hung = matches!(done.outcome, ProbeOutcome::Hung { .. });
+        tracing::info!(job = %done.job, env = ?done.env, outcome = %done.outcome, "NCCL probe");
+        attempts.push(done);
+        if !hung {
+            break;
+        }
+    }
+    Ok(attempts)
+}
+
+fn show_env(env: &KnobSet) -> String {
+    let pairs: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{{{}}}", pairs.join(", "))
+}
+
+/// The knobs that worked, or the error that says which outcome stopped the ladder
+/// and what to do.
+pub(super) fn verdict(cluster: &str, attempts: &[ProbeAttempt]) -> Result<KnobSet> {
+    let check = "nccl probe".to_string();
+    let Some(last) = attempts.last() else {
+        return Err(Error::invalid(
+            "ladder",
+            "empty; give at least one env set (an empty set probes without knobs)",
+        ));
+    };
+    let log = last.log.as_deref().unwrap_or("its main.out");
+    match &last.outcome {
+        ProbeOutcome::Ok => Ok(last.env.clone()),
+        ProbeOutcome::Bad { detail } => Err(Error::Preflight {
+            check,
+            message: format!(
+                "BAD on {cluster}: the all-reduce of probe {} finished with a wrong sum ({detail}) with env {}",
+                last.job,
+                show_env(&last.env)
+            ),
+            remedy: format!(
+                "a hardware or driver fault, not a hang: NCCL knobs will not fix it; check the GPU fabric and drivers of the nodes (NCCL_DEBUG=INFO log: {log}), exclude the bad nodes or ask the cluster admins"
+            ),
+        }),
+        ProbeOutcome::Failed { detail } => Err(Error::Preflight {
+            check,
+            message: format!("FAILED on {cluster}: probe {}: {detail}", last.job),
+            remedy: format!(
+                "read the probe's logs ({log} and main.err beside it): the image needs torchrun and python3 with torch, and the nodes must start the job; or submit with nccl_probe: Never and set NCCL knobs in extra_env yourself"
+            ),
+        }),
+        ProbeOutcome::Hung { .. } => {
+            let tried: Vec<String> = attempts.iter().map(|a| show_env(&a.env)).collect();
+            let logs: Vec<&str> = attempts.iter().filter_map(|a| a.log.as_deref()).collect();
+            Err(Error::Preflight {
+                check,
+                message: format!(
+                    "HUNG on {cluster}: the all-reduce hung with every env set tried: {}",
+                    tried.join(" -> ")
+                ),
+                remedy: format!(
+                    "read the NCCL_DEBUG=INFO logs of the probes ({}) for the transport that stalls; try other knobs (ProbeOptions::ladder, SLURM_NCCL_SOCKET_IFNAME for the right interface) or ask the cluster admins",
+                    if logs.is_empty() { "none was written".to_string() } else { logs.join(", ") }
+                ),
+            })
+        }
+    }
+}
+
+/// The shell text each node runs: `inner` under `timeout`, a marker when it fired.
+fn wrap_in_timeout(inner: &str, timeout: Duration) -> Result<String> {
+    let secs = timeout.as_secs().max(1);
+    Ok(format!(
+        "timeout --kill-after={KILL_AFTER_SECS} {secs}s bash -c {inner}; slurm_run_probe_rc=$?\n\
+         if [ \"$slurm_run_probe_rc\" -eq 124 ] || [ \"$slurm_run_probe_rc\" -eq 137 ]; then\n  \
+         echo \"{PROBE_TIMEOUT} node_rank=${{NODE_RANK:-0}} after {secs}s\"\n\
+         fi\n\
+         exit \"$slurm_run_probe_rc\"",
+        inner = shell_quote(inner)?,
+    ))
+}
+
+/// The default per-node command: torchrun over every GPU, running our script.
+fn default_probe_command(nodes: u32, gpus_per_node: u32) -> String {
+    format!(
+        "torchrun --nnodes={nodes} --nproc_per_node={gpus_per_node} --node_rank=\"${{NODE_RANK:-0}}\" \
+         --master_addr=\"${{MASTER_ADDR:-127.0.0.1}}\" --master_port=\"${{MASTER_PORT:-29500}}\" \
+         --no-python python3 -c \"${PROBE_SCRIPT_ENV}\""
+    )
+}
+
+/// The probe job standing for `spec` with the knobs `rung`.
+fn probe_spec(
+    spec: &JobSpec,
+    resources: &Resources,
+    options: &ProbeOptions,
+    rung: &KnobSet,
+) -> Result<JobSpec> {
+    let inner = match &options.command {
+        Some(command) => command.clone(),
+        None => default_probe_command(resources.nodes, resources.gpus_per_node),
+    };
+    let mut probe = JobSpec::new("nccl-probe", wrap_in_timeout(&inner, options.timeout)?);
+    probe.image = spec.image.clone();
+    probe.allow_registry_image = spec.allow_registry_image;
+    probe.mounts = spec.mounts.clone();
+    probe.env = spec.env.clone();
+    if options.command.is_none() {
+        probe
+            .env
+            .insert(PROBE_SCRIPT_ENV.to_string(), PROBE_SCRIPT.to_string());
+    }
+    probe.env.insert(
+        PROBE_WORLD_ENV.to_string(),
+        (u64::from(resources.nodes) * u64::from(resources.gpus_per_node)).to_string(),
+    );
+    probe.partition = spec.partition.clone();
+    probe.account = spec.account.clone();
+    probe.nodes = Some(resources.nodes);
+    probe.gpus_per_node = Some(resources.gpus_per_node);
+    probe.cpus_per_task = spec.cpus_per_task;
+    probe.memory = spec.memory.clone();
+    // The timeout, the kill grace, and a minute for the job to start and end,
+    // at least two minutes (the child timeout needs a whole minute below the wall).
+    let minutes = (options.timeout.as_secs() + KILL_AFTER_SECS + 60)
+        .div_ceil(60)
+        .max(2);
+    probe.time = Some(WallTime::from_minutes(minutes));
+    probe.requeue = Some(false);
+    probe.extra_sbatch = spec.extra_sbatch.clone();
+    probe.extra_env = spec.extra_env.clone();
+    for (name, value) in rung {
+        crate::spec::validate_shell_name("ladder", name)?;
+        probe.extra_env.insert(name.clone(), value.clone());
+    }
+    probe.labels = [(PROBE_LABEL.to_string(), "nccl".to_string())].into();
+    Ok(probe)
+}
+
+type BoxedSubmit<'a> = Pin<Box<dyn Future<Output = Result<JobRecord>> + Send + 'a>>;
+
+impl<T, R, S> SlurmBackend<T, R, S>
+where
+    T: Transport + 'static,
+    R: Renderer + 'static,
+    S: RecordStore + 'static,
+{
+    /// Run the NCCL probe for jobs like `spec` (its resources, image, mounts and env;
+    /// not its command), climbing the knob ladder while the probe hangs, and cache the
+    /// first env that passes for this cluster. Always probes, whatever is cached.
+    ///
+    /// Errors ([`Error::Preflight`], check `nccl probe`) name the outcome that stopped
+    /// the ladder and the remedy: BAD (a wrong sum: a fault no knob fixes), FAILED (the
+    /// probe could not run), HUNG on every rung (with the env sets tried and the logs).
+    /// Nothing is cached then.
+    pub async fn probe_nccl(&self, spec: &JobSpec, options: ProbeOptions) -> Result<ProbeReport> {
+        spec.validate()?;
+        self.ensure_ready(spec).await?;
+        let resources = self.resources(spec)?;
+        let cluster = self.cluster_name().await?;
+        let ladder = options
+            .ladder
+            .clone()
+            .unwrap_or_else(|| default_ladder(&self.inner.config.nccl_socket_ifname));
+        if ladder.is_empty() {
+            return Err(Error::invalid(
+                "ladder",
+                "empty; give at least one env set (an empty set probes without knobs)",
+            ));
+        }
+        // Every rung is checked before the first job runs.
+        for rung in &ladder {
+            probe_spec(spec, &resources, &options, rung)?.validate()?;
+        }
+        let attempts = climb(&ladder, |rung| {
+            self.run_probe(spec, &resources, &options, rung)
+        })
+        .await?;
+        let knobs = verdict(&cluster, &attempts)?;
+        let last = attempts.last().expect("a passed ladder has an attempt");
+        let entry = ClusterKnobs {
+            schema_version: KNOBS_SCHEMA_VERSION,
+            cluster: cluster.clone(),
+            env: knobs.clone(),
+            probed_at: Utc::now(),
+            nodes: resources.nodes,
+            gpus_per_node: resources.gpus_per_node,
+            probe_job: last.job.clone(),
+        };
+        let cache_file = write_knobs(&self.inner.config.state_dir, &entry)?;
+        tracing::info!(%cluster, knobs = %show_env(&knobs), file = %cache_file.display(), "NCCL probe passed; knobs cached");
+        Ok(ProbeReport {
+            cluster,
+            knobs,
+            attempts,
+            cache_file,
+        })
+    }
+
+    /// The cluster's name (`ClusterName` of `scontrol show config`), the key of the
+    /// knob cache: learnt by preflight, else asked once.
+    pub async fn cluster_name(&self) -> Result<String> {
+        if let Some(name) = self
+            .inner
+            .cache
+            .lock()
+            .expect("cache lock")
+            .cluster_name
+            .clone()
+        {
+            return Ok(name);
+        }
+        let command =
+            Command::bash_script(super::preflight::CLUSTER_NAME_SCRIPT, Vec::<String>::new())
+                .display_as("scontrol show config (ClusterName)");
+        let output = self.inner.transport.run(&command).await?;
+        let name = cluster_key(&output.stdout_text());
+        self.inner.cache.lock().expect("cache lock").cluster_name = Some(name.clone());
+        Ok(name)
+    }
+
+    /// The cached NCCL knobs of `cluster` (see [`SlurmBackend::cluster_name`]), if any.
+    pub fn knob_cache(&self, cluster: &str) -> Result<Option<ClusterKnobs>> {
+        read_knobs(&self.inner.config.state_dir, cluster)
+    }
+
+    /// Forget the cached NCCL knobs of `cluster` (the next job that needs NCCL probes
+    /// again under [`NcclProbe::Auto`]); whether there were any.
+    pub fn clear_knob_cache(&self, cluster: &str) -> Result<bool> {
+        remove_knobs(&self.inner.config.state_dir, cluster)
+    }
+
+    /// Where the knobs of `cluster` are cached.
+    pub fn knob_cache_path(&self, cluster: &str) -> Result<PathBuf> {
+        knobs_path(&self.inner.config.state_dir, cluster)
+    }
+
+    /// The knobs a submit adds to `spec`'s extra env, probing first when the options
+    /// ask for it (see [`NcclProbe`]).
+    pub(super) async fn nccl_knobs_for(
+        &self,
+        spec: &JobSpec,
+        options: &SubmitOptions,
+    ) -> Result<KnobSet> {
+        if options.nccl_probe == NcclProbe::Never || spec.labels.contains_key(PROBE_LABEL) {
+            return Ok(KnobSet::new());
+        }
+        let resources = self.resources(spec)?;
+        if !needs_nccl(&resources) {
+            return Ok(KnobSet::new());
+        }
+        let cluster = self.cluster_name().await?;
+        let state_dir = &self.inner.config.state_dir;
+        let fresh = |cached: &Option<ClusterKnobs>| match options.nccl_probe {
+            NcclProbe::Always => false,
+            _ => {
+                spec.image.is_none()
+                    || cached
+                        .as_ref()
+                        .is_some_and(|c| c.covers(resources.nodes, resources.gpus_per_node))
+            }
+        };
+        let cached = read_knobs(state_dir, &cluster)?;
+        if fresh(&cached) {
+            return Ok(cached.map(|c| c.env).unwrap_or_default());
+        }
+        // One probe at a time: submits that arrive together use the first one's result.
+        let _once = self.inner.probe_once.lock().await;
+        if options.nccl_probe == NcclProbe::Auto {
+            let cached = read_knobs(state_dir, &cluster)?;
+            if fresh(&cached) {
+                return Ok(cached.map(|c| c.env).unwrap_or_default());
+            }
+        }
+        let report = self.probe_nccl(spec, options.probe.clone()).await?;
+        Ok(report.knobs)
+    }
+
+    /// The cached knobs a submit would add to `spec` (no probe).
+    pub(super) async fn cached_knobs_for(&self, spec: &JobSpec) -> Result<KnobSet> {
+        if spec.labels.contains_key(PROBE_LABEL) || !needs_nccl(&self.resources(spec)?) {
+            return Ok(KnobSet::new());
+        }
+        let cluster = self.cluster_name().await?;
+        Ok(read_knobs(&self.inner.config.state_dir, &cluster)?
+            .map(|c| c.env)
+            .unwrap_or_default())
+    }
+
+    /// Submit one probe job with `rung`, wait for its end, read its markers.
+    async fn run_probe(
+        &self,
+        spec: &JobSpec,
+        resources: &Resources,
+        options: &ProbeOptions,
+        rung: &KnobSet,
+    ) -> Result<ProbeAttempt> {
+        let probe = probe_spec(spec, resources, options, rung)?;
+        let record = self.submit_probe(&probe).await?;
+        let status = self.wait_probe(&record.id, options).await?;
+        let log = self.log_path(&status.record, LogStream::Out).ok();
+        let markers = match &log {
+            Some(path) => self.probe_markers(path).await?,
+            None => String::new(),
+        };
+        Ok(ProbeAttempt {
+            env: rung.clone(),
+            outcome: classify(status.state(), status.native.as_ref(), &markers),
+            job: record.id,
+            slurm_job_id: status.slurm_job_id(),
+            log,
+        })
+    }
+
+    /// Submit a probe job (never probing itself). A named, boxed future: a submit may
+    /// probe, so the submit and probe futures would otherwise contain each other.
+    fn submit_probe<'a>(&'a self, probe: &'a JobSpec) -> BoxedSubmit<'a> {
+        Box::pin(async move {
+            self.submit_job(
+                probe,
+                SubmitOptions {
+                    nccl_probe: NcclProbe::Never,
+                    ..SubmitOptions::default()
+                },
+            )
+            .await
+        })
+    }
+
+    /// Poll the probe `id` until it ends; cancel it after `max_wait`.
+    async fn wait_probe(&self, id: &JobId, options: &ProbeOptions) -> Result<JobStatus> {
+        let deadline = Instant::now() + options.max_wait;
+        loop {
+            match self.poll(std::slice::from_ref(id)).await {
+                Ok(mut statuses) => {
+                    let status = statuses.remove(0);
+                    if status.state().is_terminal() {
+                        return Ok(status);
+                    }
+                }
+                Err(error) if error.is_transient() => {
+                    tracing::warn!(job = %id, %error, "polling the NCCL probe failed; retrying");
+                }
+                Err(error) => return Err(error),
+            }
+            if Instant::now() >= deadline {
+                let _ = self.cancel_job(id).await;
+                return Err(Error::Timeout {
+                    what: format!(
+                        "NCCL probe {id} (queued or running; cancelled). The partition may be busy: raise ProbeOptions::max_wait, or submit with nccl_probe: Never and set the NCCL knobs in extra_env"
+                    ),
+                    after: options.max_wait,
+                    may_have_run: false,
+                });
+            }
+            tokio::time::sleep(options.poll_interval).await;
+        }
+    }
+
+    /// The marker lines of a probe's `main.out` (empty when it has none or no log).
+    async fn probe_markers(&self, path: &str) -> Result<String> {
+        let command = Command::new("grep")
+            .args(["-a", "-m", "20", "-E", MARKER_PATTERN, "--"])
+            .arg(path)
+            .display_as("grep probe markers");
+        let output = self.inner.transport.run(&command).await?;
+        // 1: no marker; 2: no log (the job never started).
+        Ok(if output.status == 0 {
+            output.stdout_text()
+        } else {
+            String::new()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(env: KnobSet, outcome: ProbeOutcome) -> ProbeAttempt {
+        ProbeAttempt {
+            env,
+            outcome,
+            job: JobId::parse("nccl-probe-abcdef").unwrap(),
+            slurm_job_id: None,
+            log: Some("/r/nccl-probe-abcdef/logs/x/main.out".into()),
+        }
+    }
+
+    fn hung() -> ProbeOutcome {
+        ProbeOutcome::Hung { detail: "t".into() }
+    }
+
+    fn native(state: &str, exit: Option<i32>) -> NativeStatus {
+        NativeStatus {
+            state: state.into(),
+            reason: None,
+            exit_code: exit,
+            nodes: None,
+            source: "sacct",
+        }
+    }
+
+    #[test]
+    fn markers_decide_before_the_exit_code() {
+        let ok = classify(
+            JobState::Complete,
+            Some(&native("COMPLETED", Some(0))),
+            "NCCL_PROBE_OK world=16\n",
+        );
+        assert_eq!(ok, ProbeOutcome::Ok);
+        let bad = classify(
+            JobState::Error,
+            Some(&native("FAILED", Some(3))),
+            "NCCL_PROBE_BAD sum=10 expected=136\n",
+        );
+        assert_eq!(bad.name(), "BAD");
+        assert!(bad.to_string().contains("sum=10 expected=136"), "{bad}");
+        let hung = classify(
+            JobState::Error,
+            Some(&native("FAILED", Some(1))),
+            "NCCL_PROBE_TIMEOUT node_rank=1 after 3s\n",
+        );
+        assert_eq!(hung.name(), "HUNG");
+        assert_eq!(
+            classify(JobState::Error, Some(&native("FAILED", Some(124))), "").name(),
+            "HUNG"
+        );
+        assert_eq!(
+            classify(JobState::Error, Some(&native("TIMEOUT", None)), "").name(),
+            "HUNG"
+        );
+        let failed = classify(JobState::Error, Some(&native("FAILED", Some(127))), "");
+        assert_eq!(failed.name(), "FAILED");
+        assert!(failed.to_string().contains("exit code 127"), "{failed}");
+        // Finished, but the command printed nothing: not OK.
+        assert_eq!(
+            classify(JobState::Complete, Some(&native("COMPLETED", Some(0))), "").name(),
+            "FAILED"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_ladder_stops_at_the_first_rung_that_does_not_hang() {
+        let ladder = default_ladder("ib0");
+        let mut seen = Vec::new();
+        let attempts = climb(&ladder, |rung| {
+            seen.push(rung.clone());
+            let outcome = if rung.contains_key("NCCL_IB_DISABLE") {
+                ProbeOutcome::Ok
+            } else {
+                hung()
+            };
+            let done = attempt(rung.clone(), outcome);
+            async move { Ok(done) }
+        })
+        .await
+        .unwrap();
+        assert_eq!(seen.len(), 3, "the fourth rung is not tried: {seen:?}");
+        assert_eq!(attempts.len(), 3);
+        let knobs = verdict("c1", &attempts).unwrap();
+        assert_eq!(
+            knobs,
+            KnobSet::from([
+                ("NCCL_IB_DISABLE".to_string(), "1".to_string()),
+                ("NCCL_P2P_DISABLE".to_string(), "1".to_string()),
+            ])
+        );
+    }
+
+    #[tokio::test]
+    async fn bad_stops_the_ladder_at_once_and_names_the_remedy() {
+        let ladder = default_ladder("eth0");
+        let mut calls = 0;
+        let attempts = climb(&ladder, |rung| {
+            calls += 1;
+            let done = attempt(
+                rung.clone(),
+                ProbeOutcome::Bad {
+                    detail: "NCCL_PROBE_BAD sum=3 expected=10".into(),
+                },
+            );
+            async move { Ok(done) }
+        })
+        .await
+        .unwrap();
+        assert_eq!(calls, 1);
+        let err = verdict("c1", &attempts).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Preflight);
+        let text = err.to_string();
+        assert!(text.contains("BAD") && text.contains("admins"), "{text}");
+        assert!(text.contains("sum=3 expected=10"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn every_rung_hung_lists_the_env_sets_and_the_logs() {
+        let ladder = default_ladder("ib0");
+        let attempts = climb(&ladder, |rung| {
+            let done = attempt(rung.clone(), hung());
+            async move { Ok(done) }
+        })
+        .await
+        .unwrap();
+        assert_eq!(attempts.len(), 4);
+        let text = verdict("c1", &attempts).unwrap_err().to_string();
+        assert!(text.contains("HUNG"), "{text}");
+        assert!(text.contains("{} -> {NCCL_P2P_DISABLE=1} ->"), "{text}");
+        assert!(text.contains("NCCL_SOCKET_IFNAME=ib0"), "{text}");
+        assert!(text.contains("NCCL_DEBUG=INFO"), "{text}");
+        assert!(text.contains("/main.out"), "{text}");
+        // An error of one attempt (not an outcome) stops the climb and is returned.
+        let err = climb(&ladder, |_| async {
+            Err::<ProbeAttempt, _>(Error::invalid("x", "boom"))
+        })
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("boom"));
+    }
+
+    #[test]
+    fn the_cache_round_trips_atomically_and_clears() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_knobs(dir.path(), "c1").unwrap(), None);
+        let knobs = ClusterKnobs {
+            schema_version: KNOBS_SCHEMA_VERSION,
+            cluster: "c1".into(),
+            env: KnobSet::from([("NCCL_P2P_DISABLE".to_string(), "1".to_string())]),
+            probed_at: Utc::now(),
+            nodes: 2,
+            gpus_per_node: 8,
+            probe_job: JobId::parse("nccl-probe-abcdef").unwrap(),
+        };
+        let path = write_knobs(dir.path(), &knobs).unwrap();
+        assert_eq!(path, dir.path().join("clusters").join("c1.json"));
+        assert_eq!(read_knobs(dir.path(), "c1").unwrap(), Some(knobs.clone()));
+        // No temporary file is left beside it.
+        let names: Vec<String> = std::fs::read_dir(dir.path().join("clusters"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["c1.json".to_string()]);
+        // Another cluster has its own file.
+        assert_eq!(read_knobs(dir.path(), "c2").unwrap(), None);
+        // A broken file is ignored, not fatal.
+        std::fs::write(&path, b"{not json").unwrap();
+        assert_eq!(read_knobs(dir.path(), "c1").unwrap(), None);
+        assert!(remove_knobs(dir.path(), "c1").unwrap());
+        assert!(!remove_knobs(dir.path(), "c1").unwrap());
+        // A hostile cluster name never becomes a path.
+        assert!(knobs_path(dir.path(), "../x").is_err());
+    }
+
+    #[test]
+    fn coverage_needs_the_paths_the_job_uses() {
+        let knobs = |nodes, gpus| ClusterKnobs {
+            schema_version: KNOBS_SCHEMA_VERSION,
+            cluster: "c".into(),
+            env: KnobSet::new(),
+            probed_at: Utc::now(),
+            nodes,
+            gpus_per_node: gpus,
+            probe_job: JobId::parse("nccl-probe-abcdef").unwrap(),
+        };
+        assert!(knobs(2, 8).covers(4, 8));
+        assert!(knobs(2, 8).covers(1, 2));
+        assert!(
+            !knobs(1, 8).covers(2, 8),
+            "one node says nothing of the network"
+        );
+        assert!(
+            !knobs(2, 1).covers(2, 4),
+            "one GPU a node says nothing of P2P"
+        );
+        assert!(knobs(2, 1).covers(2, 1));
+    }
+
+    #[test]
+    fn cluster_names_become_safe_keys() {
+        assert_eq!(cluster_key("testbed\n"), "testbed");
+        assert_eq!(cluster_key(""), "default");
+        assert_eq!(cluster_key("my cluster/../x"), "my_cluster_.._x");
+        assert_eq!(cluster_key(".hidden"), "c.hidden");
+    }
+
+    #[test]
+    fn the_probe_spec_takes_the_resources_not_the_command() {
+        let mut spec = JobSpec::new("train", "python train.py --secret-sauce");
+        spec.image = Some("/images/pt.sqsh".into());
+        spec.mounts = vec!["/data:/data".into()];
+        spec.nodes = Some(2);
+        spec.gpus_per_node = Some(8);
+        spec.extra_env = [("NCCL_P2P_DISABLE".to_string(), "0".to_string())].into();
+        spec.secrets = vec!["HF_TOKEN".into()];
+        spec.datasets = vec!["lustre:///data/set".into()];
+        let resources = spec.resolve(&Default::default()).unwrap();
+        let rung = default_ladder("eth0")[1].clone();
+        let probe = probe_spec(&spec, &resources, &ProbeOptions::default(), &rung).unwrap();
+        probe.validate().unwrap();
+        assert!(!probe.command.contains("train.py"));
+        assert!(
+            probe
+                .command
+                .starts_with("timeout --kill-after=10 120s bash -c "),
+            "{}",
+            probe.command
+        );
+        assert!(
+            probe
+                .command
+                .contains("torchrun --nnodes=2 --nproc_per_node=8"),
+            "{}",
+            probe.command
+        );
+        assert!(probe.command.contains(PROBE_TIMEOUT));
+        assert_eq!(probe.image, spec.image);
+        assert_eq!(probe.mounts, spec.mounts);
+        assert_eq!((probe.nodes, probe.gpus_per_node), (Some(2), Some(8)));
+        // The rung overrides the spec's own value inside the probe.
+        assert_eq!(probe.extra_env["NCCL_P2P_DISABLE"], "1");
+        assert_eq!(probe.env[PROBE_WORLD_ENV], "16");
+        assert!(probe.env[PROBE_SCRIPT_ENV].contains("NCCL_PROBE_OK"));
+        assert!(probe.env[PROBE_SCRIPT_ENV].contains("NCCL_PROBE_BAD sum="));
+        assert!(probe.secrets.is_empty() && probe.datasets.is_empty());
+        assert_eq!(probe.labels[PROBE_LABEL], "nccl");
+        let wall = probe.time.unwrap();
+        assert!(wall.as_secs() >= 120 + 60, "{wall}");
+        // The probe spec resolves with the usual rules (wall leaves a child minute).
+        probe.resolve(&Default::default()).unwrap();
+        // A fake command replaces torchrun and carries no script.
+        let fake = ProbeOptions::default()
+            .with_command("echo NCCL_PROBE_OK")
+            .with_timeout(Duration::from_secs(3));
+        let probe = probe_spec(&spec, &resources, &fake, &KnobSet::new()).unwrap();
+        assert!(
+            probe.command.contains("3s bash -c 'echo NCCL_PROBE_OK'"),
+            "{}",
+            probe.command
+        );
+        assert!(!probe.env.contains_key(PROBE_SCRIPT_ENV));
+        assert_eq!(probe.time.unwrap().as_secs(), 120);
+        // A rung with a name that is not a shell variable is refused.
+        let bad_rung = KnobSet::from([("NCCL P2P".to_string(), "1".to_string())]);
+        assert!(probe_spec(&spec, &resources, &fake, &bad_rung).is_err());
+    }
+}
