@@ -49,9 +49,9 @@ pub use slurm_ssh as ssh;
 pub use slurm_core::{Error, ErrorKind, Result};
 
 pub use slurm_core::backend::{
-    Backend, BackendExt, JobStatus, LogOptions, LogStream, NativeStatus, PreflightCheck,
-    PreflightReport, SlurmBackend, SlurmConfig, SlurmConfigBuilder, SubmitOptions, WatchEvent,
-    WatchOptions,
+    Backend, BackendExt, ClusterKnobs, JobStatus, LogOptions, LogStream, NativeStatus, NcclProbe,
+    PreflightCheck, PreflightReport, ProbeOptions, ProbeOutcome, ProbeReport, SlurmBackend,
+    SlurmConfig, SlurmConfigBuilder, SubmitOptions, WatchEvent, WatchOptions,
 };
 pub use slurm_core::{
     ErrorClass, FileRecordStore, JobId, JobRecord, JobSpec, JobState, MemoryRecordStore,
