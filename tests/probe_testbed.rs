@@ -25,9 +25,9 @@ else
   sleep 60
 fi"#;
 
-/// Finishes at once with a wrong sum on rank 0.
-const WRONG_SUM: &str = r#"if [ "${NODE_RANK:-0}" = 0 ]; then echo "NCCL_PROBE_BAD sum=3 expected=10"; fi
-exit 3"#;
+/// Finishes at once with a wrong sum: rank 0 prints it and exits 3 (as the real script
+/// does: only rank 0 fails, after its marker, so `--kill-on-bad-exit` cannot cut it off).
+const WRONG_SUM: &str = r#"if [ "${NODE_RANK:-0}" = 0 ]; then echo "NCCL_PROBE_BAD sum=3 expected=10"; exit 3; fi"#;
 
 fn fake(command: &str) -> ProbeOptions {
     ProbeOptions::default()

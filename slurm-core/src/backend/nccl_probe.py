@@ -47,8 +47,11 @@ def main():
             )
         else:
             print("NCCL_PROBE_OK world=%d" % world, flush=True)
+    # No rank leaves before rank 0 has printed: srun --kill-on-bad-exit would stop it.
+    dist.barrier()
     dist.destroy_process_group()
-    return 3 if bad_ranks or wrong_world else 0
+    # Only rank 0 reports failure by its exit code, after its marker is out.
+    return 3 if rank == 0 and (bad_ranks or wrong_world) else 0
 
 
 if __name__ == "__main__":
