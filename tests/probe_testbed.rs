@@ -27,7 +27,8 @@ fi"#;
 
 /// Finishes at once with a wrong sum: rank 0 prints it and exits 3 (as the real script
 /// does: only rank 0 fails, after its marker, so `--kill-on-bad-exit` cannot cut it off).
-const WRONG_SUM: &str = r#"if [ "${NODE_RANK:-0}" = 0 ]; then echo "NCCL_PROBE_BAD sum=3 expected=10"; exit 3; fi"#;
+const WRONG_SUM: &str =
+    r#"if [ "${NODE_RANK:-0}" = 0 ]; then echo "NCCL_PROBE_BAD sum=3 expected=10"; exit 3; fi"#;
 
 fn fake(command: &str) -> ProbeOptions {
     ProbeOptions::default()
