@@ -60,7 +60,7 @@ __sr_run() {
   p=$!
   printf '%s P %d\n' "$m" "$p"
   wait "$p"; s=$?
-  if [ "$n" -gt 0 ]; then rm -f -- "$src"; fi
+  if [ "$n" -gt 0 ]; then : > "$src"; fi
   if [ -s "$o" ] || [ -s "$e" ]; then
     printf '%s O' "$m" > "$__sr_d/m"
     cat -- "$o" "$__sr_d/m" "$e"
