@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := test
 TESTBED_ENV = eval "$$(testbed/env)"
 
-.PHONY: demo test bench testbed-up testbed-down lint
+.PHONY: demo test bench soak testbed-up testbed-down lint
 
 testbed-up:
 	testbed/up
@@ -22,6 +22,11 @@ test: testbed-up
 ## Benchmarks (some need the test bed); each prints ratios against a baseline measured in the same run.
 bench: testbed-up
 	$(TESTBED_ENV) && cargo bench --workspace --all-features
+
+## The soak: a few hundred small jobs under connection kills and lost answers, then exactly-once
+## and consistency checks (SLURM_RUN_SOAK_JOBS, SLURM_RUN_SOAK_SECONDS bound it; default 300 / 600 s).
+soak: testbed-up
+	$(TESTBED_ENV) && SLURM_RUN_SOAK=1 cargo bench --bench soak
 
 lint:
 	cargo fmt --all --check
