@@ -2,17 +2,16 @@
 //! Rendered scripts run for real on the local SLURM test bed: log layout, rendezvous, env sidecar.
 //!
 //! Needs `testbed/up` and `eval "$(testbed/env)"`; fails loudly when the test bed is down.
-//! Until the ssh transport is wired in, the test bed is reached with the system `ssh` client.
+//! The test bed is reached through the library's own `Ssh2Transport` (strict host keys).
 
 use std::collections::BTreeSet;
-use std::io::Write;
-use std::process::{Command as Process, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use slurm_core::redact::SecretRegistry;
 use slurm_core::render::{Renderer, ScriptContext, TemplateKind};
-use slurm_core::transport::Command;
+use slurm_core::transport::{Command, Output, Transport};
 use slurm_render::HandlebarsRenderer;
+use slurm_ssh::{Ssh2Transport, Ssh2TransportBuilder};
 
 /// How long a test job may take from sbatch to a terminal state.
 const JOB_DEADLINE: Duration = Duration::from_secs(240);
@@ -21,11 +20,8 @@ const POLL_INTERVAL: Duration = Duration::from_millis(500);
 
 /// The test bed as `testbed/env` describes it.
 struct TestBed {
-    host: String,
-    port: String,
-    user: String,
-    key: String,
-    known_hosts: String,
+    transport: Ssh2Transport,
+    runtime: tokio::runtime::Runtime,
     partition: String,
     results_root: String,
 }
@@ -38,54 +34,46 @@ fn required(name: &str) -> String {
 
 impl TestBed {
     fn from_env() -> Self {
-        let hostname = required("SLURM_HOSTNAME");
-        let first = hostname.split(',').next().unwrap_or_default();
-        let (host, port) = first.rsplit_once(':').unwrap_or((first, "22"));
+        for name in [
+            "SLURM_HOSTNAME",
+            "SLURM_USER",
+            "SSH_KEY_PATH",
+            "SSH_KNOWN_HOSTS",
+        ] {
+            required(name);
+        }
+        let transport = Ssh2Transport::new(
+            Ssh2TransportBuilder::from_env().expect("the test bed's ssh settings"),
+        )
+        .expect("an ssh2 transport");
         TestBed {
-            host: host.to_string(),
-            port: port.to_string(),
-            user: required("SLURM_USER"),
-            key: required("SSH_KEY_PATH"),
-            known_hosts: required("SSH_KNOWN_HOSTS"),
+            transport,
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime"),
             partition: required("SLURM_PARTITION"),
             results_root: required("SLURM_BASE_RESULTS_DIR"),
         }
     }
 
-    /// Run `command` on the login host with `stdin`; every word is quoted by `shell_quote`.
+    /// Run `command` on the login host with `stdin`.
     fn ssh(&self, command: &Command, stdin: &[u8]) -> Output {
-        let line = command.shell_line().expect("no NUL in test commands");
-        let mut child = Process::new("ssh")
-            .args(["-p", &self.port, "-i", &self.key])
-            .args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes"])
-            .arg("-o")
-            .arg(format!("UserKnownHostsFile={}", self.known_hosts))
-            .args(["-o", "ConnectTimeout=10"])
-            .arg(format!("{}@{}", self.user, self.host))
-            .arg(line)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the system ssh client runs");
-        child
-            .stdin
-            .take()
-            .expect("piped")
-            .write_all(stdin)
-            .expect("stdin reaches ssh");
-        child.wait_with_output().expect("ssh finishes")
+        let command = command.clone().stdin(stdin.to_vec());
+        self.runtime
+            .block_on(self.transport.run(&command))
+            .unwrap_or_else(|e| panic!("`{}` did not run on the test bed: {e}", command.label()))
     }
 
     /// Like [`TestBed::ssh`], and the command must succeed; returns its stdout.
     fn run(&self, command: &Command, stdin: &[u8]) -> String {
         let out = self.ssh(command, stdin);
         assert!(
-            out.status.success(),
+            out.success(),
             "`{}` failed on the test bed ({}): {}",
             command.label(),
             out.status,
-            String::from_utf8_lossy(&out.stderr)
+            out.stderr_text()
         );
         String::from_utf8(out.stdout).expect("utf-8 output")
     }
@@ -110,10 +98,10 @@ impl TestBed {
 
     fn exists(&self, path: &str) -> bool {
         let out = self.ssh(&Command::new("test").arg("-e").arg(path), b"");
-        match out.status.code() {
-            Some(0) => true,
-            Some(1) => false,
-            other => panic!("`test -e` over ssh ended with {other:?}"),
+        match out.status {
+            0 => true,
+            1 => false,
+            other => panic!("`test -e` over ssh ended with {other}"),
         }
     }
 
@@ -190,6 +178,8 @@ impl TestBed {
 
 /// The hex sha-256 of `text`, computed locally with `sha256sum`.
 fn sha256_hex(text: &str) -> String {
+    use std::io::Write;
+    use std::process::{Command as Process, Stdio};
     let mut child = Process::new("sha256sum")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
