@@ -6,6 +6,7 @@
 
 mod cancel;
 mod config;
+mod knobs;
 mod logs;
 mod preflight;
 mod probe;
@@ -33,10 +34,11 @@ use crate::state::JobState;
 use crate::Result;
 
 pub use config::{default_state_dir, SlurmConfig, SlurmConfigBuilder, ENV_VARS};
+pub use knobs::ClusterKnobs;
 pub use preflight::{PreflightCheck, PreflightReport};
 pub use probe::{
-    default_ladder, ClusterKnobs, KnobSet, NcclProbe, ProbeAttempt, ProbeOptions, ProbeOutcome,
-    ProbeReport, PROBE_BAD, PROBE_LABEL, PROBE_OK, PROBE_TIMEOUT,
+    default_ladder, KnobSet, NcclProbe, ProbeAttempt, ProbeOptions, ProbeOutcome, ProbeReport,
+    PROBE_BAD, PROBE_LABEL, PROBE_OK, PROBE_TIMEOUT,
 };
 pub use slurm::SlurmBackend;
 pub use watch::watch_by_polling;

@@ -367,7 +367,7 @@ where
                 }
                 Probe::ClusterName => {
                     // Not a check: the key of the NCCL knob cache, learnt on the way.
-                    cache.cluster_name = Some(super::probe::cluster_key(&out.stdout_text()));
+                    cache.cluster_name = Some(super::knobs::cluster_key(&out.stdout_text()));
                 }
                 Probe::Datasets(paths) => {
                     let missing: Vec<String> =
