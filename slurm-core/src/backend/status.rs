@@ -12,8 +12,8 @@ use crate::record::{JobId, JobRecord, Mark, RecordStore, TransitionSource};
 use crate::render::Renderer;
 use crate::slurm::{
     is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error, map_state,
-    parse_sacct, parse_scontrol_show_job, parse_squeue, resolve_newest, sacct_command,
-    scontrol_show_job_command, squeue_command, SacctRow, SlurmBaseState, SlurmJobId, SlurmState,
+    parse_sacct, parse_scontrol_show_job, parse_squeue, resolve_newest, scontrol_show_job_command,
+    SacctRow, SlurmBaseState, SlurmJobId, SlurmState, SACCT_FORMAT, SQUEUE_FORMAT,
 };
 use crate::spec::CompletionCheck;
 use crate::state::JobState;
@@ -75,10 +75,15 @@ where
                 }
             }
         }
+        let running: Vec<SlurmJobId> = records
+            .iter()
+            .filter(|r| r.state == JobState::Running)
+            .filter_map(|r| r.backend_ref.as_ref().map(|b| b.slurm_job_id))
+            .collect();
         let mut observations = if groups.is_empty() {
             HashMap::new()
         } else {
-            self.observe(&groups).await?
+            self.observe(&groups, &running).await?
         };
 
         // Jobs neither squeue nor sacct knows: ask scontrol (a second round trip, rare).
@@ -198,22 +203,58 @@ where
         Ok(answers)
     }
 
-    /// squeue and sacct for every group, in one round trip.
+    /// squeue for every group and, in the same round trip, sacct for the jobs squeue
+    /// cannot settle (see [`POLL_SCRIPT`]). `running` are the jobs whose records are
+    /// RUNNING: if squeue shows one pending again, sacct says why (a requeue).
     async fn observe(
         &self,
         groups: &BTreeMap<Option<String>, Vec<SlurmJobId>>,
+        running: &[SlurmJobId],
     ) -> Result<HashMap<Key, Observation>> {
+        let csv = |ids: &mut dyn Iterator<Item = &SlurmJobId>| {
+            ids.map(ToString::to_string).collect::<Vec<_>>().join(",")
+        };
         let mut commands: Vec<Command> = Vec::new();
         for (cluster, ids) in groups {
-            commands.push(squeue_command(ids, cluster.as_deref())?);
-            commands.push(sacct_command(ids, cluster.as_deref())?);
+            let cluster_arg = match cluster {
+                Some(c) => crate::slurm::squeue::cluster_arg(c)?,
+                None => String::new(),
+            };
+            commands.push(Command::bash_script(
+                POLL_SCRIPT,
+                [
+                    cluster_arg,
+                    csv(&mut ids.iter()),
+                    csv(&mut running.iter().filter(|id| ids.contains(id))),
+                    SQUEUE_FORMAT.to_string(),
+                    SACCT_FORMAT.to_string(),
+                ],
+            ));
         }
-        let command = batch(&commands).display_as(format!(
+        let label = format!(
             "poll {} job(s)",
             groups.values().map(Vec::len).sum::<usize>()
-        ));
-        let output = self.inner.transport.run(&command).await?;
-        let parts = split_batch_output(&output, commands.len())?;
+        );
+        // One group (the usual case) runs as it is; several go in one batch.
+        let outputs: Vec<Output> = if commands.len() == 1 {
+            vec![
+                self.inner
+                    .transport
+                    .run(&commands[0].clone().display_as(label))
+                    .await?,
+            ]
+        } else {
+            let output = self
+                .inner
+                .transport
+                .run(&batch(&commands).display_as(label))
+                .await?;
+            split_batch_output(&output, commands.len())?
+        };
+        let mut parts = Vec::with_capacity(outputs.len() * 2);
+        for output in &outputs {
+            parts.extend(split_batch_output(output, 2)?);
+        }
         let mut observations = HashMap::new();
         for ((cluster, ids), pair) in groups.iter().zip(parts.chunks(2)) {
             let (squeue, sacct) = (&pair[0], &pair[1]);
@@ -426,6 +467,46 @@ where
     }
 }
 
+/// One poll of one cluster, framed like a two-command [`batch`] (squeue, then sacct):
+/// `$1` the `--clusters=` argument or empty, `$2` every job id (comma list), `$3` the
+/// ids whose records are RUNNING, `$4` the squeue format, `$5` the sacct format.
+/// squeue answers for every job; sacct, the slower accounting query, is asked only for
+/// the jobs squeue cannot settle: those it no longer lists or lists in a finished state
+/// (exit code, steps), and RUNNING records it shows pending again (why: a requeue). A
+/// poll of jobs that are all pending or running costs one squeue and no sacct.
+const POLL_SCRIPT: &str = r#"cl=$1 all=$2 running=$3 sqfmt=$4 safmt=$5
+m=(); [ -n "$cl" ] && m=("$cl")
+d=$(mktemp -d "${TMPDIR:-/tmp}/slurm-run-poll.XXXXXXXX") || exit 70
+trap 'rm -rf -- "$d"' EXIT
+emit() { echo "@@begin $1"; awk '{print "O " $0}' "$3"; awk '{print "E " $0}' "$4"; echo "@@end $1 $2"; }
+squeue "${m[@]}" --noheader --states=all --jobs="$all" --format="$sqfmt" </dev/null >"$d/qo" 2>"$d/qe"
+qrc=$?
+emit 0 "$qrc" "$d/qo" "$d/qe"
+need=$all
+if [ "$qrc" -eq 0 ]; then
+  need=$(awk -F'|' -v all="$all" -v running="$running" '
+    BEGIN {
+      n = split("PENDING RUNNING SUSPENDED STOPPED COMPLETING CONFIGURING RESIZING SIGNALING STAGE_OUT REQUEUED REQUEUE_FED REQUEUE_HOLD RESV_DEL_HOLD", l, " ")
+      for (i = 1; i <= n; i++) live[l[i]] = 1
+      n = split(running, r, ","); for (i = 1; i <= n; i++) run[r[i]] = 1
+    }
+    { state[$1] = $2 }
+    END {
+      n = split(all, a, ","); out = ""
+      for (i = 1; i <= n; i++) {
+        id = a[i]; s = (id in state) ? state[id] : ""
+        if (!(s in live) || ((id in run) && (s == "PENDING" || s ~ /^REQUEUE/))) out = out (out == "" ? "" : ",") id
+      }
+      print out
+    }' "$d/qo")
+fi
+if [ -n "$need" ]; then
+  sacct "${m[@]}" --noheader --parsable2 --duplicates --jobs="$need" --format="$safmt" </dev/null >"$d/ao" 2>"$d/ae"
+  emit 1 "$?" "$d/ao" "$d/ae"
+else
+  echo "@@begin 1"; echo "@@end 1 0"
+fi"#;
+
 /// `$1` lines, then files: the last lines of each file that exists, concatenated.
 const TAIL_BOTH_SCRIPT: &str = r#"n=$1; shift
 for f in "$@"; do [ -r "$f" ] && tail -n "$n" -- "$f"; done
@@ -630,5 +711,92 @@ mod tests {
         .unwrap_err();
         assert!(err.is_transient());
         assert!(scheduler_failure("sacct", &out("sacct: error: something odd")).is_ok());
+    }
+
+    /// Runs the poll script locally against fake `squeue` / `sacct` programs; returns
+    /// the two parts and the `--jobs=` sacct was given (None when it was not run).
+    async fn poll_locally(
+        squeue_lines: &str,
+        squeue_rc: i32,
+        all: &str,
+        running: &str,
+    ) -> (Vec<Output>, Option<String>) {
+        use crate::transport::{LocalTransport, Transport};
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path();
+        std::fs::write(bin.join("squeue.out"), squeue_lines).unwrap();
+        std::fs::write(
+            bin.join("squeue"),
+            format!(
+                "#!/bin/bash\ncat {}/squeue.out\nexit {squeue_rc}\n",
+                bin.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            bin.join("sacct"),
+            format!(
+                "#!/bin/bash\nfor a; do case $a in --jobs=*) echo \"${{a#--jobs=}}\" > {}/sacct.jobs;; esac; done\n",
+                bin.display()
+            ),
+        )
+        .unwrap();
+        for tool in ["squeue", "sacct"] {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(bin.join(tool), std::fs::Permissions::from_mode(0o755))
+                .unwrap();
+        }
+        let path = format!(
+            "PATH={}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let command = Command::new("env")
+            .arg(path)
+            .arg("bash")
+            .arg("-c")
+            .arg(POLL_SCRIPT)
+            .arg("poll")
+            .args(["", all, running, SQUEUE_FORMAT, SACCT_FORMAT]);
+        let output = LocalTransport::new().run(&command).await.unwrap();
+        let parts = split_batch_output(&output, 2).unwrap();
+        let jobs = std::fs::read_to_string(bin.join("sacct.jobs"))
+            .ok()
+            .map(|j| j.trim().to_string());
+        (parts, jobs)
+    }
+
+    #[tokio::test]
+    async fn jobs_squeue_settles_cost_no_sacct() {
+        let (parts, sacct) = poll_locally(
+            "1|PENDING|Priority|(null)|a\n2|RUNNING|None|n1|b\n",
+            0,
+            "1,2",
+            "",
+        )
+        .await;
+        assert_eq!(sacct, None, "all live: no sacct");
+        assert!(parts[0].stdout_text().contains("2|RUNNING"));
+        assert!(parts[1].stdout.is_empty() && parts[1].success());
+    }
+
+    #[tokio::test]
+    async fn sacct_is_asked_only_for_what_squeue_cannot_settle() {
+        // 3 finished (exit code and steps from sacct), 4 gone from squeue, 5 a RUNNING
+        // record pending again (a requeue: sacct says why), 6 pending as before.
+        let (_, sacct) = poll_locally(
+            "3|COMPLETED|None|n1|c\n5|PENDING|BeginTime|(null)|e\n6|PENDING|Priority|(null)|f\n",
+            0,
+            "3,4,5,6",
+            "5",
+        )
+        .await;
+        assert_eq!(sacct.as_deref(), Some("3,4,5"));
+        let (_, sacct) = poll_locally("", 1, "7,8", "").await;
+        assert_eq!(
+            sacct.as_deref(),
+            Some("7,8"),
+            "squeue failed: sacct for every job"
+        );
     }
 }

@@ -406,11 +406,12 @@ fn fake_cluster(remote: &mut MockRemote, jobs: Vec<FakeJob>) -> Scripts {
         .expect_run()
         .withf(|c| c.label().starts_with("poll "))
         .returning(move |command| {
-            let args = command.get_args().join(" ");
-            let n: usize = args
-                .split("--jobs=")
-                .nth(1)
-                .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            // The poll script's parameters: the ids are the first comma list of digits.
+            let n: usize = command
+                .get_args()
+                .iter()
+                .find(|a| !a.is_empty() && a.chars().all(|c| c.is_ascii_digit() || c == ','))
+                .and_then(|ids| ids.split(',').next())
                 .and_then(|n| n.parse().ok())
                 .unwrap();
             let job = &polled[n - 101];
