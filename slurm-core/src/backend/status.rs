@@ -264,7 +264,9 @@ where
                 scheduler_failure("squeue", squeue)?;
                 Vec::new()
             };
-            let sacct_rows = if sacct.success() && !is_accounting_disabled(&sacct.stderr_text()) {
+            // sacct ran and accounting is on: its silence about a job means lag.
+            let accounting = sacct.success() && !is_accounting_disabled(&sacct.stderr_text());
+            let sacct_rows = if accounting {
                 parse_sacct(&sacct.stdout_text())?
             } else {
                 scheduler_failure("sacct", sacct)?;
@@ -305,16 +307,30 @@ where
                     (None, sacct) => sacct,
                 };
                 if let Some(observation) = observation {
-                    // squeue's COMPLETED is confirmed by sacct's steps when sacct has it.
-                    let observation =
-                        match (&observation.state.base, observe_sacct(&sacct_rows, *id)) {
-                            (SlurmBaseState::Completed, Some(sacct))
-                                if observation.source == "squeue" =>
-                            {
-                                sacct
+                    // squeue's COMPLETED is confirmed by sacct's steps. While accounting
+                    // lags behind (no row yet, or a row that has not ended), the job is
+                    // not called COMPLETE: terminal states are final, so it waits a poll.
+                    let settled = observe_sacct(&sacct_rows, *id)
+                        .filter(|s| map_state(&s.state).0.is_terminal());
+                    let observation = match (&observation.state.base, settled) {
+                        (SlurmBaseState::Completed, Some(sacct))
+                            if observation.source == "squeue" =>
+                        {
+                            sacct
+                        }
+                        (SlurmBaseState::Completed, None)
+                            if observation.source == "squeue" && accounting =>
+                        {
+                            Observation {
+                                state: SlurmState::from_base(SlurmBaseState::Completing),
+                                reason: Some(
+                                    "ended; waiting for accounting to confirm its steps".into(),
+                                ),
+                                ..observation
                             }
-                            _ => observation,
-                        };
+                        }
+                        (_, _) => observation,
+                    };
                     observations.insert((cluster.clone(), *id), observation);
                 }
             }
