@@ -41,16 +41,25 @@ impl Renderer for NameRenderer {
 }
 
 fn backend(remote: MockRemote) -> SlurmBackend<MockRemote, NameRenderer, MemoryRecordStore> {
+    prepared_backend(remote, NameRenderer, std::path::Path::new("/nonexistent"))
+}
+
+/// A backend as after a passed preflight (no preflight round trip in these tests),
+/// rendering with `renderer`, caching knobs under `state_dir`.
+fn prepared_backend<R: Renderer + 'static>(
+    remote: MockRemote,
+    renderer: R,
+    state_dir: &std::path::Path,
+) -> SlurmBackend<MockRemote, R, MemoryRecordStore> {
     let config = SlurmConfig::builder()
         .with_partition("gpu")
         .with_results_root("/shared/results")
-        .with_state_dir("/nonexistent")
+        .with_state_dir(state_dir)
         .with_reconcile_wait(Duration::from_millis(10))
         .build()
         .unwrap();
-    let backend = SlurmBackend::new(remote, NameRenderer, MemoryRecordStore::new(), config);
+    let backend = SlurmBackend::new(remote, renderer, MemoryRecordStore::new(), config);
     {
-        // As after a passed preflight: no preflight round trip in these tests.
         let mut cache = backend.inner.cache.lock().unwrap();
         cache.base_checked = true;
         cache.cluster_name = Some("unit".into());
@@ -272,27 +281,7 @@ fn env_backend(
     remote: MockRemote,
     state_dir: &std::path::Path,
 ) -> SlurmBackend<MockRemote, EnvRenderer, MemoryRecordStore> {
-    let config = SlurmConfig::builder()
-        .with_partition("gpu")
-        .with_results_root("/shared/results")
-        .with_state_dir(state_dir)
-        .build()
-        .unwrap();
-    let backend = SlurmBackend::new(remote, EnvRenderer, MemoryRecordStore::new(), config);
-    {
-        let mut cache = backend.inner.cache.lock().unwrap();
-        cache.base_checked = true;
-        cache.cluster_name = Some("unit".into());
-        cache.results_root = Some(RemotePath::parse("/shared/results").unwrap());
-        cache.partitions.insert(
-            "gpu".into(),
-            PartitionInfo {
-                up: true,
-                max_time: Some(WallTime::from_hours(4)),
-            },
-        );
-    }
-    backend
+    prepared_backend(remote, EnvRenderer, state_dir)
 }
 
 /// The batch script inside a submit's staging archive.
