@@ -38,7 +38,7 @@ pub use knobs::ClusterKnobs;
 pub use preflight::{PreflightCheck, PreflightReport};
 pub use probe::{
     default_ladder, KnobSet, NcclProbe, ProbeAttempt, ProbeOptions, ProbeOutcome, ProbeReport,
-    PROBE_BAD, PROBE_LABEL, PROBE_OK, PROBE_TIMEOUT,
+    PROBE_BAD, PROBE_EXIT, PROBE_LABEL, PROBE_OK, PROBE_TIMEOUT,
 };
 pub use slurm::SlurmBackend;
 pub use watch::watch_by_polling;

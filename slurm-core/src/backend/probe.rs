@@ -56,6 +56,9 @@ pub const PROBE_BAD: &str = "NCCL_PROBE_BAD";
 /// Printed by the probe's wrapper when `timeout` stopped the probe command (a hang).
 pub const PROBE_TIMEOUT: &str = "NCCL_PROBE_TIMEOUT";
 
+/// The line the probe wrapper prints when the probe command failed without a verdict.
+pub const PROBE_EXIT: &str = "NCCL_PROBE_EXIT";
+
 /// The all-reduce script (our own), run by torchrun on every GPU.
 const PROBE_SCRIPT: &str = include_str!("nccl_probe.py");
 
@@ -66,7 +69,7 @@ const PROBE_SCRIPT_ENV: &str = "SLURM_RUN_NCCL_PROBE_PY";
 const PROBE_WORLD_ENV: &str = "SLURM_RUN_NCCL_PROBE_WORLD";
 
 /// The markers, as an extended regular expression for `grep -E`.
-const MARKER_PATTERN: &str = "NCCL_PROBE_(OK|BAD|TIMEOUT)";
+const MARKER_PATTERN: &str = "NCCL_PROBE_(OK|BAD|TIMEOUT|EXIT)";
 
 /// The seconds `timeout` waits after its TERM before it kills the probe.
 const KILL_AFTER_SECS: u64 = 10;
@@ -304,6 +307,14 @@ pub(super) fn classify(
         }
         detail.push(')');
     }
+    let exits: Vec<&str> = markers
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.contains(PROBE_EXIT))
+        .collect();
+    if !exits.is_empty() {
+        detail.push_str(&format!("; {}", exits.join("; ")));
+    }
     ProbeOutcome::Failed { detail }
 }
 
@@ -386,12 +397,18 @@ pub(super) fn verdict(cluster: &str, attempts: &[ProbeAttempt]) -> Result<KnobSe
 /// The shell text each node runs: `inner` under `timeout`, a marker when it fired.
 fn wrap_in_timeout(inner: &str, timeout: Duration) -> Result<String> {
     let secs = timeout.as_secs().max(1);
+    // Every task exits 0 once it has printed what it knows: a task exiting non-zero
+    // makes `srun --kill-on-bad-exit` end the step at once, and Slurm can then drop the
+    // output still on its way from the other tasks (seen on the test bed: rank 0's BAD
+    // line lost). The verdict travels in the markers, never in the exit code.
     Ok(format!(
         "timeout --kill-after={KILL_AFTER_SECS} {secs}s bash -c {inner}; slurm_run_probe_rc=$?\n\
          if [ \"$slurm_run_probe_rc\" -eq 124 ] || [ \"$slurm_run_probe_rc\" -eq 137 ]; then\n  \
          echo \"{PROBE_TIMEOUT} node_rank=${{NODE_RANK:-0}} after {secs}s\"\n\
+         elif [ \"$slurm_run_probe_rc\" -ne 0 ]; then\n  \
+         echo \"{PROBE_EXIT} node_rank=${{NODE_RANK:-0}} exit code $slurm_run_probe_rc\"\n\
          fi\n\
-         exit \"$slurm_run_probe_rc\"",
+         exit 0",
         inner = shell_quote(inner)?,
     ))
 }
@@ -892,5 +909,24 @@ mod tests {
         // A rung with a name that is not a shell variable is refused.
         let bad_rung = KnobSet::from([("NCCL P2P".to_string(), "1".to_string())]);
         assert!(probe_spec(&spec, &resources, &fake, &bad_rung).is_err());
+    }
+
+    #[test]
+    fn a_probe_that_failed_without_a_verdict_says_how() {
+        // The wrapper exits 0 (so srun keeps every task's output) and names the exit.
+        let outcome = classify(
+            JobState::Complete,
+            Some(&native("COMPLETED", Some(0))),
+            "NCCL_PROBE_EXIT node_rank=0 exit code 127\n",
+        );
+        match outcome {
+            ProbeOutcome::Failed { detail } => {
+                assert!(detail.contains("exit code 127"), "{detail}")
+            }
+            other => panic!("expected Failed, got {other:?}"),
+        }
+        let wrapped = wrap_in_timeout("torchrun x", Duration::from_secs(5)).unwrap();
+        assert!(wrapped.ends_with("exit 0"), "{wrapped}");
+        assert!(wrapped.contains(PROBE_EXIT));
     }
 }
