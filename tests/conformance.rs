@@ -5,6 +5,8 @@
 //! `OpenSshTransport` run against the test bed with `--features testbed`.
 
 #[cfg(feature = "testbed")]
+#[path = "common/processes.rs"]
+mod processes;
 #[path = "common/testbed.rs"]
 mod testbed;
 
@@ -353,25 +355,12 @@ pub async fn timeouts<T: Transport>(t: &T) {
     let out = t.run(&Command::new("echo").arg("after")).await.unwrap();
     assert_eq!(out.stdout, b"after\n");
     // The abandoned command is killed, not left running.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let out = t
-            .run(
-                &Command::new("pgrep")
-                    .arg("-f")
-                    .arg(format!("^sleep {nonce}$")),
-            )
-            .await
-            .unwrap();
-        if out.status == 1 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "`sleep {nonce}` still runs after its timeout"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    processes::wait_until_gone(
+        t,
+        &format!("sleep {nonce}"),
+        &format!("`sleep {nonce}` still runs after its timeout"),
+    )
+    .await;
 }
 
 pub async fn concurrent_commands<T: Transport>(t: &T) {

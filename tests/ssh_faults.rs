@@ -1,6 +1,8 @@
 //! Fault tests of Ssh2Transport against the test bed's real sshd: wrong host key, failover, connection killed mid-command.
 #![cfg(feature = "testbed")]
 
+#[path = "common/processes.rs"]
+mod processes;
 #[path = "common/testbed.rs"]
 mod testbed;
 
@@ -301,25 +303,12 @@ async fn a_connection_killed_mid_command_is_transient_and_the_next_command_recon
     assert_eq!(out.stdout, b"again\n");
     let (now_serving, _) = serving_sshd(&t, listener).await;
     // The command the lost connection left running is killed by the new session.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let out = t
-            .run(
-                &Command::new("pgrep")
-                    .arg("-f")
-                    .arg(format!("^sleep {nap}$")),
-            )
-            .await
-            .unwrap();
-        if out.status == 1 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the orphaned `sleep {nap}` still runs"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    processes::wait_until_gone(
+        &t,
+        &format!("sleep {nap}"),
+        &format!("the orphaned `sleep {nap}` still runs"),
+    )
+    .await;
     assert_ne!(now_serving, victim, "the next command ran on a new session");
     assert!(
         std::fs::read_to_string(format!("/proc/{listener}/stat")).is_ok(),
