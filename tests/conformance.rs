@@ -4,9 +4,9 @@
 //! over a local bash) run in a plain `cargo test`; `Ssh2Transport` and
 //! `OpenSshTransport` run against the test bed with `--features testbed`.
 
-#[cfg(feature = "testbed")]
 #[path = "common/processes.rs"]
 mod processes;
+#[cfg(feature = "testbed")]
 #[path = "common/testbed.rs"]
 mod testbed;
 
