@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use slurm_core::backend::{Backend, SubmitOptions};
 use slurm_core::record::{BackendRef, JobId, JobRecord, RecordStore};
+use slurm_core::slurm::SlurmJobId;
 use slurm_core::storage::RemotePath;
 use slurm_core::transport::{Command, Transport};
-use slurm_core::{JobSpec, SlurmJobId};
+use slurm_core::JobSpec;
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -64,14 +65,11 @@ fn track(h: &backend::Harness, ids: &[SlurmJobId]) -> Vec<JobId> {
                 .store()
                 .mark(
                     &job,
-                    slurm_core::Mark::new(
+                    slurm_core::record::Mark::new(
                         slurm_core::JobState::Pending,
-                        slurm_core::TransitionSource::Agent,
+                        slurm_core::record::TransitionSource::Agent,
                     )
-                    .backend_ref(BackendRef {
-                        slurm_job_id: *id,
-                        cluster: None,
-                    }),
+                    .backend_ref(BackendRef::new(id.to_string())),
                 )
                 .unwrap();
             job
@@ -166,7 +164,7 @@ async fn main() {
     let remote = |commands: Vec<Command>| {
         let h = &h;
         async move {
-            let command = slurm_core::batch::batch(&commands);
+            let command = slurm_core::transport::round_trip::join(&commands);
             let mut samples = Vec::new();
             for _ in 0..5 {
                 let start = Instant::now();
@@ -176,10 +174,10 @@ async fn main() {
             median(samples)
         }
     };
-    let squeue_only = remote(vec![slurm_core::slurm::squeue_command(&all, None).unwrap()]).await;
+    let squeue_only = remote(vec![slurm_core::testing::bare_squeue(&all, None).unwrap()]).await;
     let with_sacct = remote(vec![
-        slurm_core::slurm::squeue_command(&all, None).unwrap(),
-        slurm_core::slurm::sacct_command(&all, None).unwrap(),
+        slurm_core::testing::bare_squeue(&all, None).unwrap(),
+        slurm_core::testing::bare_sacct(&all, None).unwrap(),
     ])
     .await;
     let reads = {
@@ -207,7 +205,7 @@ async fn main() {
         .submit(&spec, SubmitOptions::default())
         .await
         .unwrap();
-    let mut submitted = vec![warm.backend_ref.unwrap().slurm_job_id];
+    let mut submitted = vec![SlurmJobId::parse(&warm.backend_ref.unwrap().native_id).unwrap()];
     let bare_command =
         Command::new("sbatch").args(["--parsable", "--hold", "--output=/dev/null", "--wrap=true"]);
     for _ in 0..15 {
@@ -218,7 +216,7 @@ async fn main() {
             .await
             .unwrap();
         library.push(start.elapsed());
-        submitted.push(record.backend_ref.unwrap().slurm_job_id);
+        submitted.push(SlurmJobId::parse(&record.backend_ref.unwrap().native_id).unwrap());
         let start = Instant::now();
         let out = h.transport.run(&bare_command).await.unwrap();
         bare.push(start.elapsed());

@@ -23,9 +23,10 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use rand::Rng;
 use slurm_core::backend::{Backend, SubmitOptions, WatchEvent, WatchOptions};
-use slurm_core::layers::Fault;
+use slurm_core::record::RecordFilter;
+use slurm_core::testing::Fault;
 use slurm_core::transport::{Command, Transport};
-use slurm_core::{ErrorKind, JobId, JobState, RecordFilter};
+use slurm_core::{ErrorKind, JobId, JobState};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::Layer;
@@ -146,6 +147,11 @@ struct ChaosLog {
     armed_lose: usize,
     armed_empty: usize,
     kill_errors: Vec<String>,
+}
+
+/// The SLURM job id a record holds.
+fn slurm_id(backend_ref: &slurm_core::record::BackendRef) -> u64 {
+    backend_ref.native_id.parse().expect("a SLURM job id")
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -668,10 +674,7 @@ async fn main() {
                             .expect("slots lock")
                             .insert(record.id.clone(), slot);
                         let _ = tx.send(record.id.clone());
-                        Ok((
-                            record.id.clone(),
-                            record.backend_ref.map(|r| r.slurm_job_id.get()),
-                        ))
+                        Ok((record.id.clone(), record.backend_ref.map(|r| slurm_id(&r))))
                     }
                     Err(error) => Err((error.kind(), error.to_string())),
                 };
@@ -716,7 +719,7 @@ async fn main() {
                     .filter_map(|r| r.backend_ref.as_ref())
                     .all(|b| {
                         view.sacct_state
-                            .get(&b.slurm_job_id.get())
+                            .get(&slurm_id(b))
                             .is_some_and(|s| !matches!(s.as_str(), "PENDING" | "RUNNING"))
                     });
                 if settled || Instant::now() >= verify_deadline {
@@ -809,12 +812,12 @@ async fn main() {
             .unwrap_or_default();
         match &record.backend_ref {
             Some(b) => {
-                if jobs.len() == 1 && jobs.contains(&b.slurm_job_id.get()) {
+                if jobs.len() == 1 && jobs.contains(&slurm_id(b)) {
                     exactly_once += 1;
                 } else {
                     not_once.push(format!(
                         "{} holds {} but jobs named so: {jobs:?}",
-                        record.id, b.slurm_job_id
+                        record.id, b.native_id
                     ));
                 }
             }
@@ -861,7 +864,7 @@ async fn main() {
     );
     let held: HashMap<u64, &str> = records
         .iter()
-        .filter_map(|r| Some((r.backend_ref.as_ref()?.slurm_job_id.get(), r.id.as_str())))
+        .filter_map(|r| Some((slurm_id(r.backend_ref.as_ref()?), r.id.as_str())))
         .collect();
     let unaccounted: Vec<String> = view
         .prefixed
@@ -891,9 +894,9 @@ async fn main() {
     let mut consistent = 0;
     let mut inconsistent = Vec::new();
     for record in records.iter().filter(|r| r.backend_ref.is_some()) {
-        let id = record.backend_ref.as_ref().expect("filtered").slurm_job_id;
+        let id = slurm_id(record.backend_ref.as_ref().expect("filtered"));
         let current = h.backend.record(&record.id).expect("record");
-        let sacct = view.sacct_state.get(&id.get()).map(String::as_str);
+        let sacct = view.sacct_state.get(&id).map(String::as_str);
         let fits = match (current.state, sacct) {
             (JobState::Complete, Some("COMPLETED")) => true,
             (JobState::Error, Some(s)) => s == "FAILED",

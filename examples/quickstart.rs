@@ -73,7 +73,7 @@ async fn run() -> Result<ExitCode> {
     let slurm_id = record
         .backend_ref
         .as_ref()
-        .map(|r| r.slurm_job_id.to_string())
+        .map(|r| r.native_id.clone())
         .unwrap_or_default();
     println!("\n== submitted {} as SLURM job {slurm_id}", record.id);
     println!("   results: {}", record.results_dir);

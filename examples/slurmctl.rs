@@ -47,11 +47,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
-use slurm_run::core::backend::default_state_dir;
-use slurm_run::core::transport::Transport;
+use slurm_run::core::backend::{NativeStatus, PreflightCheck};
+use slurm_run::core::slurm::default_state_dir;
 use slurm_run::prelude::*;
 use slurm_run::ssh::{HostSpec, OpenSshTransport, OpenSshTransportBuilder};
-use slurm_run::{Error, NativeStatus, PreflightCheck};
+use slurm_run::{CheckKind, Error};
 
 /// The concrete backend slurmctl drives: any transport, the built-in templates, records in a folder.
 type Slurm = SlurmBackend<Arc<dyn Transport>, HandlebarsRenderer, FileRecordStore>;
@@ -205,16 +205,14 @@ fn exit_code(error: &Error) -> u8 {
         | ErrorKind::Lint
         | ErrorKind::Render
         | ErrorKind::NotFound
+        | ErrorKind::CorruptRecord
         | ErrorKind::Io => 2,
         ErrorKind::Preflight => match error {
-            Error::Preflight { check, .. } if check == "ssh" => 3,
+            Error::Preflight { kind, .. } => check_exit_code(*kind),
             _ => 2,
         },
-        ErrorKind::Parse => match error {
-            Error::Parse { what, .. } if what.starts_with("job record") => 2,
-            _ => 3,
-        },
-        ErrorKind::Connect
+        ErrorKind::Parse
+        | ErrorKind::Connect
         | ErrorKind::Auth
         | ErrorKind::HostKey
         | ErrorKind::Transport
@@ -222,6 +220,15 @@ fn exit_code(error: &Error) -> u8 {
         | ErrorKind::Timeout
         | ErrorKind::Ambiguous => 3,
         _ => 1,
+    }
+}
+
+/// The exit status for a failed preflight check: the connection is the cluster's (3),
+/// everything else is input or configuration to fix (2).
+fn check_exit_code(kind: CheckKind) -> u8 {
+    match kind {
+        CheckKind::Connection => 3,
+        _ => 2,
     }
 }
 
@@ -257,11 +264,10 @@ async fn run(cli: &Cli, out: &Out) -> slurm_run::Result<u8> {
             let report = backend.preflight(spec.as_ref()).await?;
             progress.finish();
             out.preflight(&report.checks);
-            let code = match report.failures().next() {
-                None => 0,
-                Some(failed) if failed.check == "ssh" => 3,
-                Some(_) => 2,
-            };
+            let code = report
+                .failures()
+                .next()
+                .map_or(0, |failed| check_exit_code(failed.kind));
             Ok(code)
         }
         Cmd::Submit { spec } => {
@@ -279,7 +285,7 @@ async fn run(cli: &Cli, out: &Out) -> slurm_run::Result<u8> {
                     record
                         .backend_ref
                         .as_ref()
-                        .map(|r| r.slurm_job_id.to_string())
+                        .map(|r| r.native_id.clone())
                         .unwrap_or_else(|| "-".into()),
                     record.results_dir
                 ));
@@ -560,7 +566,7 @@ fn job_json(record: &JobRecord, native: Option<&NativeStatus>) -> Value {
     json!({
         "id": record.id,
         "state": record.state,
-        "slurm_job_id": record.backend_ref.as_ref().map(|r| r.slurm_job_id.get()),
+        "slurm_job_id": record.backend_ref.as_ref().and_then(|r| r.native_id.parse::<u64>().ok()),
         "results_dir": record.results_dir.as_str(),
         "retry_of": record.retry_of,
         "name": record.name,
@@ -668,7 +674,7 @@ impl Out {
                         record
                             .backend_ref
                             .as_ref()
-                            .map(|r| r.slurm_job_id.to_string())
+                            .map(|r| r.native_id.clone())
                             .unwrap_or_else(|| "-".into()),
                         match &record.retry_of {
                             Some(prev) => format!("{} (retry of {prev})", record.attempt),
@@ -722,7 +728,7 @@ impl Out {
             self.state(record.state, record.state.as_str())
         );
         if let Some(r) = &record.backend_ref {
-            line.push_str(&format!("  slurm {}", r.slurm_job_id));
+            line.push_str(&format!("  slurm {}", r.native_id));
         }
         if let Some(reason) = native.and_then(|n| n.reason.as_deref()) {
             line.push_str(&format!("  ({reason})"));

@@ -46,21 +46,24 @@ pub use slurm_core as core;
 pub use slurm_render as render;
 pub use slurm_ssh as ssh;
 
-pub use slurm_core::{Error, ErrorKind, Result};
+pub use slurm_core::{CheckKind, Error, ErrorKind, Result};
 
-pub use slurm_core::backend::{
-    Backend, BackendExt, ClusterKnobs, JobStatus, LogOptions, LogStream, NativeStatus, NcclProbe,
-    PreflightCheck, PreflightReport, ProbeOptions, ProbeOutcome, ProbeReport, SlurmBackend,
-    SlurmConfig, SlurmConfigBuilder, SubmitOptions, WatchEvent, WatchOptions,
-};
+// The seams: where commands run, how scripts are written, where records live, what runs jobs.
+pub use slurm_core::{Backend, BackendExt, RecordStore, Renderer, Transport};
+// Their implementations.
 pub use slurm_core::{
-    ErrorClass, FileRecordStore, JobId, JobRecord, JobSpec, JobState, MemoryRecordStore,
-    RecordFilter, RecordStore, RetryPolicy, WallTime,
+    FileRecordStore, LocalBackend, LocalTransport, MemoryRecordStore, SlurmBackend,
 };
 pub use slurm_render::HandlebarsRenderer;
-pub use slurm_ssh::{
-    OpenSshTransport, OpenSshTransportBuilder, Ssh2Transport, Ssh2TransportBuilder,
+pub use slurm_ssh::{OpenSshTransport, Ssh2Transport};
+// What goes in and what comes out.
+pub use slurm_core::backend::{
+    JobStatus, LogOptions, LogStream, PreflightReport, SubmitOptions, WatchEvent, WatchOptions,
 };
+pub use slurm_core::classify::{ErrorClass, RetryPolicy};
+pub use slurm_core::record::RecordFilter;
+pub use slurm_core::slurm::{SlurmConfig, SlurmSubmitOptions};
+pub use slurm_core::{JobId, JobRecord, JobSpec, JobState};
 
 /// The names a program embedding slurm-run usually needs: `use slurm_run::prelude::*;`.
 ///
@@ -92,12 +95,15 @@ pub use slurm_ssh::{
 /// ```
 pub mod prelude {
     pub use slurm_core::backend::{
-        Backend, BackendExt, JobStatus, LogOptions, LogStream, PreflightReport, SlurmBackend,
-        SlurmConfig, SubmitOptions, WatchEvent, WatchOptions,
+        JobStatus, LogOptions, LogStream, PreflightReport, SubmitOptions, WatchEvent, WatchOptions,
     };
+    pub use slurm_core::classify::RetryPolicy;
+    pub use slurm_core::record::RecordFilter;
+    pub use slurm_core::slurm::SlurmConfig;
+    pub use slurm_core::spec::WallTime;
     pub use slurm_core::{
-        Error, ErrorKind, FileRecordStore, JobId, JobRecord, JobSpec, JobState, RecordFilter,
-        RecordStore, Result, RetryPolicy, WallTime,
+        Backend, BackendExt, Error, ErrorKind, FileRecordStore, JobId, JobRecord, JobSpec,
+        JobState, LocalBackend, RecordStore, Renderer, Result, SlurmBackend, Transport,
     };
     pub use slurm_render::HandlebarsRenderer;
     pub use slurm_ssh::{Ssh2Transport, Ssh2TransportBuilder};

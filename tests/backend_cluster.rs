@@ -10,7 +10,8 @@ mod testbed;
 
 use backend::{admin, harness, small_spec, wait_state, wait_terminal};
 use slurm_core::backend::{Backend, SubmitOptions};
-use slurm_core::{ErrorClass, JobState};
+use slurm_core::classify::ErrorClass;
+use slurm_core::JobState;
 
 /// Puts node n2 back in service when dropped, whatever the test did.
 struct ResumeNode<'a>(&'a testbed::Testbed, &'static str);

@@ -15,9 +15,10 @@ use futures::StreamExt;
 use slurm_core::backend::{
     Backend, LogOptions, LogStream, SubmitOptions, WatchEvent, WatchOptions,
 };
-use slurm_core::layers::Fault;
+use slurm_core::classify::{ErrorClass, RetryPolicy};
+use slurm_core::testing::Fault;
 use slurm_core::transport::Command;
-use slurm_core::{ErrorClass, ErrorKind, JobState, RetryPolicy};
+use slurm_core::{ErrorKind, JobState};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preflight_passes_and_names_each_failure_with_a_remedy() {
@@ -58,7 +59,7 @@ async fn preflight_passes_and_names_each_failure_with_a_remedy() {
 
     // A wall time above the partition's MaxTime is refused before anything is staged.
     let mut long = small_spec("toolong", "true");
-    long.time = Some(slurm_core::WallTime::from_hours(5));
+    long.time = Some(slurm_core::spec::WallTime::from_hours(5));
     let err = h
         .backend
         .submit(&long, SubmitOptions::default())
@@ -117,7 +118,7 @@ async fn a_single_node_job_completes_and_its_logs_read_back() {
         ]),
     )
     .await;
-    let slurm_id = record.backend_ref.unwrap().slurm_job_id;
+    let slurm_id = record.backend_ref.unwrap().native_id;
     for part in [
         "specs/spec.json".to_string(),
         format!("sbatch/job_{}.sbatch", record.id),
@@ -203,7 +204,7 @@ async fn failures_are_classed_program_or_infra_from_the_logs() {
 
     // A job depending on the failed one can never start: ERROR, not pending forever.
     let mut dependent = small_spec("dependent", "true");
-    let failed_id = program.backend_ref.unwrap().slurm_job_id;
+    let failed_id = program.backend_ref.unwrap().native_id;
     dependent.extra_sbatch = vec![format!("--dependency=afterok:{failed_id}")];
     let dependent = h
         .backend
@@ -221,11 +222,7 @@ async fn failures_are_classed_program_or_infra_from_the_logs() {
         .clone()
         .unwrap();
     assert!(message.contains("DependencyNeverSatisfied"), "{message}");
-    remote(
-        &h,
-        Command::new("scancel").arg(status.slurm_job_id().unwrap().to_string()),
-    )
-    .await;
+    remote(&h, Command::new("scancel").arg(status.native_id().unwrap())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -243,10 +240,7 @@ async fn a_submit_cut_after_sbatch_is_reconciled_to_exactly_one_job() {
     assert!(adopted.contains("adopted"), "{adopted}");
     let jobs = jobs_named(&h, record.id.as_str()).await;
     assert_eq!(jobs.len(), 1, "jobs named {}: {jobs:?}", record.id);
-    assert_eq!(
-        jobs[0],
-        record.backend_ref.unwrap().slurm_job_id.to_string()
-    );
+    assert_eq!(jobs[0], record.backend_ref.unwrap().native_id);
 
     // An empty sbatch answer is reconciled the same way.
     h.transport.inner().arm("submit ", Fault::EmptyStdout);

@@ -53,7 +53,9 @@ fn quickstart_runs_a_two_node_job_to_complete() {
         .expect("a record section");
     let record: serde_json::Value = serde_json::from_str(json).expect("the record is JSON");
     assert_eq!(record["state"], "COMPLETE");
-    assert!(record["backend_ref"]["slurm_job_id"].as_u64().is_some());
+    assert!(record["backend_ref"]["native_id"]
+        .as_str()
+        .is_some_and(|id| id.parse::<u64>().is_ok()));
     let id = record["id"].as_str().unwrap();
     assert!(id.starts_with("quickstart-"));
     let stored: serde_json::Value =

@@ -12,10 +12,10 @@ mod testbed;
 use std::time::Duration;
 
 use backend::{harness, small_spec, wait_terminal};
-use slurm_core::backend::{
-    Backend, KnobSet, LogOptions, NcclProbe, ProbeOptions, SubmitOptions, PROBE_LABEL,
-};
+use slurm_core::backend::{Backend, LogOptions, SubmitOptions};
+use slurm_core::nccl::{KnobSet, NcclProbe, ProbeOptions, PROBE_LABEL};
 use slurm_core::record::RecordFilter;
+use slurm_core::slurm::SlurmSubmitOptions;
 use slurm_core::{ErrorKind, JobState};
 
 /// Hangs (past the 3 s probe timeout) unless NCCL_P2P_DISABLE=1; then rank 0 says OK.
@@ -161,12 +161,15 @@ async fn a_wrong_sum_is_an_error_that_caches_nothing() {
     );
 
     // The same probe inside a submit: the job is refused, no record of it is left.
-    let options = SubmitOptions {
+    let options = SlurmSubmitOptions {
         nccl_probe: NcclProbe::Always,
         probe: fake(WRONG_SUM),
-        ..SubmitOptions::default()
     };
-    let err = h.backend.submit(&spec, options).await.unwrap_err();
+    let err = h
+        .backend
+        .submit_with(&spec, SubmitOptions::default(), options)
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("BAD"), "{err}");
     assert!(h.backend.records(&RecordFilter::any()).unwrap().is_empty());
 }
@@ -175,12 +178,15 @@ async fn a_wrong_sum_is_an_error_that_caches_nothing() {
 async fn a_submit_with_always_probes_first_then_runs_the_job() {
     let h = harness();
     let spec = two_nodes("always", "echo job-ran p2p=${NCCL_P2P_DISABLE:-unset}");
-    let options = SubmitOptions {
+    let options = SlurmSubmitOptions {
         nccl_probe: NcclProbe::Always,
         probe: fake(HANGS_WITHOUT_P2P_DISABLE),
-        ..SubmitOptions::default()
     };
-    let record = h.backend.submit(&spec, options).await.unwrap();
+    let record = h
+        .backend
+        .submit_with(&spec, SubmitOptions::default(), options)
+        .await
+        .unwrap();
     let probe_records = h.backend.records(&probes()).unwrap();
     assert_eq!(probe_records.len(), 2, "HUNG, then OK");
     assert!(

@@ -1,8 +1,10 @@
-//! Failure classification (infrastructure or program) from the SLURM state, exit code and log tail, and the retry policy.
+//! Failure classification (infrastructure or program) from how a job ended and its log tail, and the retry policy.
 //!
+//! How a job ended is described in scheduler-neutral words ([`Ending`]); each backend
+//! maps its scheduler's states to them (SLURM's mapping is in the `slurm` module).
 //! The rules, in order ([`classify_failure`]):
-//! 1. NODE_FAIL, BOOT_FAIL, PREEMPTED: infra (the node or the scheduler failed the job).
-//! 2. TIMEOUT, OUT_OF_MEMORY, DEADLINE, and exit code 124 (the child timeout fired): program (never retried).
+//! 1. A node failure, a boot failure, a preemption: infra (the node or the scheduler failed the job).
+//! 2. The wall time, the memory limit or the deadline reached, and exit code 124 (the child timeout fired): program (never retried).
 //! 3. A program pattern anywhere in the last [`LOG_TAIL_LINES`] lines: program. Program errors win over
 //!    infra noise (a device-side assert followed by NCCL errors is the program's fault).
 //! 4. An infra pattern: infra (NCCL errors and timeouts, CUDA driver or device init failures, Xid, ECC,
@@ -16,8 +18,6 @@ use std::sync::OnceLock;
 
 use regex::RegexSet;
 use serde::{Deserialize, Serialize};
-
-use crate::slurm::{SlurmBaseState, SlurmState};
 
 /// Which side failed a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -44,6 +44,30 @@ impl std::fmt::Display for ErrorClass {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// How a job that did not complete ended, in words any scheduler maps to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ending {
+    /// The job's program failed (a non-zero exit, a signal), or the scheduler says
+    /// only that it failed: the logs decide.
+    Failed {
+        /// The exit code, when known.
+        exit_code: Option<i32>,
+    },
+    /// A node the job ran on failed.
+    NodeFailure,
+    /// A node could not be booted or started for the job.
+    BootFailure,
+    /// The scheduler stopped the job for another.
+    Preempted,
+    /// The job reached its wall time.
+    TimeLimit,
+    /// The job exceeded its memory limit.
+    OutOfMemory,
+    /// The job could not finish before its deadline.
+    Deadline,
 }
 
 /// How many trailing lines of the logs are read.
@@ -145,19 +169,18 @@ fn tail(text: &str) -> &str {
 /// main.err together; only its last [`LOG_TAIL_LINES`] lines are read.
 ///
 /// ```
-/// use slurm_core::classify::{classify_failure, ErrorClass};
-/// use slurm_core::slurm::SlurmState;
-/// let failed = SlurmState::parse("FAILED").unwrap();
-/// assert_eq!(classify_failure(&failed, Some(1), "NCCL error: unhandled system error"), ErrorClass::Infra);
-/// assert_eq!(classify_failure(&failed, Some(1), "Traceback (most recent call last):\nKeyError: 'lr'"), ErrorClass::Program);
+/// use slurm_core::classify::{classify_failure, Ending, ErrorClass};
+/// let failed = Ending::Failed { exit_code: Some(1) };
+/// assert_eq!(classify_failure(failed, "NCCL error: unhandled system error"), ErrorClass::Infra);
+/// assert_eq!(classify_failure(failed, "Traceback (most recent call last):\nKeyError: 'lr'"), ErrorClass::Program);
+/// assert_eq!(classify_failure(Ending::NodeFailure, "KeyError: 'lr'"), ErrorClass::Infra);
 /// ```
-pub fn classify_failure(state: &SlurmState, exit_code: Option<i32>, log_tail: &str) -> ErrorClass {
-    use SlurmBaseState::*;
-    match state.base {
-        NodeFail | BootFail | Preempted => return ErrorClass::Infra,
-        Timeout | OutOfMemory | Deadline => return ErrorClass::Program,
-        _ => {}
-    }
+pub fn classify_failure(ending: Ending, log_tail: &str) -> ErrorClass {
+    let exit_code = match ending {
+        Ending::NodeFailure | Ending::BootFailure | Ending::Preempted => return ErrorClass::Infra,
+        Ending::TimeLimit | Ending::OutOfMemory | Ending::Deadline => return ErrorClass::Program,
+        Ending::Failed { exit_code } => exit_code,
+    };
     if exit_code == Some(124) {
         return ErrorClass::Program;
     }
@@ -220,28 +243,37 @@ mod tests {
     use super::ErrorClass::{Infra, Program};
     use super::*;
 
-    fn st(s: &str) -> SlurmState {
-        SlurmState::parse(s).unwrap()
+    /// The ending a SLURM state names (the mapping proper is tested in the slurm room).
+    fn st(state: &str, exit_code: Option<i32>) -> Ending {
+        match state {
+            "NODE_FAIL" => Ending::NodeFailure,
+            "BOOT_FAIL" => Ending::BootFailure,
+            "PREEMPTED" => Ending::Preempted,
+            "TIMEOUT" => Ending::TimeLimit,
+            "OUT_OF_MEMORY" => Ending::OutOfMemory,
+            "DEADLINE" => Ending::Deadline,
+            _ => Ending::Failed { exit_code },
+        }
     }
 
     #[test]
     fn states_that_decide_alone() {
         for s in ["NODE_FAIL", "BOOT_FAIL", "PREEMPTED"] {
             assert_eq!(
-                classify_failure(&st(s), Some(1), "Traceback (most recent call last)"),
+                classify_failure(st(s, Some(1)), "Traceback (most recent call last)"),
                 Infra,
                 "{s}"
             );
         }
         for s in ["TIMEOUT", "OUT_OF_MEMORY", "DEADLINE"] {
             assert_eq!(
-                classify_failure(&st(s), Some(0), "NCCL error"),
+                classify_failure(st(s, Some(0)), "NCCL error"),
                 Program,
                 "{s}"
             );
         }
         assert_eq!(
-            classify_failure(&st("FAILED"), Some(124), "NCCL error"),
+            classify_failure(st("FAILED", Some(124)), "NCCL error"),
             Program
         );
     }
@@ -280,7 +312,7 @@ mod tests {
             let log =
                 format!("epoch 1\n{line}\nsrun: error: n1: task 0: Exited with exit code 1\n");
             assert_eq!(
-                classify_failure(&st("FAILED"), Some(1), &log),
+                classify_failure(st("FAILED", Some(1)), &log),
                 Infra,
                 "{line}"
             );
@@ -295,7 +327,7 @@ RuntimeError: CUDA error: device-side assert triggered
 NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled cuda error
 ";
         assert_eq!(
-            classify_failure(&st("FAILED"), Some(1), assert_then_nccl),
+            classify_failure(st("FAILED", Some(1)), assert_then_nccl),
             Program
         );
         for line in [
@@ -307,7 +339,7 @@ NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled cuda error
             "ModuleNotFoundError: No module named 'foo'",
             "slurmstepd: error: Detected 1 oom_kill event in StepId=12.batch. Some of the step tasks have been OOM Killed.",
         ] {
-            assert_eq!(classify_failure(&st("FAILED"), Some(1), line), Program, "{line}");
+            assert_eq!(classify_failure(st("FAILED", Some(1)), line), Program, "{line}");
         }
     }
 
@@ -315,16 +347,16 @@ NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled cuda error
     fn tracebacks_plain_exits_and_empty_logs() {
         let tb =
             "Traceback (most recent call last):\n  File \"train.py\", line 3\nRuntimeError: boom\n";
-        assert_eq!(classify_failure(&st("FAILED"), Some(1), tb), Program);
+        assert_eq!(classify_failure(st("FAILED", Some(1)), tb), Program);
         // A traceback whose cause is an NCCL timeout is infra.
         let nccl_tb = "Traceback (most recent call last):\ntorch.distributed.DistBackendError: NCCL communicator was aborted: Watchdog caught collective operation timeout\n";
-        assert_eq!(classify_failure(&st("FAILED"), Some(1), nccl_tb), Infra);
+        assert_eq!(classify_failure(st("FAILED", Some(1)), nccl_tb), Infra);
         assert_eq!(
-            classify_failure(&st("FAILED"), Some(2), "loss=nan, giving up\n"),
+            classify_failure(st("FAILED", Some(2)), "loss=nan, giving up\n"),
             Program
         );
-        assert_eq!(classify_failure(&st("FAILED"), Some(1), ""), Infra);
-        assert_eq!(classify_failure(&st("FAILED"), None, " \n\n"), Infra);
+        assert_eq!(classify_failure(st("FAILED", Some(1)), ""), Infra);
+        assert_eq!(classify_failure(st("FAILED", None), " \n\n"), Infra);
     }
 
     #[test]
@@ -333,9 +365,9 @@ NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled cuda error
         for i in 0..LOG_TAIL_LINES {
             log.push_str(&format!("step {i}\n"));
         }
-        assert_eq!(classify_failure(&st("FAILED"), Some(1), &log), Program);
+        assert_eq!(classify_failure(st("FAILED", Some(1)), &log), Program);
         log.push_str("Xid 79\n");
-        assert_eq!(classify_failure(&st("FAILED"), Some(1), &log), Infra);
+        assert_eq!(classify_failure(st("FAILED", Some(1)), &log), Infra);
     }
 
     #[test]

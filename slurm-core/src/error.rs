@@ -24,6 +24,8 @@ pub enum ErrorKind {
     Timeout,
     /// Output that could not be parsed.
     Parse,
+    /// A local record file that does not read back (damaged, or from a newer version).
+    CorruptRecord,
     /// A state change the state machine forbids.
     InvalidTransition,
     /// A record, job or file that does not exist.
@@ -38,6 +40,33 @@ pub enum ErrorKind {
     Preflight,
     /// Local I/O failed (the record folder, a temporary file).
     Io,
+}
+
+/// What a preflight check looked at; callers decide by kind, never by a check's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CheckKind {
+    /// Reaching the cluster at all: the login, the host key, the remote shell.
+    Connection,
+    /// The job spec itself (an image or dataset reference that does not parse).
+    Spec,
+    /// The scheduler's tools (or, for a local backend, the shell that runs jobs).
+    Scheduler,
+    /// The scheduler's accounting (finished jobs are read from it).
+    Accounting,
+    /// A partition: it exists, is up, and allows the wall time.
+    Partition,
+    /// Running containers: Pyxis, enroot, or their absence for an image job.
+    Containers,
+    /// Credentials a job needs (a registry's, a secret's value).
+    Credentials,
+    /// The results root on shared storage.
+    Storage,
+    /// The datasets the job reads.
+    Datasets,
+    /// The NCCL probe before a multi-GPU job.
+    NcclProbe,
 }
 
 /// The error of slurm-core. Every message says what failed and what to do; none
@@ -123,6 +152,14 @@ pub enum Error {
         /// Why.
         message: String,
     },
+    /// A local record file does not read back.
+    #[error("cannot parse job record {path}: {message}")]
+    CorruptRecord {
+        /// The record file.
+        path: String,
+        /// What is wrong with it and what to do.
+        message: String,
+    },
     /// A forbidden state change.
     #[error("illegal transition for {id}: {from} -> {to}")]
     InvalidTransition {
@@ -151,7 +188,9 @@ pub enum Error {
     /// A preflight check failed.
     #[error("preflight failed: {check}: {message} (remedy: {remedy})")]
     Preflight {
-        /// The check's name.
+        /// What the check looked at.
+        kind: CheckKind,
+        /// The check's name, for people.
         check: String,
         /// What it found.
         message: String,
@@ -185,6 +224,7 @@ impl Error {
             Error::Remote { .. } => ErrorKind::Remote,
             Error::Timeout { .. } => ErrorKind::Timeout,
             Error::Parse { .. } => ErrorKind::Parse,
+            Error::CorruptRecord { .. } => ErrorKind::CorruptRecord,
             Error::InvalidTransition { .. } => ErrorKind::InvalidTransition,
             Error::NotFound(_) => ErrorKind::NotFound,
             Error::Render(_) => ErrorKind::Render,

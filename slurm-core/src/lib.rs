@@ -1,21 +1,34 @@
-//! The domain of slurm-run: what a job is, how its state may change, how SLURM's
-//! answers are read, and the seams the rest of the library plugs into.
+//! The domain of slurm-run, the seams the rest of the library plugs into, and the
+//! SLURM backend.
 //!
-//! slurm-core knows nothing of ssh2 or handlebars. It defines the small,
-//! object-safe traits the other crates implement ([`Transport`](transport::Transport),
-//! [`Renderer`](render::Renderer), [`RecordStore`],
-//! [`Backend`](backend::Backend)) and the pure logic every backend shares: the job
-//! spec and its validation, the state machine, SLURM output parsing, failure
-//! classification and redaction. Keeping this crate free of I/O libraries keeps the
-//! logic testable without a cluster and lets callers swap transports and renderers.
+//! slurm-core knows nothing of ssh2 or handlebars. It defines the small, object-safe
+//! traits the other crates implement ([`Transport`], [`Renderer`], [`RecordStore`],
+//! [`Backend`]) and the logic every backend shares: the job spec and its validation,
+//! the state machine, durable records, failure classification and redaction.
+//! Keeping this crate free of I/O libraries keeps the logic testable without a cluster
+//! and lets callers swap transports and renderers.
+//!
+//! The rooms, and which way they lean:
+//! - the domain: [`spec`], [`state`], [`record`], [`classify`], [`redact`], [`image`],
+//!   [`storage`], [`render`], [`transport`]; none of them names a scheduler;
+//! - [`backend`]: the [`Backend`] trait, its options and answers, [`BackendExt`], the
+//!   generic watch, and [`LocalBackend`] (jobs as local processes);
+//! - [`slurm`]: everything SLURM, behind [`SlurmBackend`];
+//! - [`nccl`]: the NCCL probe and the per-cluster knob cache;
+//! - `testing` (cargo feature `testing`): the Transport and Backend conformance suites
+//!   any implementation can run, and fault-injecting transports.
+//!
+//! `slurm` and `nccl` import the domain, never the reverse, and no two modules import
+//! each other.
 #![deny(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod backend;
-pub mod batch;
 pub mod classify;
-pub mod error;
+mod error;
 pub mod image;
-pub mod layers;
+mod names;
+pub mod nccl;
 pub mod record;
 pub mod redact;
 pub mod render;
@@ -23,17 +36,16 @@ pub mod slurm;
 pub mod spec;
 pub mod state;
 pub mod storage;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod transport;
 
-pub use error::{Error, ErrorKind, Result};
+pub use error::{CheckKind, Error, ErrorKind, Result};
 
-pub use classify::{classify_failure, ErrorClass, RetryPolicy};
-pub use image::ImageRef;
-pub use record::{
-    BackendRef, FileRecordStore, JobId, JobRecord, Mark, MemoryRecordStore, RecordFilter,
-    RecordStore, Transition, TransitionSource,
-};
-pub use slurm::{SlurmJobId, SlurmState};
-pub use spec::{CompletionCheck, JobSpec, Limits, Resources, SpecDefaults, WallTime};
-pub use state::{JobState, TransitionOutcome};
-pub use storage::{MountSpec, RemotePath, StorageUri};
+pub use backend::{Backend, BackendExt, LocalBackend};
+pub use record::{FileRecordStore, JobId, JobRecord, MemoryRecordStore, RecordStore};
+pub use render::Renderer;
+pub use slurm::{SlurmBackend, SlurmConfig};
+pub use spec::JobSpec;
+pub use state::JobState;
+pub use transport::{LocalTransport, Transport};

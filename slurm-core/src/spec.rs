@@ -48,9 +48,9 @@ use crate::{Error, Result};
 mod validate;
 mod wall_time;
 
+use crate::names::{validate_safe_name, validate_shell_name};
 pub use validate::validate_sbatch_line;
 pub(crate) use validate::{first_duplicate, validate_memory, validate_partition};
-pub use validate::{validate_safe_name, validate_shell_name, MAX_NAME_LEN};
 pub use wall_time::WallTime;
 
 /// How slurm-run decides that a COMPLETED job really succeeded.

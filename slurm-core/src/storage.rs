@@ -60,7 +60,7 @@ impl RemotePath {
 
     /// This path joined with one safe name (no `/`, not `.` or `..`).
     pub fn join(&self, name: &str) -> Result<RemotePath> {
-        crate::spec::validate_safe_name("path component", name)?;
+        crate::names::validate_safe_name("path component", name)?;
         if self.0 == "/" {
             Ok(RemotePath(format!("/{name}")))
         } else {

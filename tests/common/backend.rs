@@ -5,9 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use slurm_core::backend::{Backend, JobStatus, SlurmBackend, SlurmConfig};
-use slurm_core::layers::{CountingTransport, FaultTransport};
+use slurm_core::backend::{Backend, JobStatus};
+use slurm_core::slurm::{SlurmBackend, SlurmConfig};
 use slurm_core::spec::WallTime;
+use slurm_core::testing::{CountingTransport, FaultTransport};
 use slurm_core::transport::{Command, Transport};
 use slurm_core::{FileRecordStore, JobId, JobSpec, JobState};
 use slurm_render::HandlebarsRenderer;

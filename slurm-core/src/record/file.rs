@@ -131,22 +131,20 @@ impl FileRecordStore {
             }
             Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
         };
-        let record: JobRecord = serde_json::from_slice(&bytes)
-            .map_err(|e| Error::parse(format!("job record {}", path.display()), e.to_string()))?;
+        let corrupt = |message: String| Error::CorruptRecord {
+            path: path.display().to_string(),
+            message,
+        };
+        let record: JobRecord =
+            serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
         if record.schema_version > SCHEMA_VERSION {
-            return Err(Error::parse(
-                format!("job record {}", path.display()),
-                format!(
+            return Err(corrupt(format!(
                     "schema version {} is newer than this slurm-run ({SCHEMA_VERSION}); upgrade slurm-run",
-                    record.schema_version
-                ),
-            ));
+                record.schema_version
+            )));
         }
         if &record.id != id {
-            return Err(Error::parse(
-                format!("job record {}", path.display()),
-                format!("holds id {} instead of {id}", record.id),
-            ));
+            return Err(corrupt(format!("holds id {} instead of {id}", record.id)));
         }
         Ok(record)
     }

@@ -14,9 +14,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::classify::ErrorClass;
+use crate::names::{validate_safe_name, MAX_NAME_LEN};
 use crate::redact::SecretRegistry;
-use crate::slurm::SlurmJobId;
-use crate::spec::{validate_safe_name, CompletionCheck, JobSpec, MAX_NAME_LEN};
+use crate::spec::{CompletionCheck, JobSpec};
 use crate::state::{JobState, TransitionOutcome};
 use crate::storage::RemotePath;
 use crate::{Error, Result};
@@ -109,14 +109,57 @@ impl std::str::FromStr for JobId {
     }
 }
 
-/// Where the job lives on the backend.
+/// Where the job lives on the backend: the scheduler's own id for it, as text, and
+/// the cluster when the scheduler named one. Scheduler neutral: a SLURM job id is
+/// `"4242"`, a local process could be its pid.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct BackendRef {
-    /// The SLURM job id.
-    pub slurm_job_id: SlurmJobId,
-    /// The cluster, when sbatch named one.
+    /// The scheduler's id of the job (SLURM: the job id).
+    #[serde(alias = "slurm_job_id", deserialize_with = "native_id_text")]
+    pub native_id: String,
+    /// The cluster, when the scheduler named one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
+}
+
+impl BackendRef {
+    /// A reference to the job `native_id` on the default cluster.
+    pub fn new(native_id: impl Into<String>) -> Self {
+        BackendRef {
+            native_id: native_id.into(),
+            cluster: None,
+        }
+    }
+
+    /// On `cluster`.
+    pub fn on_cluster(mut self, cluster: impl Into<String>) -> Self {
+        self.cluster = Some(cluster.into());
+        self
+    }
+}
+
+impl fmt::Display for BackendRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.cluster {
+            Some(cluster) => write!(f, "{}@{cluster}", self.native_id),
+            None => f.write_str(&self.native_id),
+        }
+    }
+}
+
+/// Reads a native id written as text, or as a number (records written before the id
+/// became scheduler neutral hold `"slurm_job_id": 4242`).
+fn native_id_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Text {
+        Text(String),
+        Number(u64),
+    }
+    Ok(match Text::deserialize(deserializer)? {
+        Text::Text(text) => text,
+        Text::Number(number) => number.to_string(),
+    })
 }
 
 /// Who caused a transition.
@@ -140,7 +183,7 @@ pub struct Transition {
     pub state: JobState,
     /// Who.
     pub source: TransitionSource,
-    /// Why (the native SLURM state, a reason); redacted.
+    /// Why (the scheduler's own state, a reason); redacted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
@@ -150,7 +193,7 @@ pub struct Transition {
 pub struct JobRecord {
     /// The format version ([`SCHEMA_VERSION`]).
     pub schema_version: u32,
-    /// The id (also the SLURM job name).
+    /// The id (also the job's name on the scheduler).
     pub id: JobId,
     /// The spec's name.
     pub name: String,
@@ -164,7 +207,7 @@ pub struct JobRecord {
     pub labels: BTreeMap<String, String>,
     /// The job's results folder on the cluster.
     pub results_dir: RemotePath,
-    /// The SLURM job, once submitted.
+    /// The scheduler's job, once submitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend_ref: Option<BackendRef>,
     /// The current state.
@@ -241,7 +284,7 @@ pub struct Mark {
     pub source: TransitionSource,
     /// Why (redacted by the store).
     pub message: Option<String>,
-    /// The SLURM job, set on the move to PENDING after sbatch.
+    /// The scheduler's job, set on the move to PENDING once the scheduler accepted it.
     pub backend_ref: Option<BackendRef>,
     /// The error class; only with state ERROR.
     pub err_class: Option<ErrorClass>,
@@ -265,7 +308,7 @@ impl Mark {
         self
     }
 
-    /// With the SLURM job.
+    /// With the scheduler's job.
     pub fn backend_ref(mut self, backend_ref: BackendRef) -> Self {
         self.backend_ref = Some(backend_ref);
         self

@@ -2,7 +2,6 @@
 
 use super::*;
 use crate::classify::ErrorClass;
-use crate::slurm::SlurmJobId;
 
 pub(crate) fn sample_spec() -> JobSpec {
     let mut spec = JobSpec::new("hello", "python train.py");
@@ -23,7 +22,7 @@ pub(crate) fn record(id: JobId) -> JobRecord {
 
 fn bref(n: u64) -> BackendRef {
     BackendRef {
-        slurm_job_id: SlurmJobId::new(n).unwrap(),
+        native_id: n.to_string(),
         cluster: None,
     }
 }

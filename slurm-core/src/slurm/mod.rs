@@ -1,82 +1,59 @@
-//! SLURM's side: the argv of sbatch / squeue / sacct / scontrol queries, total parsers of their output, and the state mapping.
+//! SLURM, in one room: [`SlurmBackend`] (submit, poll, preflight, cancel, logs, and the
+//! NCCL probe runs), its configuration, the pure "what SLURM said -> what it means"
+//! logic, the parsers of the SLURM tools' output, the one table of SLURM states, the
+//! argv of every scheduler command, and the remote scripts as `.sh` files.
 //!
-//! Every parser is total: any input gives a value or a typed [`Error`](crate::Error),
-//! never a panic (see the property tests in this module).
+//! Nothing outside this module names a SLURM type: the rest of the crate speaks of
+//! native ids, endings and checks, and this room maps SLURM's words to them.
+//!
+//! | file | holds |
+//! |---|---|
+//! | `backend.rs` | [`SlurmBackend`] and its `Backend` impl |
+//! | `config.rs` | [`SlurmConfig`] from the environment or a builder |
+//! | `submit.rs`, `reconcile.rs`, `images.rs` | exactly-once submit, reconcile by job name, `.sqsh` staging |
+//! | `poll.rs`, `observe.rs` | one-round-trip status; the pure decisions from squeue/sacct/scontrol rows |
+//! | `preflight.rs`, `cancel.rs`, `logs.rs` | the other operations |
+//! | `nccl.rs` | probe jobs and the submit hook of the NCCL knob cache |
+//! | `states.rs`, `parse/`, `commands.rs`, `scripts/` | SLURM's states, output, argv and scripts |
 
-pub mod errors;
-pub mod id;
-pub mod sacct;
-pub mod sbatch;
-pub mod scontrol;
-pub mod squeue;
-pub mod state_map;
-
-pub use errors::{
-    is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error,
-    recognise_scheduler_error, SchedulerError,
-};
-pub use id::{ArrayPart, SlurmIdField, SlurmJobId};
-pub use sacct::{
-    batch_step, parse_sacct, resolve_newest, sacct_args, sacct_command, SacctRow, SACCT_FIELDS,
-    SACCT_FORMAT,
-};
-pub use sbatch::{parse_sbatch_parsable, SbatchOutcome};
-pub use scontrol::{
-    parse_scontrol_show_job, scontrol_show_job_args, scontrol_show_job_command, ScontrolJob,
-};
-pub use squeue::{parse_squeue, squeue_args, squeue_command, SqueueRow, SQUEUE_FORMAT};
-pub use state_map::{map_observed, map_state, SlurmBaseState, SlurmState};
+mod backend;
+mod cancel;
+mod commands;
+mod config;
+mod images;
+mod logs;
+mod nccl;
+mod observe;
+pub(crate) mod parse;
+mod poll;
+mod preflight;
+mod reconcile;
+pub(crate) mod scripts;
+mod states;
+mod submit;
 
 #[cfg(test)]
-mod proptests {
-    use super::*;
-    use proptest::prelude::*;
+mod tests;
 
-    /// Text made of the characters the parsers care about, so inputs reach deep branches.
-    fn slurmish() -> impl Strategy<Value = String> {
-        proptest::string::string_regex("[0-9_.+\\[\\]|;:=a-zA-Z \\n%-]{0,80}").unwrap()
-    }
+use crate::nccl::{NcclProbe, ProbeOptions};
 
-    proptest! {
-        #[test]
-        fn parsers_never_panic_on_any_text(s in any::<String>()) {
-            let _ = parse_sbatch_parsable(&s, &s);
-            let _ = parse_squeue(&s);
-            let _ = parse_sacct(&s);
-            let _ = parse_scontrol_show_job(&s);
-            let _ = SlurmState::parse(&s);
-            let _ = SlurmIdField::parse(&s);
-            let _ = SlurmJobId::parse(&s);
-            let _ = recognise_scheduler_error(&s);
-        }
+pub use backend::SlurmBackend;
+pub use config::{default_state_dir, SlurmConfig, SlurmConfigBuilder, ENV_VARS};
+pub use parse::SlurmJobId;
+pub use states::{map_state, SlurmBaseState, SlurmState};
 
-        #[test]
-        fn parsers_never_panic_on_slurmish_text(s in slurmish()) {
-            let _ = parse_sbatch_parsable(&s, "");
-            let _ = parse_squeue(&s);
-            let _ = parse_sacct(&s);
-            let _ = parse_scontrol_show_job(&s);
-            let _ = SlurmState::parse(&s);
-            let _ = SlurmIdField::parse(&s);
-        }
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use commands::{sacct_jobs, squeue_jobs};
 
-        #[test]
-        fn parsers_never_panic_on_arbitrary_bytes(b in proptest::collection::vec(any::<u8>(), 0..200)) {
-            let s = String::from_utf8_lossy(&b);
-            let _ = parse_sbatch_parsable(&s, &s);
-            let _ = parse_squeue(&s);
-            let _ = parse_sacct(&s);
-            let _ = parse_scontrol_show_job(&s);
-        }
-
-        #[test]
-        fn id_fields_round_trip(job in 1u64..10_000_000, task in proptest::option::of(0u32..5000), step in proptest::option::of("batch|extern|[0-9]{1,3}")) {
-            let mut text = job.to_string();
-            if let Some(t) = task { text.push_str(&format!("_{t}")); }
-            if let Some(s) = &step { text.push('.'); text.push_str(s); }
-            let f = SlurmIdField::parse(&text).unwrap();
-            prop_assert_eq!(f.to_string(), text);
-            prop_assert_eq!(f.is_job_itself(), task.is_none() && step.is_none());
-        }
-    }
+/// What a submit to SLURM does beyond the generic
+/// [`SubmitOptions`](crate::backend::SubmitOptions): the NCCL probe. The backend's
+/// defaults come from [`SlurmConfig::submit`]; [`SlurmBackend::submit_with`] overrides
+/// them for one submit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlurmSubmitOptions {
+    /// Whether a job that needs NCCL (more than one node or more than one GPU per
+    /// node) is preceded by the NCCL probe; see [`NcclProbe`].
+    pub nccl_probe: NcclProbe,
+    /// How that probe runs (its command, timeout and knob ladder).
+    pub probe: ProbeOptions,
 }

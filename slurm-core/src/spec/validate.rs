@@ -1,60 +1,7 @@
 //! Validation of the names and values a spec holds: safe names, shell names, partitions, memory, sbatch options.
 
+use crate::names::{short, validate_safe_name};
 use crate::{Error, Result};
-
-/// The longest safe name (record ids, labels, partitions, clusters).
-pub const MAX_NAME_LEN: usize = 64;
-
-/// Check a safe name: `^[A-Za-z0-9][A-Za-z0-9._-]*$`, at most [`MAX_NAME_LEN`]
-/// characters. Such a name is a valid file name and SLURM job name and cannot
-/// traverse paths.
-pub fn validate_safe_name(field: &str, value: &str) -> Result<()> {
-    let ok = value.len() <= MAX_NAME_LEN
-        && value
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-');
-    if ok {
-        Ok(())
-    } else if value.is_empty() {
-        Err(Error::invalid(
-            field,
-            "empty; give a name of letters, digits, `.`, `_` or `-`",
-        ))
-    } else {
-        Err(Error::invalid(
-            field,
-            format!(
-                "`{}` is not a safe name; use at most {MAX_NAME_LEN} letters, digits, `.`, `_` or `-`, starting with a letter or digit",
-                crate::slurm::id::short(value)
-            ),
-        ))
-    }
-}
-
-/// Check a shell identifier (`^[A-Za-z_][A-Za-z0-9_]*$`), for env and secret names.
-pub fn validate_shell_name(field: &str, value: &str) -> Result<()> {
-    let ok = value
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && value.len() <= 128;
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            field,
-            format!(
-                "`{}` is not a shell variable name; use letters, digits and `_`, not starting with a digit",
-                crate::slurm::id::short(value)
-            ),
-        ))
-    }
-}
 
 /// sbatch options a spec may not set: slurm-run owns the job name and the log layout.
 const RESERVED_SBATCH: &[&str] = &[
@@ -123,7 +70,7 @@ pub fn validate_sbatch_line(line: &str) -> Result<()> {
             "extra_sbatch",
             format!(
                 "`{}`: write one sbatch option per entry, e.g. --qos=high (no #SBATCH prefix)",
-                crate::slurm::id::short(t)
+                short(t)
             ),
         ));
     }

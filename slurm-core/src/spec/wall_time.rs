@@ -41,7 +41,7 @@ impl WallTime {
                 "time",
                 format!(
                     "`{}` is not a Slurm time; use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 04:00:00)",
-                    crate::slurm::id::short(t)
+                    crate::names::short(t)
                 ),
             )
         };

@@ -1,0 +1,77 @@
+//! The answers of the [`Backend`](super::Backend) operations: a job's status and what a watch reports.
+
+use serde::Serialize;
+
+use crate::classify::ErrorClass;
+use crate::record::{JobId, JobRecord};
+use crate::state::JobState;
+
+/// What the scheduler said of a job, beside the vocabulary state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NativeStatus {
+    /// The scheduler's state as printed (SLURM: `CANCELLED by 1000`, `NODE_FAIL`).
+    pub state: String,
+    /// The pending or end reason (`Resources`, `Priority`, `Dependency`, ...).
+    pub reason: Option<String>,
+    /// The exit code of the batch script, when known.
+    pub exit_code: Option<i32>,
+    /// The nodes the job ran on.
+    pub nodes: Option<String>,
+    /// Where it was read (SLURM: `squeue`, `sacct` or `scontrol`).
+    pub source: &'static str,
+}
+
+/// A job's current state, as its record now holds it, with what the scheduler said.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobStatus {
+    /// The record, after this observation was applied.
+    pub record: JobRecord,
+    /// The scheduler's own words, when the job was found.
+    pub native: Option<NativeStatus>,
+}
+
+impl JobStatus {
+    /// The record id.
+    pub fn id(&self) -> &JobId {
+        &self.record.id
+    }
+
+    /// The state in the vocabulary.
+    pub fn state(&self) -> JobState {
+        self.record.state
+    }
+
+    /// The scheduler's id of the job (SLURM: the job id), once submitted.
+    pub fn native_id(&self) -> Option<&str> {
+        self.record
+            .backend_ref
+            .as_ref()
+            .map(|r| r.native_id.as_str())
+    }
+
+    /// Infra or program, for an ERROR.
+    pub fn err_class(&self) -> Option<ErrorClass> {
+        self.record.err_class
+    }
+}
+
+/// What a watch reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum WatchEvent {
+    /// A job's state changed (reported once per change).
+    Transition {
+        /// The state before.
+        from: JobState,
+        /// The job now.
+        status: Box<JobStatus>,
+    },
+    /// A job ended ERROR (infra) and a new record was submitted to retry it; the
+    /// watch goes on with the new record.
+    Retried {
+        /// The failed record.
+        previous: JobId,
+        /// The new record, linked by `retry_of`.
+        record: Box<JobRecord>,
+    },
+}

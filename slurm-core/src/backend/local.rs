@@ -1,0 +1,760 @@
+//! `LocalBackend`: a complete [`Backend`] that runs each job's command as a process on
+//! this machine, with the same records, states, logs, cancel and watch as a cluster;
+//! for testing orchestrators without one (as object_store ships `InMemory`).
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::fs;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::{self, BoxStream, StreamExt};
+use tokio::process::{Child, Command};
+use tokio::sync::oneshot;
+
+use super::{
+    watch_by_polling, Backend, CheckKind, JobStatus, LogOptions, LogStream, NativeStatus,
+    PreflightReport, SubmitOptions, WatchEvent, WatchOptions,
+};
+use crate::classify::{classify_failure, Ending, ErrorClass, LOG_TAIL_LINES};
+use crate::record::{
+    BackendRef, JobId, JobRecord, Mark, RecordFilter, RecordStore, TransitionSource,
+};
+use crate::redact::SecretRegistry;
+use crate::spec::{JobSpec, SpecDefaults};
+use crate::state::JobState;
+use crate::storage::RemotePath;
+use crate::{Error, Result};
+
+/// A cancel request, answered once the job's process is gone and its record marked.
+type CancelRequest = oneshot::Sender<()>;
+
+/// Runs each job's command with `bash -c` in its own folder under a root, at most
+/// `max_running` at a time (the others wait PENDING, in submit order), and keeps the
+/// records in any [`RecordStore`].
+///
+/// - A job's folder is `<root>/<id>/`: `specs/spec.json`, and its logs in
+///   `logs/<id>-<native id>/main.out` and `main.err`, as on a cluster.
+/// - The command sees its spec's `env` and `extra_env`, its secrets (from the submit
+///   options or this process's environment; redacted from its logs), `NODE_RANK=0`,
+///   `WORLD_SIZE=1`, `MASTER_ADDR=127.0.0.1`, `MASTER_PORT=29500` and `RESULTS_DIR`.
+/// - Its wall time is enforced (ERROR, program); a non-zero exit is ERROR, classed
+///   infra or program from its logs like a cluster job; a cancel kills its whole
+///   process group.
+/// - No containers, GPUs or nodes: a spec with an `image` is refused.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> slurm_core::Result<()> {
+/// use std::time::Duration;
+/// use slurm_core::backend::{Backend, BackendExt, SubmitOptions};
+/// use slurm_core::{JobSpec, JobState, LocalBackend, MemoryRecordStore};
+///
+/// let root = tempfile::tempdir().unwrap();
+/// let backend = LocalBackend::new(root.path(), MemoryRecordStore::new())?;
+/// let record = backend.submit(&JobSpec::new("hello", "echo hi"), SubmitOptions::default()).await?;
+/// let done = backend.wait(&record.id, Duration::from_millis(20)).await?;
+/// assert_eq!(done.state(), JobState::Complete);
+/// assert_eq!(backend.logs(&record.id, Default::default()).await?, "hi\n");
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LocalBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    root: PathBuf,
+    store: Box<dyn RecordStore>,
+    max_running: usize,
+    next_native_id: AtomicU64,
+    queue: Mutex<Queue>,
+    /// The cancel channel of every job not yet ended (pending ones included).
+    cancels: Mutex<HashMap<JobId, oneshot::Sender<CancelRequest>>>,
+    exits: Mutex<HashMap<JobId, i32>>,
+    secrets: Mutex<SecretRegistry>,
+}
+
+/// The jobs running and the ones waiting for a slot.
+#[derive(Default)]
+struct Queue {
+    running: usize,
+    waiting: VecDeque<Launch>,
+}
+
+/// What it takes to start a job.
+struct Launch {
+    id: JobId,
+    command: Command,
+    cancel: oneshot::Receiver<CancelRequest>,
+    limit: Duration,
+}
+
+impl fmt::Debug for LocalBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalBackend")
+            .field("root", &self.inner.root)
+            .field("store", &self.inner.store)
+            .field("max_running", &self.inner.max_running)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a job's process ended.
+enum Outcome {
+    Exited(Option<i32>),
+    Canceled(Option<CancelRequest>),
+    TimedOut,
+    Lost(String),
+}
+
+impl LocalBackend {
+    /// A backend whose jobs live under `root` (created if missing), four at a time.
+    pub fn new(root: &Path, store: impl RecordStore + 'static) -> Result<Self> {
+        fs::create_dir_all(root)
+            .map_err(|e| Error::io(format!("creating {}", root.display()), e))?;
+        Ok(LocalBackend {
+            inner: Arc::new(Inner {
+                root: root.to_path_buf(),
+                store: Box::new(store),
+                max_running: 4,
+                next_native_id: AtomicU64::new(1),
+                queue: Mutex::new(Queue::default()),
+                cancels: Mutex::new(HashMap::new()),
+                exits: Mutex::new(HashMap::new()),
+                secrets: Mutex::new(SecretRegistry::new()),
+            }),
+        })
+    }
+
+    /// At most `max_running` jobs run at once (at least one); the others wait PENDING.
+    /// Only before the first submit: a backend already shared is returned unchanged.
+    pub fn with_max_running(mut self, max_running: usize) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.max_running = max_running.max(1);
+        }
+        self
+    }
+
+    /// The folder the jobs live under.
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    fn log_path(record: &JobRecord, stream: LogStream) -> Option<PathBuf> {
+        let native = &record.backend_ref.as_ref()?.native_id;
+        Some(
+            Path::new(record.results_dir.as_str())
+                .join("logs")
+                .join(format!("{}-{native}", record.id))
+                .join(stream.file_name()),
+        )
+    }
+
+    fn redact(&self, text: &str) -> String {
+        self.inner
+            .secrets
+            .lock()
+            .expect("secrets lock")
+            .redact(text)
+    }
+
+    /// Queue `launch` and start every job a free slot allows.
+    fn enqueue(&self, launch: Launch) {
+        self.inner
+            .queue
+            .lock()
+            .expect("queue lock")
+            .waiting
+            .push_back(launch);
+        self.start_waiting();
+    }
+
+    /// Start waiting jobs while slots are free.
+    fn start_waiting(&self) {
+        loop {
+            let launch = {
+                let mut queue = self.inner.queue.lock().expect("queue lock");
+                if queue.running >= self.inner.max_running {
+                    return;
+                }
+                let Some(launch) = queue.waiting.pop_front() else {
+                    return;
+                };
+                queue.running += 1;
+                launch
+            };
+            if !self.start(launch) {
+                let mut queue = self.inner.queue.lock().expect("queue lock");
+                queue.running = queue.running.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Spawn the process of `launch` and its supervisor (which frees the slot when the
+    /// job ends); whether it did. A job cancelled while it waited is not started.
+    fn start(&self, launch: Launch) -> bool {
+        let Launch {
+            id,
+            mut command,
+            mut cancel,
+            limit,
+        } = launch;
+        if let Ok(request) = cancel.try_recv() {
+            self.finish(&id, Outcome::Canceled(Some(request)));
+            return false;
+        }
+        match command.spawn() {
+            Ok(child) => {
+                let started = self.inner.store.mark(
+                    &id,
+                    Mark::new(JobState::Running, TransitionSource::Poll)
+                        .message(format!("started as pid {}", child.id().unwrap_or_default())),
+                );
+                if let Err(error) = started {
+                    tracing::warn!(job = %id, %error, "cannot record the start of a local job");
+                }
+                tokio::spawn(self.clone().supervise(id, child, cancel, limit));
+                true
+            }
+            Err(e) => {
+                self.finish(&id, Outcome::Lost(format!("bash did not start: {e}")));
+                false
+            }
+        }
+    }
+
+    /// Wait for the job's process, a cancel or the wall time; then mark the record.
+    async fn supervise(
+        self,
+        id: JobId,
+        mut child: Child,
+        mut cancel: oneshot::Receiver<CancelRequest>,
+        limit: Duration,
+    ) {
+        let outcome = tokio::select! {
+            status = child.wait() => match status {
+                Ok(status) => Outcome::Exited(status.code()),
+                Err(e) => Outcome::Lost(e.to_string()),
+            },
+            request = &mut cancel => {
+                kill_group(&mut child).await;
+                Outcome::Canceled(request.ok())
+            }
+            _ = tokio::time::sleep(limit) => {
+                kill_group(&mut child).await;
+                Outcome::TimedOut
+            }
+        };
+        self.finish(&id, outcome);
+        {
+            let mut queue = self.inner.queue.lock().expect("queue lock");
+            queue.running = queue.running.saturating_sub(1);
+        }
+        self.start_waiting();
+    }
+
+    /// Record how job `id` ended and answer a cancel that asked for it.
+    fn finish(&self, id: &JobId, outcome: Outcome) {
+        let mark = match &outcome {
+            Outcome::Exited(Some(0)) => {
+                Mark::new(JobState::Complete, TransitionSource::Poll).message("exit 0")
+            }
+            Outcome::Exited(code) => {
+                if let Some(code) = code {
+                    self.inner
+                        .exits
+                        .lock()
+                        .expect("exits lock")
+                        .insert(id.clone(), *code);
+                }
+                let class = match self.inner.store.get(id) {
+                    Ok(record) => {
+                        let mut tail = String::new();
+                        for stream in [LogStream::Out, LogStream::Err] {
+                            if let Some(path) = Self::log_path(&record, stream) {
+                                tail.push_str(&last_lines(&path, LOG_TAIL_LINES));
+                            }
+                        }
+                        classify_failure(Ending::Failed { exit_code: *code }, &tail)
+                    }
+                    Err(_) => ErrorClass::Program,
+                };
+                Mark::new(JobState::Error, TransitionSource::Poll)
+                    .message(match code {
+                        Some(code) => format!("exit {code}"),
+                        None => "killed by a signal".to_string(),
+                    })
+                    .err_class(class)
+            }
+            Outcome::Canceled(_) => {
+                Mark::new(JobState::Canceled, TransitionSource::User).message("cancelled")
+            }
+            Outcome::TimedOut => Mark::new(JobState::Error, TransitionSource::Poll)
+                .message("the wall time was reached")
+                .err_class(ErrorClass::Program),
+            Outcome::Lost(why) => Mark::new(JobState::Error, TransitionSource::Poll)
+                .message(format!("lost the process: {why}"))
+                .err_class(ErrorClass::Infra),
+        };
+        if let Err(error) = self.inner.store.mark(id, mark) {
+            tracing::warn!(job = %id, %error, "cannot record the end of a local job");
+        }
+        self.inner.cancels.lock().expect("cancels lock").remove(id);
+        if let Outcome::Canceled(Some(done)) = outcome {
+            let _ = done.send(());
+        }
+    }
+
+    /// The secret values `spec` names, from the options or this process's environment.
+    fn secrets(spec: &JobSpec, options: &SubmitOptions) -> Result<Vec<(String, String)>> {
+        spec.secrets
+            .iter()
+            .map(|name| {
+                let value = match &options.secret_values {
+                    Some(values) => values.get(name).cloned(),
+                    None => std::env::var(name).ok(),
+                };
+                value.map(|v| (name.clone(), v)).ok_or_else(|| {
+                    Error::config(
+                        name.clone(),
+                        format!("the spec names the secret {name} but it is not set; export {name}=... before submitting"),
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+/// Kill the job's whole process group (the shell and what it started), then reap it.
+async fn kill_group(child: &mut Child) {
+    if let Some(pid) = child.id() {
+        // SAFETY: kill(2) with a negative pid signals the process group the child leads
+        // (it was spawned with process_group(0)); it touches no memory of ours.
+        unsafe {
+            libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
+        }
+    }
+    let _ = child.kill().await;
+}
+
+/// The last `n` lines of a file, or nothing when it does not exist.
+fn last_lines(path: &Path, n: usize) -> String {
+    let text = fs::read(path).unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let lines: Vec<&str> = text.lines().collect();
+    let mut tail = lines[lines.len().saturating_sub(n)..].join("\n");
+    if !tail.is_empty() {
+        tail.push('\n');
+    }
+    tail
+}
+
+#[async_trait]
+impl Backend for LocalBackend {
+    async fn preflight(&self, spec: Option<&JobSpec>) -> Result<PreflightReport> {
+        let mut report = PreflightReport::default();
+        let bash = Command::new("bash").arg("-c").arg("true").status().await;
+        report.push(
+            CheckKind::Scheduler,
+            "bash",
+            matches!(&bash, Ok(s) if s.success()),
+            match &bash {
+                Ok(_) => "bash runs".to_string(),
+                Err(e) => e.to_string(),
+            },
+            "install bash",
+        );
+        let probe = tempfile::tempfile_in(&self.inner.root);
+        report.push(
+            CheckKind::Storage,
+            "results root",
+            probe.is_ok(),
+            match &probe {
+                Ok(_) => format!("{} is writable", self.inner.root.display()),
+                Err(e) => e.to_string(),
+            },
+            "give the local backend a folder it can write",
+        );
+        if let Some(spec) = spec {
+            report.push(
+                CheckKind::Containers,
+                "image",
+                spec.image.is_none(),
+                match &spec.image {
+                    None => "not needed".to_string(),
+                    Some(image) => format!("{image}: the local backend runs no containers"),
+                },
+                "remove `image`, or run the job on the SLURM backend",
+            );
+            let missing: Vec<&str> = spec
+                .secrets
+                .iter()
+                .filter(|name| std::env::var_os(name).is_none())
+                .map(String::as_str)
+                .collect();
+            report.push(
+                CheckKind::Credentials,
+                "secrets",
+                missing.is_empty(),
+                if missing.is_empty() {
+                    format!("{} present", spec.secrets.len())
+                } else {
+                    format!("not in the environment: {}", missing.join(", "))
+                },
+                "export each secret the spec names before submitting",
+            );
+        }
+        Ok(report)
+    }
+
+    async fn submit(&self, spec: &JobSpec, options: SubmitOptions) -> Result<JobRecord> {
+        spec.validate()?;
+        let resources = spec.resolve(&SpecDefaults::default())?;
+        if spec.image.is_some() {
+            return Err(Error::invalid(
+                "image",
+                "the local backend runs commands on this machine, without containers; remove `image` or use the SLURM backend",
+            ));
+        }
+        let secrets = Self::secrets(spec, &options)?;
+        let previous = match &options.retry_of {
+            Some(id) => Some(self.inner.store.get(id)?),
+            None => None,
+        };
+
+        let id = JobId::mint_for(spec);
+        let dir = self.inner.root.join(id.as_str());
+        let results_dir = RemotePath::parse_for("results_dir", &dir.to_string_lossy())?;
+        let mut record = JobRecord::new(id.clone(), spec, results_dir)?;
+        if let Some(previous) = &previous {
+            record = record.retry_of(previous);
+        }
+        let native_id = self
+            .inner
+            .next_native_id
+            .fetch_add(1, Ordering::SeqCst)
+            .to_string();
+        let log_dir = dir.join("logs").join(format!("{id}-{native_id}"));
+        for folder in [dir.join("specs"), log_dir.clone()] {
+            fs::create_dir_all(&folder)
+                .map_err(|e| Error::io(format!("creating {}", folder.display()), e))?;
+        }
+        let spec_json =
+            serde_json::to_vec_pretty(spec).map_err(|e| Error::parse("spec", e.to_string()))?;
+        fs::write(dir.join("specs/spec.json"), spec_json)
+            .map_err(|e| Error::io("writing specs/spec.json", e))?;
+        let open = |name: &str| {
+            fs::File::create(log_dir.join(name))
+                .map_err(|e| Error::io(format!("creating {name}"), e))
+        };
+        let (out, err) = (open("main.out")?, open("main.err")?);
+        self.inner.store.open(&record)?;
+        {
+            let mut registry = self.inner.secrets.lock().expect("secrets lock");
+            for (name, value) in &secrets {
+                registry.register(name.clone(), value.clone());
+            }
+        }
+
+        let mut command = Command::new("bash");
+        command
+            .arg("-c")
+            .arg(&spec.command)
+            .current_dir(&dir)
+            .envs(&spec.env)
+            .envs(&spec.extra_env)
+            .envs(secrets)
+            .env("NODE_RANK", "0")
+            .env("WORLD_SIZE", "1")
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", "29500")
+            .env("RESULTS_DIR", &dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .kill_on_drop(true);
+        let (cancel_tx, cancel_rx) = oneshot::channel();
+        self.inner
+            .cancels
+            .lock()
+            .expect("cancels lock")
+            .insert(id.clone(), cancel_tx);
+        self.inner.store.mark(
+            &id,
+            Mark::new(JobState::Pending, TransitionSource::Agent)
+                .message("queued on this machine")
+                .backend_ref(BackendRef::new(native_id)),
+        )?;
+        self.enqueue(Launch {
+            id: id.clone(),
+            command,
+            cancel: cancel_rx,
+            limit: Duration::from_secs(resources.wall.as_secs()),
+        });
+        self.inner.store.get(&id)
+    }
+
+    async fn resubmit(&self, id: &JobId) -> Result<JobRecord> {
+        let previous = self.inner.store.get(id)?;
+        if !previous.state.is_terminal() {
+            return Err(Error::invalid(
+                "id",
+                format!(
+                    "{id} is {}; only a finished job can be submitted again (cancel it first)",
+                    previous.state
+                ),
+            ));
+        }
+        let path = Path::new(previous.results_dir.as_str()).join("specs/spec.json");
+        let text = fs::read_to_string(&path)
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let spec = JobSpec::from_json_str(&text)?;
+        self.submit(
+            &spec,
+            SubmitOptions {
+                retry_of: Some(id.clone()),
+                ..SubmitOptions::default()
+            },
+        )
+        .await
+    }
+
+    async fn status(&self, id: &JobId) -> Result<JobStatus> {
+        let record = self.inner.store.get(id)?;
+        let exit = self
+            .inner
+            .exits
+            .lock()
+            .expect("exits lock")
+            .get(id)
+            .copied()
+            .or((record.state == JobState::Complete).then_some(0));
+        let native = NativeStatus {
+            state: record.state.to_string(),
+            reason: (record.state == JobState::Pending)
+                .then(|| "waiting for a free slot".to_string()),
+            exit_code: exit,
+            nodes: (record.state != JobState::Pending).then(|| "localhost".to_string()),
+            source: "local",
+        };
+        Ok(JobStatus {
+            native: Some(native),
+            record,
+        })
+    }
+
+    async fn status_many(&self, ids: &[JobId]) -> Result<Vec<JobStatus>> {
+        let mut all = Vec::with_capacity(ids.len());
+        for id in ids {
+            all.push(self.status(id).await?);
+        }
+        Ok(all)
+    }
+
+    async fn logs(&self, id: &JobId, options: LogOptions) -> Result<String> {
+        let record = self.inner.store.get(id)?;
+        let path = Self::log_path(&record, options.stream)
+            .filter(|path| path.exists())
+            .ok_or_else(|| {
+                Error::NotFound(format!("{id}: no {} yet", options.stream.file_name()))
+            })?;
+        Ok(self.redact(&last_lines(&path, options.tail)))
+    }
+
+    fn follow_logs(
+        &self,
+        id: &JobId,
+        stream: LogStream,
+        interval: Duration,
+    ) -> BoxStream<'static, Result<String>> {
+        let state = (self.clone(), id.clone(), 0u64, false);
+        stream::unfold(state, move |(backend, id, offset, done)| async move {
+            if done {
+                return None;
+            }
+            let mut offset = offset;
+            loop {
+                // Terminal is read before the file, so the last read sees everything.
+                let record = match backend.inner.store.get(&id) {
+                    Ok(record) => record,
+                    Err(error) => return Some((Err(error), (backend, id, offset, true))),
+                };
+                let terminal = record.state.is_terminal();
+                let mut chunk = Vec::new();
+                if let Some(Ok(mut file)) = Self::log_path(&record, stream).map(fs::File::open) {
+                    if file.seek(SeekFrom::Start(offset)).is_ok() {
+                        let _ = file.read_to_end(&mut chunk);
+                    }
+                }
+                offset += chunk.len() as u64;
+                if !chunk.is_empty() {
+                    let text = backend.redact(&String::from_utf8_lossy(&chunk));
+                    return Some((Ok(text), (backend, id, offset, terminal)));
+                }
+                if terminal {
+                    return None;
+                }
+                tokio::time::sleep(interval).await;
+            }
+        })
+        .boxed()
+    }
+
+    async fn cancel(&self, id: &JobId) -> Result<JobRecord> {
+        let record = self.inner.store.get(id)?;
+        if record.state.is_terminal() {
+            return Ok(record);
+        }
+        let sender = self.inner.cancels.lock().expect("cancels lock").remove(id);
+        if let Some(sender) = sender {
+            let (done_tx, done_rx) = oneshot::channel();
+            if sender.send(done_tx).is_ok() {
+                // A waiting job is cancelled where it waits: take it off the queue.
+                let waiting = {
+                    let mut queue = self.inner.queue.lock().expect("queue lock");
+                    let index = queue.waiting.iter().position(|l| &l.id == id);
+                    index.and_then(|i| queue.waiting.remove(i))
+                };
+                if let Some(mut launch) = waiting {
+                    let request = launch.cancel.try_recv().ok();
+                    self.finish(id, Outcome::Canceled(request));
+                }
+                // Answered once the process is gone and the record marked (or dropped
+                // when the job ended by itself first).
+                let _ = done_rx.await;
+            }
+        }
+        self.inner.store.get(id)
+    }
+
+    fn watch(
+        &self,
+        ids: &[JobId],
+        options: WatchOptions,
+    ) -> BoxStream<'static, Result<WatchEvent>> {
+        watch_by_polling(self.clone(), ids, options)
+    }
+
+    fn record(&self, id: &JobId) -> Result<JobRecord> {
+        self.inner.store.get(id)
+    }
+
+    fn records(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
+        self.inner.store.list(filter)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::MemoryRecordStore;
+
+    async fn wait_terminal(backend: &LocalBackend, id: &JobId) -> JobRecord {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let record = backend.record(id).unwrap();
+            if record.state.is_terminal() {
+                return record;
+            }
+            assert!(std::time::Instant::now() < deadline, "{id} never ended");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn jobs_beyond_the_slots_wait_pending_and_start_in_order() {
+        let root = tempfile::tempdir().unwrap();
+        let backend = LocalBackend::new(root.path(), MemoryRecordStore::new())
+            .unwrap()
+            .with_max_running(1);
+        let first = backend
+            .submit(
+                &JobSpec::new("first", "sleep 0.3"),
+                SubmitOptions::default(),
+            )
+            .await
+            .unwrap();
+        let second = backend
+            .submit(&JobSpec::new("second", "true"), SubmitOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(first.state, JobState::Running);
+        assert_eq!(second.state, JobState::Pending);
+        assert_eq!(
+            backend
+                .status(&second.id)
+                .await
+                .unwrap()
+                .native
+                .unwrap()
+                .reason
+                .as_deref(),
+            Some("waiting for a free slot")
+        );
+        assert_eq!(
+            wait_terminal(&backend, &second.id).await.state,
+            JobState::Complete
+        );
+        let first = backend.record(&first.id).unwrap();
+        let second = backend.record(&second.id).unwrap();
+        let started = |r: &JobRecord| {
+            r.history
+                .iter()
+                .find(|t| t.state == JobState::Running)
+                .unwrap()
+                .at
+        };
+        assert_eq!(first.state, JobState::Complete);
+        assert!(started(&first) <= started(&second));
+    }
+
+    #[tokio::test]
+    async fn a_cancel_kills_the_whole_process_group() {
+        let root = tempfile::tempdir().unwrap();
+        let backend = LocalBackend::new(root.path(), MemoryRecordStore::new()).unwrap();
+        let marker = root.path().join("grandchild-pid");
+        let spec = JobSpec::new(
+            "tree",
+            format!("sleep 300 & echo $! > {}; wait", marker.display()),
+        );
+        let record = backend
+            .submit(&spec, SubmitOptions::default())
+            .await
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !marker.exists() || fs::read_to_string(&marker).unwrap().trim().is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the job never started"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let pid: i32 = fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
+        let cancelled = backend.cancel(&record.id).await.unwrap();
+        assert_eq!(cancelled.state, JobState::Canceled);
+        // Gone, or a zombie waiting for init to reap it.
+        let alive = |pid: i32| {
+            fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|stat| {
+                    let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+                    !state.starts_with('Z')
+                })
+                .unwrap_or(false)
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while alive(pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the job's child {pid} outlived the cancel"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

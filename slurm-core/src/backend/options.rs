@@ -1,0 +1,95 @@
+//! The arguments of the [`Backend`](super::Backend) operations.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::classify::RetryPolicy;
+use crate::record::JobId;
+
+/// Options of [`Backend::submit`].
+#[derive(Clone, Default)]
+pub struct SubmitOptions {
+    /// The record this submit retries (the new record links to it).
+    pub retry_of: Option<JobId>,
+    /// Secret values by name. `None` reads each secret the spec names from this
+    /// process's environment. Values are never stored, logged or shown.
+    pub secret_values: Option<BTreeMap<String, String>>,
+}
+
+impl fmt::Debug for SubmitOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubmitOptions")
+            .field("retry_of", &self.retry_of)
+            .field(
+                "secret_values",
+                &self.secret_values.as_ref().map(|m| {
+                    m.keys()
+                        .map(|k| format!("{k}=REDACTED"))
+                        .collect::<Vec<_>>()
+                }),
+            )
+            .finish()
+    }
+}
+
+/// Which log of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum LogStream {
+    /// `main.out`.
+    #[default]
+    Out,
+    /// `main.err`.
+    Err,
+}
+
+impl LogStream {
+    /// The file name in the job's log folder.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            LogStream::Out => "main.out",
+            LogStream::Err => "main.err",
+        }
+    }
+}
+
+/// Options of [`Backend::logs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogOptions {
+    /// Which file.
+    pub stream: LogStream,
+    /// How many lines from the end.
+    pub tail: usize,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        LogOptions {
+            stream: LogStream::Out,
+            tail: 200,
+        }
+    }
+}
+
+/// Options of [`Backend::watch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchOptions {
+    /// Time between two polls (each poll is one round trip for every watched job).
+    pub interval: Duration,
+    /// Resubmit infra failures within this policy's budget; `None` never resubmits.
+    pub retry: Option<RetryPolicy>,
+    /// Longest back-off after transient errors.
+    pub max_backoff: Duration,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        WatchOptions {
+            interval: Duration::from_secs(10),
+            retry: None,
+            max_backoff: Duration::from_secs(300),
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! `SlurmBackend`: the `Backend` for SLURM over any `Transport`, `Renderer` and `RecordStore`.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+
+use super::preflight::PartitionInfo;
+use super::{SlurmConfig, SlurmSubmitOptions};
+use crate::backend::{
+    watch_by_polling, Backend, JobStatus, LogOptions, LogStream, PreflightReport, SubmitOptions,
+    WatchEvent, WatchOptions,
+};
+use crate::nccl::PROBE_LABEL;
+use crate::record::{JobId, JobRecord, RecordFilter, RecordStore};
+use crate::render::Renderer;
+use crate::spec::JobSpec;
+use crate::storage::RemotePath;
+use crate::transport::Transport;
+use crate::Result;
+
+/// The SLURM backend: submits with `sbatch`, observes with `squeue`/`sacct`/`scontrol`,
+/// cancels with `scancel`, all through one [`Transport`], rendering scripts with one
+/// [`Renderer`] and keeping [`JobRecord`]s in one [`RecordStore`].
+///
+/// Cheap to clone: clones share the connection, the caches and the store.
+///
+/// ```no_run
+/// # async fn demo() -> slurm_core::Result<()> {
+/// use std::sync::Arc;
+/// use slurm_core::backend::{Backend, SubmitOptions};
+/// use slurm_core::slurm::{SlurmBackend, SlurmConfig};
+/// use slurm_core::{FileRecordStore, JobSpec};
+/// # #[derive(Debug)] struct MyRenderer;
+/// # impl slurm_core::render::Renderer for MyRenderer {
+/// #   fn render(&self, _: slurm_core::render::TemplateKind, _: &slurm_core::render::ScriptContext) -> slurm_core::Result<String> { Ok(String::new()) }
+/// #   fn lint(&self, _: &str, _: &slurm_core::redact::SecretRegistry) -> slurm_core::Result<()> { Ok(()) }
+/// # }
+/// let config = SlurmConfig::from_env()?;
+/// let store = FileRecordStore::new(&config.state_dir)?;
+/// let transport = slurm_core::transport::LocalTransport::new(); // on the login node itself
+/// let backend: Arc<dyn Backend> = Arc::new(SlurmBackend::new(transport, MyRenderer, store, config));
+/// let record = backend.submit(&JobSpec::new("hello", "nvidia-smi"), SubmitOptions::default()).await?;
+/// println!("{} is {}", record.id, record.state);
+/// # Ok(()) }
+/// ```
+pub struct SlurmBackend<T, R, S> {
+    pub(super) inner: Arc<Inner<T, R, S>>,
+}
+
+impl<T, R, S> Clone for SlurmBackend<T, R, S> {
+    fn clone(&self) -> Self {
+        SlurmBackend {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+pub(super) struct Inner<T, R, S> {
+    pub(super) transport: T,
+    pub(super) renderer: R,
+    pub(super) store: S,
+    pub(super) config: SlurmConfig,
+    pub(super) cache: Mutex<Cache>,
+    /// Held while the base preflight runs, so concurrent first submits run it once.
+    pub(super) preflight_once: tokio::sync::Mutex<()>,
+    /// Held while a submit-time NCCL probe runs, so concurrent submits probe once.
+    pub(super) probe_once: tokio::sync::Mutex<()>,
+}
+
+/// What the backend learnt of the cluster and keeps for later submits.
+#[derive(Debug, Default)]
+pub(super) struct Cache {
+    /// The results root, resolved on the cluster when not configured.
+    pub(super) results_root: Option<RemotePath>,
+    /// Partitions seen by preflight.
+    pub(super) partitions: HashMap<String, PartitionInfo>,
+    /// Whether the static preflight checks (tools, accounting, storage) passed.
+    pub(super) base_checked: bool,
+    /// Whether Pyxis is installed (`srun --container-image`).
+    pub(super) pyxis: Option<bool>,
+    /// Whether sacct answers (accounting enabled).
+    pub(super) accounting: Option<bool>,
+    /// The cluster's `ClusterName` (the key of the NCCL knob cache).
+    pub(super) cluster_name: Option<String>,
+}
+
+impl<T, R, S> fmt::Debug for SlurmBackend<T, R, S>
+where
+    T: fmt::Debug,
+    R: fmt::Debug,
+    S: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlurmBackend")
+            .field("transport", &self.inner.transport)
+            .field("renderer", &self.inner.renderer)
+            .field("store", &self.inner.store)
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+impl<T, R, S> SlurmBackend<T, R, S>
+where
+    T: Transport + 'static,
+    R: Renderer + 'static,
+    S: RecordStore + 'static,
+{
+    /// A backend over `transport`, rendering with `renderer`, recording in `store`.
+    pub fn new(transport: T, renderer: R, store: S, config: SlurmConfig) -> Self {
+        SlurmBackend {
+            inner: Arc::new(Inner {
+                transport,
+                renderer,
+                store,
+                config,
+                cache: Mutex::new(Cache::default()),
+                preflight_once: tokio::sync::Mutex::new(()),
+                probe_once: tokio::sync::Mutex::new(()),
+            }),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SlurmConfig {
+        &self.inner.config
+    }
+
+    /// The transport (for callers that run their own commands on the cluster).
+    pub fn transport(&self) -> &T {
+        &self.inner.transport
+    }
+
+    /// The record store.
+    pub fn store(&self) -> &S {
+        &self.inner.store
+    }
+
+    /// Submit `spec` with SLURM-only options (the NCCL probe) instead of the
+    /// configuration's ([`SlurmConfig::submit`]); otherwise as [`Backend::submit`].
+    pub async fn submit_with(
+        &self,
+        spec: &JobSpec,
+        options: SubmitOptions,
+        slurm: SlurmSubmitOptions,
+    ) -> Result<JobRecord> {
+        self.submit_job(spec, options, slurm).await
+    }
+}
+
+#[async_trait]
+impl<T, R, S> Backend for SlurmBackend<T, R, S>
+where
+    T: Transport + 'static,
+    R: Renderer + 'static,
+    S: RecordStore + 'static,
+{
+    async fn preflight(&self, spec: Option<&JobSpec>) -> Result<PreflightReport> {
+        self.run_preflight(spec).await
+    }
+
+    async fn submit(&self, spec: &JobSpec, options: SubmitOptions) -> Result<JobRecord> {
+        self.submit_job(spec, options, self.inner.config.submit.clone())
+            .await
+    }
+
+    async fn resubmit(&self, id: &JobId) -> Result<JobRecord> {
+        self.resubmit_job(id).await
+    }
+
+    async fn status(&self, id: &JobId) -> Result<JobStatus> {
+        let mut all = self.poll(std::slice::from_ref(id)).await?;
+        Ok(all.remove(0))
+    }
+
+    async fn status_many(&self, ids: &[JobId]) -> Result<Vec<JobStatus>> {
+        self.poll(ids).await
+    }
+
+    async fn logs(&self, id: &JobId, options: LogOptions) -> Result<String> {
+        self.read_logs(id, options).await
+    }
+
+    fn follow_logs(
+        &self,
+        id: &JobId,
+        stream: LogStream,
+        interval: Duration,
+    ) -> BoxStream<'static, Result<String>> {
+        self.clone().follow(id.clone(), stream, interval)
+    }
+
+    async fn cancel(&self, id: &JobId) -> Result<JobRecord> {
+        self.cancel_job(id).await
+    }
+
+    fn watch(
+        &self,
+        ids: &[JobId],
+        options: WatchOptions,
+    ) -> BoxStream<'static, Result<WatchEvent>> {
+        watch_by_polling(self.clone(), ids, options)
+    }
+
+    fn record(&self, id: &JobId) -> Result<JobRecord> {
+        self.inner.store.get(id)
+    }
+
+    /// NCCL probe jobs (labelled [`PROBE_LABEL`]) are left out unless the filter asks
+    /// for that label.
+    fn records(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
+        let mut records = self.inner.store.list(filter)?;
+        if !filter.labels.contains_key(PROBE_LABEL) {
+            records.retain(|r| !r.labels.contains_key(PROBE_LABEL));
+        }
+        Ok(records)
+    }
+}

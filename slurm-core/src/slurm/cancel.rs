@@ -1,0 +1,57 @@
+//! Cancel: `scancel`, then the record goes CANCELED once the scheduler confirms; a finished job is left as it is.
+
+use std::time::{Duration, Instant};
+
+use super::backend::SlurmBackend;
+use super::commands;
+use super::poll::slurm_job;
+use crate::record::{JobId, JobRecord, Mark, RecordStore, TransitionSource};
+use crate::render::Renderer;
+use crate::transport::Transport;
+use crate::{Error, Result};
+
+/// How long a cancel waits for the scheduler to confirm.
+const CANCEL_CONFIRM: Duration = Duration::from_secs(60);
+
+impl<T, R, S> SlurmBackend<T, R, S>
+where
+    T: Transport + 'static,
+    R: Renderer + 'static,
+    S: RecordStore + 'static,
+{
+    pub(super) async fn cancel_job(&self, id: &JobId) -> Result<JobRecord> {
+        let record = self.inner.store.get(id)?;
+        if record.state.is_terminal() {
+            return Ok(record);
+        }
+        let Some((cluster, slurm_id)) = slurm_job(&record)? else {
+            return Err(Error::invalid(
+                "id",
+                format!(
+                    "{id} was never accepted by the scheduler (state {}); nothing to cancel",
+                    record.state
+                ),
+            ));
+        };
+        let command = commands::scancel(slurm_id, cluster.as_deref());
+        let output = self.inner.transport.run(&command).await?;
+        // scancel of a finished or unknown id exits 0; anything else is a real failure.
+        output.check(&command)?;
+        let deadline = Instant::now() + CANCEL_CONFIRM;
+        loop {
+            let status = self.poll(std::slice::from_ref(id)).await?.remove(0);
+            if status.state().is_terminal() {
+                return Ok(status.record);
+            }
+            if Instant::now() >= deadline {
+                // The scheduler accepted the cancel; note it and let the next poll confirm.
+                return self.inner.store.mark(
+                    id,
+                    Mark::new(status.state(), TransitionSource::User)
+                        .message("scancel sent; waiting for the scheduler to confirm"),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}

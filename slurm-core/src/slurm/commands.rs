@@ -1,0 +1,181 @@
+//! The argv of every scheduler command the SLURM backend runs outside its scripts, built
+//! from typed arguments in one place (the scripts are in [`scripts`](super::scripts)).
+
+use super::parse::{SlurmJobId, SACCT_FORMAT, SQUEUE_FORMAT};
+use crate::names::validate_safe_name;
+use crate::transport::Command;
+use crate::{Error, Result};
+
+/// The `--jobs=` value for `ids`; refuses an empty list (squeue and sacct would then
+/// list every job).
+fn jobs_arg(ids: &[SlurmJobId]) -> Result<String> {
+    if ids.is_empty() {
+        return Err(Error::invalid(
+            "slurm job ids",
+            "give at least one SLURM job id (an empty list would query every job)",
+        ));
+    }
+    let list: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    Ok(format!("--jobs={}", list.join(",")))
+}
+
+/// The `--clusters=` argument for a cluster name, validated.
+fn cluster_arg(cluster: &str) -> Result<String> {
+    validate_safe_name("cluster", cluster)?;
+    Ok(format!("--clusters={cluster}"))
+}
+
+/// squeue listing `ids` in every state, no header, in [`SQUEUE_FORMAT`], optionally on
+/// one cluster of a federation.
+pub(crate) fn squeue_jobs(ids: &[SlurmJobId], cluster: Option<&str>) -> Result<Command> {
+    let mut command = Command::new("squeue").args([
+        "--noheader".to_string(),
+        "--states=all".to_string(),
+        jobs_arg(ids)?,
+        format!("--format={SQUEUE_FORMAT}"),
+    ]);
+    if let Some(cluster) = cluster {
+        command = command.arg(cluster_arg(cluster)?);
+    }
+    Ok(command)
+}
+
+/// sacct of every job row and step, every duplicate row of a requeued job
+/// (`--duplicates`), `--parsable2` in [`SACCT_FORMAT`]; without `--jobs=` (the poll
+/// script adds the ids squeue could not settle).
+pub(crate) fn sacct_rows(cluster: Option<&str>) -> Result<Command> {
+    let mut command = Command::new("sacct").args([
+        "--noheader".to_string(),
+        "--parsable2".to_string(),
+        "--duplicates".to_string(),
+        format!("--format={SACCT_FORMAT}"),
+    ]);
+    if let Some(cluster) = cluster {
+        command = command.arg(cluster_arg(cluster)?);
+    }
+    Ok(command)
+}
+
+/// [`sacct_rows`] of `ids`.
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn sacct_jobs(ids: &[SlurmJobId], cluster: Option<&str>) -> Result<Command> {
+    Ok(sacct_rows(cluster)?.arg(jobs_arg(ids)?))
+}
+
+/// The ids of the jobs named `name`, in the queue (any state).
+pub(crate) fn squeue_by_name(name: &str) -> Command {
+    Command::new("squeue")
+        .args(["--noheader", "--states=all", "--format=%i"])
+        .arg(format!("--name={name}"))
+}
+
+/// The ids of the jobs named `name` in accounting over the last week.
+pub(crate) fn sacct_by_name(name: &str) -> Command {
+    Command::new("sacct")
+        .args([
+            "--noheader",
+            "-X",
+            "--parsable2",
+            "--starttime=now-7days",
+            "--format=JobIDRaw",
+        ])
+        .arg(format!("--name={name}"))
+}
+
+/// `scontrol show job` of one job, one line per job.
+pub(crate) fn scontrol_show_job(id: SlurmJobId, cluster: Option<&str>) -> Command {
+    let mut command = Command::new("scontrol");
+    if let Some(cluster) = cluster {
+        command = command.arg("-M").arg(cluster);
+    }
+    command
+        .args(["--oneliner", "show", "job"])
+        .arg(id.to_string())
+}
+
+/// `scontrol show partition` of one partition, on one line.
+pub(crate) fn scontrol_show_partition(partition: &str) -> Command {
+    Command::new("scontrol")
+        .args(["--oneliner", "show", "partition"])
+        .arg(partition)
+}
+
+/// Cancel one job.
+pub(crate) fn scancel(id: SlurmJobId, cluster: Option<&str>) -> Command {
+    let mut command = Command::new("scancel");
+    if let Some(cluster) = cluster {
+        command = command.arg("-M").arg(cluster);
+    }
+    command.arg(id.to_string())
+}
+
+/// Whether accounting answers: an empty listing of the jobs started from now on.
+pub(crate) fn sacct_answers() -> Command {
+    Command::new("sacct").args(["--noheader", "-X", "--starttime=now", "--format=JobID"])
+}
+
+/// srun's options; they list `--container-image` when Pyxis is installed.
+pub(crate) fn srun_help() -> Command {
+    Command::new("srun").arg("--help")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u64) -> SlurmJobId {
+        SlurmJobId::new(n).unwrap()
+    }
+
+    #[test]
+    fn squeue_and_sacct_argv_are_fixed_and_refuse_empty_lists() {
+        let ids = [id(12), id(13)];
+        assert_eq!(
+            squeue_jobs(&ids, None).unwrap().get_args(),
+            [
+                "--noheader",
+                "--states=all",
+                "--jobs=12,13",
+                "--format=%i|%T|%r|%N|%j"
+            ]
+        );
+        assert_eq!(
+            squeue_jobs(&ids, Some("c1"))
+                .unwrap()
+                .get_args()
+                .last()
+                .unwrap(),
+            "--clusters=c1"
+        );
+        assert!(squeue_jobs(&[], None).is_err());
+        assert!(squeue_jobs(&ids, Some("c1;rm")).is_err());
+        assert_eq!(
+            sacct_jobs(&[id(5)], None).unwrap().get_args(),
+            [
+                "--noheader",
+                "--parsable2",
+                "--duplicates",
+                "--format=JobID,JobIDRaw,State,ExitCode,Reason,Submit,Start,End,NodeList,JobName",
+                "--jobs=5",
+            ]
+        );
+        assert!(sacct_jobs(&[], None).is_err());
+    }
+
+    #[test]
+    fn cluster_options_come_first_for_scontrol_and_scancel() {
+        assert_eq!(
+            scontrol_show_job(id(9), None).get_args(),
+            ["--oneliner", "show", "job", "9"]
+        );
+        assert_eq!(
+            scontrol_show_job(id(9), Some("c2")).get_args(),
+            ["-M", "c2", "--oneliner", "show", "job", "9"]
+        );
+        assert_eq!(scancel(id(9), Some("c2")).get_args(), ["-M", "c2", "9"]);
+        assert_eq!(
+            squeue_by_name("job-abc").get_args().last().unwrap(),
+            "--name=job-abc"
+        );
+    }
+}

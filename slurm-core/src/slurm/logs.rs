@@ -1,0 +1,145 @@
+//! Logs: the tail of a job's `main.out` / `main.err`, and following them until the job ends, secrets redacted.
+
+use std::time::Duration;
+
+use futures::stream::{self, BoxStream, StreamExt};
+
+use super::backend::SlurmBackend;
+use super::poll::slurm_job;
+use super::scripts::READ_FROM;
+use crate::backend::{Backend, LogOptions, LogStream};
+use crate::record::{JobId, JobRecord, RecordStore};
+use crate::redact::{is_secret_name, SecretRegistry};
+use crate::render::Renderer;
+use crate::transport::Transport;
+use crate::{Error, Result};
+
+impl<T, R, S> SlurmBackend<T, R, S>
+where
+    T: Transport + 'static,
+    R: Renderer + 'static,
+    S: RecordStore + 'static,
+{
+    pub(super) fn log_path(&self, record: &JobRecord, stream: LogStream) -> Result<String> {
+        let (_, slurm_id) = slurm_job(record)?.ok_or_else(|| {
+            Error::NotFound(format!(
+                "{}: no log yet, the job was never accepted by the scheduler",
+                record.id
+            ))
+        })?;
+        Ok(format!(
+            "{}/{}",
+            self.log_folder(record, slurm_id)?,
+            stream.file_name()
+        ))
+    }
+
+    pub(super) async fn read_logs(&self, id: &JobId, options: LogOptions) -> Result<String> {
+        let record = self.inner.store.get(id)?;
+        let path = self.log_path(&record, options.stream)?;
+        match self.inner.transport.tail_file(&path, options.tail).await {
+            Ok(bytes) => Ok(redact_env_secrets(&String::from_utf8_lossy(&bytes))),
+            Err(Error::NotFound(_)) => Err(Error::NotFound(format!(
+                "{id}: {path} does not exist yet (the job is {}; logs appear once it starts)",
+                record.state
+            ))),
+            Err(error) => Err(error),
+        }
+    }
+
+    pub(super) fn follow(
+        self,
+        id: JobId,
+        stream: LogStream,
+        interval: Duration,
+    ) -> BoxStream<'static, Result<String>> {
+        struct Follow<B> {
+            backend: B,
+            id: JobId,
+            offset: u64,
+            done: bool,
+            first: bool,
+        }
+        let state = Follow {
+            backend: self,
+            id,
+            offset: 0,
+            done: false,
+            first: true,
+        };
+        stream::unfold(state, move |mut st| async move {
+            loop {
+                if st.done {
+                    return None;
+                }
+                if !st.first {
+                    tokio::time::sleep(interval).await;
+                }
+                st.first = false;
+                // Whether the job is over is read before the log, so the last read
+                // after the end sees everything the job wrote.
+                let terminal = match st.backend.status(&st.id).await {
+                    Ok(status) => status.state().is_terminal(),
+                    Err(error) if error.is_transient() => false,
+                    Err(error) => {
+                        st.done = true;
+                        return Some((Err(error), st));
+                    }
+                };
+                let record = match st.backend.inner.store.get(&st.id) {
+                    Ok(record) => record,
+                    Err(error) => {
+                        st.done = true;
+                        return Some((Err(error), st));
+                    }
+                };
+                let chunk = match st.backend.log_path(&record, stream) {
+                    Ok(path) => {
+                        let command = READ_FROM.command([path, st.offset.to_string()]);
+                        match st.backend.inner.transport.run(&command).await {
+                            Ok(output) if output.success() => {
+                                let text = output.stdout;
+                                let newline =
+                                    text.iter().position(|b| *b == b'\n').unwrap_or(text.len());
+                                let size: u64 = String::from_utf8_lossy(&text[..newline])
+                                    .trim()
+                                    .parse()
+                                    .unwrap_or(st.offset);
+                                let body = text.get(newline + 1..).unwrap_or_default().to_vec();
+                                st.offset = st.offset.max(size.min(st.offset + body.len() as u64));
+                                body
+                            }
+                            Ok(_) => Vec::new(),
+                            Err(error) if error.is_transient() => Vec::new(),
+                            Err(error) => {
+                                st.done = true;
+                                return Some((Err(error), st));
+                            }
+                        }
+                    }
+                    Err(_) => Vec::new(),
+                };
+                if terminal {
+                    st.done = true;
+                }
+                if !chunk.is_empty() {
+                    let text = redact_env_secrets(&String::from_utf8_lossy(&chunk));
+                    return Some((Ok(text), st));
+                }
+            }
+        })
+        .boxed()
+    }
+}
+
+/// Logs may echo a secret the job received; hide the values this process knows
+/// (the secrets in its environment named like secrets).
+fn redact_env_secrets(text: &str) -> String {
+    let mut registry = SecretRegistry::new();
+    for (name, value) in std::env::vars() {
+        if is_secret_name(&name) {
+            registry.register(name, value);
+        }
+    }
+    registry.redact(text)
+}

@@ -1,0 +1,461 @@
+//! What SLURM's answers mean, without I/O: squeue, sacct and scontrol rows merged into
+//! one observation per job, and the decision that observation makes for a record (the
+//! mark, and what must still be read before the mark is final).
+
+use std::collections::HashMap;
+
+use super::parse::{
+    is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error, parse_sacct,
+    parse_scontrol_show_job, parse_squeue, resolve_newest, SacctRow, SlurmJobId,
+};
+use super::states::{map_state, SlurmBaseState, SlurmState};
+use crate::backend::NativeStatus;
+use crate::classify::{classify_failure, ErrorClass};
+use crate::record::{JobRecord, Mark, TransitionSource};
+use crate::spec::CompletionCheck;
+use crate::state::JobState;
+use crate::transport::Output;
+use crate::{Error, Result};
+
+/// A job as the scheduler described it in this poll.
+#[derive(Debug, Clone)]
+pub(super) struct Observation {
+    pub(super) state: SlurmState,
+    pub(super) reason: Option<String>,
+    pub(super) exit_code: Option<i32>,
+    pub(super) nodes: Option<String>,
+    pub(super) source: &'static str,
+    /// An earlier run of a requeued job ended this way (NODE_FAIL, PREEMPTED, ...).
+    pub(super) requeued_after: Option<String>,
+    /// A step of the newest run that did not finish (`0 CANCELLED`, `batch FAILED`).
+    pub(super) failed_step: Option<(String, SlurmState)>,
+}
+
+/// What a poll decided for one record: the mark, what the scheduler said, and what
+/// must still be read before the mark is final.
+#[derive(Debug)]
+pub(super) struct Decision {
+    pub(super) mark: Mark,
+    pub(super) native: Option<NativeStatus>,
+    pub(super) followup: Followup,
+    pub(super) observed: Option<Observation>,
+}
+
+/// What a job needs after the first round trip, before it can be marked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Followup {
+    /// Nothing: the mark is final.
+    None,
+    /// The logs' tails, to class a failure infra or program.
+    Classify,
+    /// `status.json` in the results folder, to confirm a COMPLETED job.
+    StatusJson,
+}
+
+/// What one cluster's squeue and sacct parts of a poll say of `ids`. `squeue` answers
+/// for every job; `sacct` only for those squeue could not settle (empty otherwise).
+pub(super) fn merge(
+    ids: &[SlurmJobId],
+    squeue: &Output,
+    sacct: &Output,
+) -> Result<HashMap<SlurmJobId, Observation>> {
+    let squeue_rows = if squeue.success() {
+        parse_squeue(&squeue.stdout_text())?
+    } else {
+        scheduler_failure("squeue", squeue)?;
+        Vec::new()
+    };
+    // sacct ran and accounting is on: its silence about a job means lag.
+    let accounting = sacct.success() && !is_accounting_disabled(&sacct.stderr_text());
+    let sacct_rows = if accounting {
+        parse_sacct(&sacct.stdout_text())?
+    } else {
+        scheduler_failure("sacct", sacct)?;
+        Vec::new()
+    };
+    let mut observations = HashMap::new();
+    for id in ids {
+        let from_sacct = observe_sacct(&sacct_rows, *id);
+        let live = squeue_rows
+            .iter()
+            .rfind(|row| row.id.job == *id && row.id.is_job_itself());
+        let observation = match (live, from_sacct) {
+            (Some(row), sacct) => Some(Observation {
+                state: row.state.clone(),
+                reason: row.reason.clone(),
+                exit_code: sacct.as_ref().and_then(|s| s.exit_code),
+                nodes: row.nodelist.clone(),
+                source: "squeue",
+                // Just after a requeue sacct may know only the run that ended
+                // (NODE_FAIL) while squeue already shows the job pending again.
+                requeued_after: sacct.as_ref().and_then(|s| {
+                    s.requeued_after.clone().or_else(|| {
+                        (is_requeue_cause(&s.state.base)
+                            && map_state(&row.state).0 == JobState::Pending)
+                            .then(|| s.state.raw.clone())
+                    })
+                }),
+                // Steps confirm only a finished job; sacct decides those.
+                failed_step: None,
+            }),
+            // squeue answered and no longer lists the job, yet sacct says it is
+            // pending or running: slurmdbd lags behind slurmctld, so that row is
+            // stale. Ask scontrol instead of taking a step back.
+            (None, Some(stale)) if squeue.success() && !map_state(&stale.state).0.is_terminal() => {
+                None
+            }
+            (None, sacct) => sacct,
+        };
+        if let Some(observation) = observation {
+            // squeue's COMPLETED is confirmed by sacct's steps. While accounting lags
+            // behind (no row yet, or a row that has not ended), the job is not called
+            // COMPLETE: terminal states are final, so it waits a poll.
+            let settled =
+                observe_sacct(&sacct_rows, *id).filter(|s| map_state(&s.state).0.is_terminal());
+            let observation = match (&observation.state.base, settled) {
+                (SlurmBaseState::Completed, Some(sacct)) if observation.source == "squeue" => sacct,
+                (SlurmBaseState::Completed, None)
+                    if observation.source == "squeue" && accounting =>
+                {
+                    Observation {
+                        state: SlurmState::from_base(SlurmBaseState::Completing),
+                        reason: Some("ended; waiting for accounting to confirm its steps".into()),
+                        ..observation
+                    }
+                }
+                (_, _) => observation,
+            };
+            observations.insert(*id, observation);
+        }
+    }
+    Ok(observations)
+}
+
+/// What `scontrol show job` said of `id` (the fallback for jobs squeue and sacct did
+/// not know): `None` when it does not know the job either.
+pub(super) fn from_scontrol(id: SlurmJobId, part: &Output) -> Result<Option<Observation>> {
+    if !part.success() {
+        scheduler_failure("scontrol", part)?;
+        return Ok(None);
+    }
+    let jobs = parse_scontrol_show_job(&part.stdout_text()).unwrap_or_default();
+    Ok(jobs
+        .iter()
+        .filter(|job| job.job_id().ok() == Some(id))
+        .filter_map(|job| {
+            job.state().ok().map(|state| Observation {
+                state,
+                reason: job.reason().map(str::to_string),
+                exit_code: job.exit_code(),
+                nodes: job.nodelist().map(str::to_string),
+                source: "scontrol",
+                requeued_after: None,
+                failed_step: None,
+            })
+        })
+        .next_back())
+}
+
+/// The decision `observed` makes for `record` (a record no tool knows goes UNKNOWN).
+pub(super) fn decide(record: &JobRecord, observed: Option<Observation>) -> Decision {
+    let Some(observed) = observed else {
+        return Decision {
+            mark: Mark::new(JobState::Unknown, TransitionSource::Poll)
+                .message("not found by squeue, sacct or scontrol"),
+            native: None,
+            followup: Followup::None,
+            observed: None,
+        };
+    };
+    let native = NativeStatus {
+        state: observed.state.raw.clone(),
+        reason: observed.reason.clone(),
+        exit_code: observed.exit_code,
+        nodes: observed.nodes.clone(),
+        source: observed.source,
+    };
+    let (state, class) = map_state(&observed.state);
+    let mut message = describe(&observed);
+    let (state, class, followup) = match state {
+        JobState::Pending
+            if observed
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.contains("DependencyNeverSatisfied")) =>
+        {
+            message = format!("{message}: its dependency can never be satisfied");
+            (JobState::Error, Some(ErrorClass::Program), Followup::None)
+        }
+        JobState::Complete => match &observed.failed_step {
+            Some((step, step_state)) => {
+                message = format!("{message}, but step {step} ended {}", step_state.raw);
+                match map_state(step_state) {
+                    (_, Some(class)) => (JobState::Error, Some(class), Followup::None),
+                    _ => (JobState::Error, None, Followup::Classify),
+                }
+            }
+            None if observed.exit_code.is_some_and(|c| c != 0) => {
+                message = format!(
+                    "{message} with exit code {}",
+                    observed.exit_code.unwrap_or(0)
+                );
+                (JobState::Error, None, Followup::Classify)
+            }
+            None if record.completion_check == CompletionCheck::StatusJson => {
+                (JobState::Complete, None, Followup::StatusJson)
+            }
+            None => (JobState::Complete, None, Followup::None),
+        },
+        JobState::Error if class.is_none() => (JobState::Error, None, Followup::Classify),
+        other => (other, class, Followup::None),
+    };
+    let mut mark = Mark::new(state, TransitionSource::Poll).message(message);
+    if let Some(class) = class {
+        mark = mark.err_class(class);
+    }
+    Decision {
+        mark,
+        native: Some(native),
+        followup,
+        observed: Some(observed),
+    }
+}
+
+/// Finish `decision` with what its follow-up read (`part`): the logs' tails class a
+/// failure, `status.json` confirms a COMPLETED job or turns it into an ERROR.
+pub(super) fn settle(decision: &mut Decision, part: &Output) {
+    let Decision {
+        mark,
+        followup,
+        observed,
+        ..
+    } = decision;
+    match followup {
+        Followup::Classify => {
+            let base = observed
+                .as_ref()
+                .map_or(SlurmBaseState::Failed, |o| o.state.base.clone());
+            let exit = observed.as_ref().and_then(|o| o.exit_code);
+            let class = classify_failure(base.ending(exit), &part.stdout_text());
+            mark.err_class = Some(class);
+            let note = format!(" (classed {} from the logs)", class.as_str());
+            mark.message = Some(format!(
+                "{}{note}",
+                mark.message.clone().unwrap_or_default()
+            ));
+        }
+        Followup::StatusJson => {
+            if !status_json_says_success(part) {
+                mark.state = JobState::Error;
+                mark.err_class = Some(ErrorClass::Program);
+                mark.message = Some(format!(
+                    "{}, but status.json in the results folder does not report success",
+                    mark.message.clone().unwrap_or_default()
+                ));
+            }
+        }
+        Followup::None => {}
+    }
+}
+
+/// What sacct says of job `id`: its newest row, the way an earlier run ended when it
+/// was requeued, and a step of the newest run that did not finish.
+fn observe_sacct(rows: &[SacctRow], id: SlurmJobId) -> Option<Observation> {
+    let newest = resolve_newest(rows, id)?;
+    let requeued_after = rows
+        .iter()
+        .filter(|r| r.id.job == id && r.id.is_job_itself() && r.position != newest.position)
+        .filter(|r| is_requeue_cause(&r.state.base))
+        .map(|r| r.state.raw.clone())
+        .next_back();
+    // sacct prints a job row, then that run's steps: the newest run's steps are those
+    // after its row and before the next job row.
+    let failed_step = rows
+        .iter()
+        .skip_while(|r| r.position != newest.position)
+        .skip(1)
+        .take_while(|r| !r.id.is_job_itself())
+        .filter(|r| r.id.job == id && r.id.is_step())
+        .filter(|r| r.id.step.as_deref() != Some("extern"))
+        .find(|r| {
+            matches!(
+                r.state.base,
+                SlurmBaseState::Cancelled
+                    | SlurmBaseState::Failed
+                    | SlurmBaseState::OutOfMemory
+                    | SlurmBaseState::NodeFail
+                    | SlurmBaseState::Timeout
+            )
+        })
+        .map(|r| (r.id.step.clone().unwrap_or_default(), r.state.clone()));
+    Some(Observation {
+        state: newest.state.clone(),
+        reason: newest.reason.clone().filter(|r| r != "None"),
+        exit_code: newest.exit_code,
+        nodes: newest
+            .nodelist
+            .clone()
+            .filter(|n| !n.is_empty() && n != "None assigned"),
+        source: "sacct",
+        requeued_after,
+        failed_step,
+    })
+}
+
+/// The ways a run can end that make Slurm requeue a job with `--requeue`.
+fn is_requeue_cause(state: &SlurmBaseState) -> bool {
+    matches!(
+        state,
+        SlurmBaseState::NodeFail
+            | SlurmBaseState::Preempted
+            | SlurmBaseState::BootFail
+            | SlurmBaseState::Requeued
+    )
+}
+
+/// A scheduler command that failed: fine when the job simply left the queue, a
+/// transient error when the scheduler did not answer, otherwise a remote error.
+fn scheduler_failure(tool: &str, output: &Output) -> Result<()> {
+    let stderr = output.stderr_text();
+    if is_invalid_job_id(&stderr) || is_accounting_disabled(&stderr) {
+        return Ok(());
+    }
+    let transient = is_transient_scheduler_error(&stderr);
+    if !transient && tool == "sacct" {
+        // sacct is an addition to squeue; its failure alone does not stop a poll.
+        tracing::warn!(stderr = %stderr.trim(), "sacct failed; using squeue and scontrol only");
+        return Ok(());
+    }
+    Err(Error::Remote {
+        command: tool.to_string(),
+        status: output.status,
+        stderr: stderr.trim().chars().take(500).collect(),
+        transient,
+    })
+}
+
+fn describe(observed: &Observation) -> String {
+    let mut text = format!("{} ({})", observed.state.raw, observed.source);
+    if let Some(reason) = &observed.reason {
+        text.push_str(&format!(", reason {reason}"));
+    }
+    if let Some(previous) = &observed.requeued_after {
+        text.push_str(&format!(", requeued by Slurm after {previous}"));
+        if previous.starts_with("NODE_FAIL") || previous.starts_with("BOOT_FAIL") {
+            text.push_str(" (infra)");
+        }
+    }
+    text
+}
+
+/// Whether a `cat status.json` says success: the last JSON object with a `status`
+/// key holds `SUCCESS`, `COMPLETE` or `COMPLETED` (any case).
+fn status_json_says_success(output: &Output) -> bool {
+    if !output.success() {
+        return false;
+    }
+    let text = output.stdout_text();
+    let mut verdict = None;
+    let mut consider = |value: &serde_json::Value| {
+        if let Some(status) = value.get("status").and_then(|s| s.as_str()) {
+            verdict = Some(matches!(
+                status.to_ascii_uppercase().as_str(),
+                "SUCCESS" | "COMPLETE" | "COMPLETED"
+            ));
+        }
+    };
+    if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
+        consider(&value);
+    } else {
+        for line in text.lines() {
+            if let Ok(value) = serde_json::from_str::<serde_json::Value>(line) {
+                consider(&value);
+            }
+        }
+    }
+    verdict.unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(text: &str) -> Vec<SacctRow> {
+        parse_sacct(text).unwrap()
+    }
+
+    #[test]
+    fn a_requeued_job_reads_as_its_newest_run_and_remembers_the_node_failure() {
+        let sacct = "\
+42|42|NODE_FAIL|0:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:01:00|n2|job-a
+42.batch|42.batch|CANCELLED|0:15||2026-11-30T10:00:01|2026-11-30T10:00:01|2026-11-30T10:01:00|n2|batch
+42|42|PENDING|0:0|BeginTime|2026-11-30T10:01:01|Unknown|Unknown|None assigned|job-a
+";
+        let observed = observe_sacct(&rows(sacct), SlurmJobId::new(42).unwrap()).unwrap();
+        assert_eq!(observed.state.base, SlurmBaseState::Pending);
+        assert_eq!(observed.requeued_after.as_deref(), Some("NODE_FAIL"));
+        assert!(
+            observed.failed_step.is_none(),
+            "steps of an earlier run do not count"
+        );
+        assert!(describe(&observed).contains("requeued by Slurm after NODE_FAIL (infra)"));
+    }
+
+    #[test]
+    fn a_completed_job_with_a_cancelled_step_did_not_finish() {
+        let sacct = "\
+7|7|COMPLETED|0:0||2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:01:00|n1|job-b
+7.batch|7.batch|COMPLETED|0:0||2026-11-30T10:00:01|2026-11-30T10:00:01|2026-11-30T10:01:00|n1|batch
+7.extern|7.extern|CANCELLED|0:0||2026-11-30T10:00:01|2026-11-30T10:00:01|2026-11-30T10:01:00|n1|extern
+7.0|7.0|CANCELLED|0:15||2026-11-30T10:00:02|2026-11-30T10:00:02|2026-11-30T10:01:00|n1|bash
+";
+        let observed = observe_sacct(&rows(sacct), SlurmJobId::new(7).unwrap()).unwrap();
+        let (step, state) = observed.failed_step.unwrap();
+        assert_eq!(step, "0");
+        assert_eq!(state.base, SlurmBaseState::Cancelled);
+    }
+
+    #[test]
+    fn status_json_verdicts() {
+        let out = |text: &str, status| Output {
+            status,
+            stdout: text.as_bytes().to_vec(),
+            stderr: Vec::new(),
+        };
+        assert!(status_json_says_success(&out(
+            r#"{"status": "SUCCESS"}"#,
+            0
+        )));
+        assert!(status_json_says_success(&out(
+            "{\"status\":\"RUNNING\"}\n{\"status\":\"completed\"}\n",
+            0
+        )));
+        assert!(!status_json_says_success(&out(
+            r#"{"status": "FAILURE"}"#,
+            0
+        )));
+        assert!(!status_json_says_success(&out("", 1)));
+        assert!(!status_json_says_success(&out("not json", 0)));
+    }
+
+    #[test]
+    fn scheduler_failures_are_sorted() {
+        let out = |stderr: &str| Output {
+            status: 1,
+            stdout: Vec::new(),
+            stderr: stderr.as_bytes().to_vec(),
+        };
+        assert!(scheduler_failure(
+            "squeue",
+            &out("slurm_load_jobs error: Invalid job id specified")
+        )
+        .is_ok());
+        let err = scheduler_failure(
+            "squeue",
+            &out("slurm_load_jobs error: Socket timed out on send/recv operation"),
+        )
+        .unwrap_err();
+        assert!(err.is_transient());
+        assert!(scheduler_failure("sacct", &out("sacct: error: something odd")).is_ok());
+    }
+}

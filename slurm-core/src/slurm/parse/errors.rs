@@ -1,0 +1,102 @@
+//! Recognisers for the scheduler's error messages: transient failures worth a retry, unknown job ids, disabled accounting.
+
+/// What a scheduler error message says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum SchedulerError {
+    /// slurmctld or slurmdbd did not answer (socket timeout, connection refused,
+    /// controller unreachable, database trouble): retry later.
+    Transient,
+    /// `Invalid job id specified`: the scheduler does not know the id (finished long ago, or never existed).
+    InvalidJobId,
+    /// `Slurm accounting storage is disabled`: sacct cannot answer on this cluster;
+    /// fall back to squeue and `scontrol show job`. Not transient.
+    AccountingDisabled,
+}
+
+/// Lower-cased fragments that mark a transient scheduler failure.
+pub(crate) const TRANSIENT_PATTERNS: &[&str] = &[
+    "socket timed out",
+    "connection refused",
+    "unable to contact slurm controller",
+    "slurmdbd:",
+    "problem talking to the database",
+    "zero bytes were transmitted or received",
+    "slurm temporarily unable to accept job",
+    "communication connection failure",
+    "backup controller in standby mode",
+    "resource temporarily unavailable",
+    "slurmctld not responding",
+];
+
+/// Lower-cased fragment of an unknown job id.
+pub(crate) const INVALID_JOB_ID_PATTERN: &str = "invalid job id specified";
+
+/// Lower-cased fragment of disabled accounting.
+pub(crate) const ACCOUNTING_DISABLED_PATTERN: &str = "accounting storage is disabled";
+
+/// What `stderr` (of squeue, sacct, scontrol, sbatch or scancel) says, if it is one
+/// of the recognised messages. An unknown id wins over transient noise, and
+/// disabled accounting wins over both (it is a fact of the cluster).
+pub(crate) fn recognise_scheduler_error(stderr: &str) -> Option<SchedulerError> {
+    let lower = stderr.to_ascii_lowercase();
+    if lower.contains(ACCOUNTING_DISABLED_PATTERN) {
+        Some(SchedulerError::AccountingDisabled)
+    } else if lower.contains(INVALID_JOB_ID_PATTERN) {
+        Some(SchedulerError::InvalidJobId)
+    } else if TRANSIENT_PATTERNS.iter().any(|p| lower.contains(p)) {
+        Some(SchedulerError::Transient)
+    } else {
+        None
+    }
+}
+
+/// Whether `stderr` shows a transient scheduler failure (retry later).
+pub(crate) fn is_transient_scheduler_error(stderr: &str) -> bool {
+    recognise_scheduler_error(stderr) == Some(SchedulerError::Transient)
+}
+
+/// Whether `stderr` says `Invalid job id specified`.
+pub(crate) fn is_invalid_job_id(stderr: &str) -> bool {
+    recognise_scheduler_error(stderr) == Some(SchedulerError::InvalidJobId)
+}
+
+/// Whether `stderr` says accounting storage is disabled.
+pub(crate) fn is_accounting_disabled(stderr: &str) -> bool {
+    recognise_scheduler_error(stderr) == Some(SchedulerError::AccountingDisabled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_each_message() {
+        for transient in [
+            "squeue: error: slurm_load_jobs error: Socket timed out on send/recv operation",
+            "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation",
+            "squeue: error: Unable to contact slurm controller (connect failure)",
+            "sacct: error: slurm_persist_conn_open_without_init: failed to open persistent connection to host:localhost:6819: Connection refused",
+            "sacct: error: slurmdbd: Getting response to message type: DBD_GET_JOBS_COND",
+            "sacct: error: Problem talking to the database: Connection refused",
+            "scontrol: error: Zero Bytes were transmitted or received",
+        ] {
+            assert_eq!(
+                recognise_scheduler_error(transient),
+                Some(SchedulerError::Transient),
+                "{transient}"
+            );
+            assert!(is_transient_scheduler_error(transient));
+        }
+        let invalid = "slurm_load_jobs error: Invalid job id specified";
+        assert!(is_invalid_job_id(invalid));
+        assert!(!is_transient_scheduler_error(invalid));
+        let disabled = "sacct: error: Slurm accounting storage is disabled";
+        assert!(is_accounting_disabled(disabled));
+        assert!(!is_transient_scheduler_error(disabled));
+        assert_eq!(
+            recognise_scheduler_error("sbatch: error: invalid partition specified: nope"),
+            None
+        );
+        assert_eq!(recognise_scheduler_error(""), None);
+    }
+}

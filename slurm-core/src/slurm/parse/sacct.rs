@@ -1,0 +1,216 @@
+//! sacct in a fixed parsable format (`--parsable2`, explicit fields): the format, the row parser, and picking the newest row of a requeued job.
+
+use chrono::NaiveDateTime;
+
+use super::id::{SlurmIdField, SlurmJobId};
+use super::squeue::optional;
+use crate::names::short;
+use crate::slurm::states::SlurmState;
+use crate::{Error, Result};
+
+/// The sacct fields, in order. JobName is last: a name may hold the delimiter
+/// and the parser joins whatever follows the ninth `|`.
+pub(crate) const SACCT_FIELDS: &[&str] = &[
+    "JobID", "JobIDRaw", "State", "ExitCode", "Reason", "Submit", "Start", "End", "NodeList",
+    "JobName",
+];
+
+/// [`SACCT_FIELDS`] joined for `--format=`.
+pub(crate) const SACCT_FORMAT: &str =
+    "JobID,JobIDRaw,State,ExitCode,Reason,Submit,Start,End,NodeList,JobName";
+
+/// One row of sacct: the job itself, or one of its steps or array tasks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SacctRow {
+    /// The JobID column (`123`, `123.batch`, `123_7`).
+    pub id: SlurmIdField,
+    /// The JobIDRaw column (for an array task: the task's own job number).
+    pub raw_id: Option<SlurmJobId>,
+    /// The state.
+    pub state: SlurmState,
+    /// The exit code of the script (`2` of `2:0`).
+    pub exit_code: Option<i32>,
+    /// The signal that ended it (`9` of `0:9`).
+    pub signal: Option<i32>,
+    /// The last reason the job was held, or `None`.
+    pub reason: Option<String>,
+    /// Submit time (local time of the cluster).
+    pub submit: Option<NaiveDateTime>,
+    /// Start time, `None` while pending.
+    pub start: Option<NaiveDateTime>,
+    /// End time, `None` while pending or running.
+    pub end: Option<NaiveDateTime>,
+    /// Nodes (`None assigned` reads as `None`).
+    pub nodelist: Option<String>,
+    /// The job name.
+    pub name: String,
+    /// The row's position in the output (later rows are newer among equals).
+    pub position: usize,
+}
+
+/// Parse sacct output in [`SACCT_FORMAT`] (`--parsable2`). Blank lines are
+/// skipped; any malformed line is an error naming the line.
+pub(crate) fn parse_sacct(stdout: &str) -> Result<Vec<SacctRow>> {
+    let mut rows = Vec::new();
+    let n_fields = SACCT_FIELDS.len();
+    for (n, line) in stdout.lines().enumerate() {
+        let line = line.trim_end_matches('\r');
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = |why: String| {
+            Error::parse(
+                "sacct output",
+                format!("line {}: {why}: `{}`", n + 1, short(line)),
+            )
+        };
+        let p: Vec<&str> = line.splitn(n_fields, '|').collect();
+        if p.len() != n_fields {
+            return Err(bad(format!(
+                "expected {n_fields} `|`-separated fields, got {}",
+                p.len()
+            )));
+        }
+        let id = SlurmIdField::parse(p[0]).map_err(|e| bad(e.to_string()))?;
+        let raw_id = match p[1].trim() {
+            "" => None,
+            raw => Some(
+                SlurmIdField::parse(raw)
+                    .map_err(|e| bad(e.to_string()))?
+                    .job,
+            ),
+        };
+        let state = SlurmState::parse(p[2]).map_err(|e| bad(e.to_string()))?;
+        let (exit_code, signal) = parse_exit_code(p[3]).map_err(bad)?;
+        rows.push(SacctRow {
+            id,
+            raw_id,
+            state,
+            exit_code,
+            signal,
+            reason: optional(p[4]),
+            submit: parse_time(p[5]).map_err(bad)?,
+            start: parse_time(p[6]).map_err(bad)?,
+            end: parse_time(p[7]).map_err(bad)?,
+            nodelist: optional(p[8]).filter(|n| n != "None assigned"),
+            name: p[9].to_string(),
+            position: rows.len(),
+        });
+    }
+    Ok(rows)
+}
+
+/// `2:0` -> (Some(2), Some(0)); empty -> (None, None).
+fn parse_exit_code(text: &str) -> std::result::Result<(Option<i32>, Option<i32>), String> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Ok((None, None));
+    }
+    let (code, signal) = t.split_once(':').unwrap_or((t, ""));
+    let num = |s: &str| -> std::result::Result<Option<i32>, String> {
+        if s.is_empty() {
+            Ok(None)
+        } else {
+            s.parse()
+                .map(Some)
+                .map_err(|_| format!("bad exit code `{}`", short(t)))
+        }
+    };
+    Ok((num(code)?, num(signal)?))
+}
+
+/// sacct times: `2024-01-02T03:04:05`, or `Unknown` / `None` / empty.
+fn parse_time(text: &str) -> std::result::Result<Option<NaiveDateTime>, String> {
+    match text.trim() {
+        "" | "Unknown" | "None" | "N/A" => Ok(None),
+        t => NaiveDateTime::parse_from_str(t, "%Y-%m-%dT%H:%M:%S")
+            .map(Some)
+            .map_err(|_| format!("bad time `{}`", short(t))),
+    }
+}
+
+/// The newest row describing job `id` itself (not a step, array task or het
+/// component). A requeued job has several rows (`--duplicates`); the newest is
+/// the one with the latest submit time and, among equal submit times, the one
+/// printed last (sacct prints older records first). Start times are not used: a
+/// requeued row still waiting has none, yet it is the newest.
+pub(crate) fn resolve_newest(rows: &[SacctRow], id: SlurmJobId) -> Option<&SacctRow> {
+    rows.iter()
+        .filter(|r| r.id.job == id && r.id.is_job_itself())
+        .max_by_key(|r| (r.submit, r.position))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slurm::states::SlurmBaseState;
+
+    fn id(n: u64) -> SlurmJobId {
+        SlurmJobId::new(n).unwrap()
+    }
+
+    #[test]
+    fn the_format_lists_the_fields() {
+        assert_eq!(SACCT_FORMAT, SACCT_FIELDS.join(","));
+    }
+
+    #[test]
+    fn rows_steps_and_requeued_duplicates() {
+        let out = "\
+200|200|NODE_FAIL|0:0|None|2024-05-01T10:00:00|2024-05-01T10:00:05|2024-05-01T10:03:00|n1|job-a1b2c3
+200.batch|200|CANCELLED|0:15||2024-05-01T10:00:05|2024-05-01T10:00:05|2024-05-01T10:03:00|n1|batch
+200.extern|200|COMPLETED|0:0||2024-05-01T10:00:05|2024-05-01T10:00:05|2024-05-01T10:03:00|n1|extern
+200|200|PENDING|0:0|BeginTime|2024-05-01T10:03:01|Unknown|Unknown|None assigned|job-a1b2c3
+201|201|CANCELLED by 1000|0:0|None|2024-05-01T11:00:00|None|2024-05-01T11:00:09|None assigned|name|with|bars
+202_3|205|FAILED|2:0|None|2024-05-01T11:00:00|2024-05-01T11:00:01|2024-05-01T11:00:02|n2|arr
+";
+        let rows = parse_sacct(out).unwrap();
+        assert_eq!(rows.len(), 6);
+        assert!(rows[1].id.is_step() && rows[2].id.is_step());
+        assert_eq!((rows[1].exit_code, rows[1].signal), (Some(0), Some(15)));
+        assert_eq!(rows[3].start, None);
+        assert_eq!(rows[3].nodelist, None);
+        assert_eq!(rows[3].reason.as_deref(), Some("BeginTime"));
+        let newest = resolve_newest(&rows, id(200)).unwrap();
+        assert_eq!(newest.state.base, SlurmBaseState::Pending);
+        assert_eq!(newest.position, 3);
+        let cancelled = resolve_newest(&rows, id(201)).unwrap();
+        assert_eq!(cancelled.state.base, SlurmBaseState::Cancelled);
+        assert_eq!(cancelled.state.detail.as_deref(), Some("by 1000"));
+        assert_eq!(cancelled.name, "name|with|bars");
+        // An array task is not job 202 itself.
+        assert!(resolve_newest(&rows, id(202)).is_none());
+        assert_eq!(rows[5].raw_id, Some(id(205)));
+        assert!(resolve_newest(&rows, id(999)).is_none());
+        assert!(parse_sacct("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn same_submit_time_falls_back_to_output_order() {
+        let out = "\
+300|300|FAILED|1:0|None|2024-05-01T10:00:00|2024-05-01T10:00:09|2024-05-01T10:01:00|n1|x
+300|300|RUNNING|0:0|None|2024-05-01T10:00:00|2024-05-01T10:02:00|Unknown|n2|x
+300|300|PENDING|0:0|None|2024-05-01T10:00:00|Unknown|Unknown|None assigned|x
+";
+        let rows = parse_sacct(out).unwrap();
+        // The row printed last wins, even without a start time.
+        assert_eq!(
+            resolve_newest(&rows, id(300)).unwrap().state.base,
+            SlurmBaseState::Pending
+        );
+    }
+
+    #[test]
+    fn malformed_lines_are_errors() {
+        for bad in [
+            "300|300|FAILED",
+            "abc|300|FAILED|1:0|None|Unknown|Unknown|Unknown|n1|x",
+            "300|300|FAILED|x:y|None|Unknown|Unknown|Unknown|n1|x",
+            "300|300|FAILED|1:0|None|yesterday|Unknown|Unknown|n1|x",
+            "300|300||1:0|None|Unknown|Unknown|Unknown|n1|x",
+        ] {
+            let err = parse_sacct(bad).unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::Parse, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,409 @@
+//! Preflight: every check a submit depends on, run in one round trip, reported one line per check with its remedy.
+
+use super::backend::SlurmBackend;
+use super::commands;
+use super::parse::is_accounting_disabled;
+use super::scripts;
+use crate::backend::{CheckKind, PreflightReport};
+use crate::image::ImageRef;
+use crate::nccl::cluster_key;
+use crate::record::RecordStore;
+use crate::render::Renderer;
+use crate::spec::{JobSpec, WallTime};
+use crate::storage::RemotePath;
+use crate::transport::{round_trip, Output, Transport};
+use crate::{Error, ErrorKind, Result};
+
+/// A partition as `scontrol show partition` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PartitionInfo {
+    /// `State=UP`.
+    pub(crate) up: bool,
+    /// `MaxTime`, `None` for UNLIMITED.
+    pub(crate) max_time: Option<WallTime>,
+}
+
+/// The scheduler tools a submit needs.
+const TOOLS: &[&str] = &["sbatch", "srun", "squeue", "sacct", "scancel", "scontrol"];
+
+enum Probe {
+    Tools,
+    Accounting,
+    Partition(String),
+    Pyxis,
+    Enroot,
+    ResultsRoot,
+    Datasets(Vec<String>),
+    ClusterName,
+}
+
+impl<T, R, S> SlurmBackend<T, R, S>
+where
+    T: Transport + 'static,
+    R: Renderer + 'static,
+    S: RecordStore + 'static,
+{
+    /// Run every check for `spec` (or the backend's defaults) in one round trip.
+    pub(super) async fn run_preflight(&self, spec: Option<&JobSpec>) -> Result<PreflightReport> {
+        let config = &self.inner.config;
+        let mut report = PreflightReport::default();
+        let partitions: Vec<String> = spec
+            .and_then(|s| s.partition.clone())
+            .unwrap_or_else(|| config.partition.clone())
+            .split(',')
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .collect();
+        let image = match spec.map(JobSpec::image_ref).transpose() {
+            Ok(image) => image.flatten(),
+            Err(e) => {
+                report.push(
+                    CheckKind::Spec,
+                    "spec",
+                    false,
+                    e.to_string(),
+                    "fix the spec's image",
+                );
+                None
+            }
+        };
+        let datasets: Vec<String> = match spec.map(JobSpec::dataset_uris).transpose() {
+            Ok(uris) => uris
+                .unwrap_or_default()
+                .iter()
+                .map(|u| u.resolve().as_str().to_string())
+                .collect(),
+            Err(e) => {
+                report.push(
+                    CheckKind::Spec,
+                    "spec",
+                    false,
+                    e.to_string(),
+                    "fix the spec's datasets",
+                );
+                Vec::new()
+            }
+        };
+
+        let mut probes = vec![Probe::Tools, Probe::Accounting];
+        let mut commands = vec![
+            scripts::MISSING_TOOLS.command(TOOLS.iter().copied()),
+            commands::sacct_answers(),
+        ];
+        for p in &partitions {
+            probes.push(Probe::Partition(p.clone()));
+            commands.push(commands::scontrol_show_partition(p));
+        }
+        probes.push(Probe::Pyxis);
+        commands.push(commands::srun_help());
+        let needs_conversion = image.as_ref().is_some_and(ImageRef::is_registry)
+            && !spec.is_some_and(|s| s.allow_registry_image);
+        if needs_conversion {
+            probes.push(Probe::Enroot);
+            commands.push(scripts::ENROOT.command(Vec::<String>::new()));
+        }
+        probes.push(Probe::ResultsRoot);
+        commands
+            .push(scripts::RESULTS_ROOT.command([config.results_root.clone().unwrap_or_default()]));
+        probes.push(Probe::ClusterName);
+        commands.push(scripts::CLUSTER_NAME.command(Vec::<String>::new()));
+        if !datasets.is_empty() {
+            probes.push(Probe::Datasets(datasets.clone()));
+            commands.push(scripts::MISSING_PATHS.command(datasets.clone()));
+        }
+
+        let outputs = match self.inner.transport.run(&round_trip::join(&commands)).await {
+            Ok(output) => match round_trip::split(&output, commands.len()) {
+                Ok(parts) => parts,
+                Err(e) => {
+                    report.push(CheckKind::Connection, "ssh", false, e.to_string(), "the login shell printed something unexpected; check the remote shell start-up files");
+                    return Ok(report);
+                }
+            },
+            Err(e) => {
+                let remedy = match e.kind() {
+                    ErrorKind::HostKey => "verify the host key and add it to known_hosts (the error says how)",
+                    ErrorKind::Auth => "check SLURM_USER and SSH_KEY_PATH (or SSH_AUTH_SOCK); the key must be authorised on the login node",
+                    ErrorKind::Config => "set the variable the error names",
+                    _ => "check SLURM_HOSTNAME and that the login node is reachable (ssh -o BatchMode=yes works)",
+                };
+                report.push(CheckKind::Connection, "ssh", false, e.to_string(), remedy);
+                return Ok(report);
+            }
+        };
+        report.push(
+            CheckKind::Connection,
+            "ssh",
+            true,
+            "batch-mode login with a verified host key",
+            "",
+        );
+
+        let mut cache = self.inner.cache.lock().expect("cache lock");
+        let mut base_ok = true;
+        for (probe, out) in probes.into_iter().zip(outputs) {
+            match probe {
+                Probe::Tools => {
+                    let missing = out
+                        .stdout_text()
+                        .split_whitespace()
+                        .map(str::to_string)
+                        .collect::<Vec<_>>();
+                    base_ok &= missing.is_empty();
+                    report.push(
+                        CheckKind::Scheduler,
+                        "scheduler tools",
+                        missing.is_empty(),
+                        if missing.is_empty() { TOOLS.join(", ") } else { format!("missing: {}", missing.join(", ")) },
+                        "install the Slurm client tools on the login node, or log in to a node that has them (module load slurm)",
+                    );
+                }
+                Probe::Accounting => {
+                    let stderr = out.stderr_text();
+                    let ok = out.success()
+                        && !is_accounting_disabled(&stderr)
+                        && !stderr.to_lowercase().contains("error");
+                    cache.accounting = Some(ok);
+                    report.push(
+                        CheckKind::Accounting,
+                        "accounting (sacct)",
+                        ok,
+                        if ok { "sacct answers".to_string() } else { first_line(&stderr, "sacct failed") },
+                        "ask the cluster admins to enable slurmdbd accounting; without it finished jobs are read from scontrol while slurmctld remembers them (MinJobAge)",
+                    );
+                }
+                Probe::Partition(name) => {
+                    let check = format!("partition {name}");
+                    match parse_partition(&out) {
+                        Some(info) => {
+                            let wall = spec.and_then(|s| s.time);
+                            let fits = match (wall, info.max_time) {
+                                (Some(w), Some(max)) => w.as_secs() <= max.as_secs(),
+                                _ => true,
+                            };
+                            let max_text = info
+                                .max_time
+                                .map(|m| m.to_slurm())
+                                .unwrap_or_else(|| "UNLIMITED".into());
+                            let ok = info.up && fits;
+                            base_ok &= info.up;
+                            report.push(
+                                CheckKind::Partition,
+                                check,
+                                ok,
+                                if !info.up {
+                                    "is not UP".to_string()
+                                } else if !fits {
+                                    format!("MaxTime {max_text} is below the requested wall time {}", wall.map(|w| w.to_slurm()).unwrap_or_default())
+                                } else {
+                                    format!("UP, MaxTime {max_text}")
+                                },
+                                if !info.up {
+                                    format!("choose another partition (sinfo) or wait until {name} is up")
+                                } else {
+                                    format!("lower `time` to at most {max_text} or choose a partition with a longer MaxTime")
+                                },
+                            );
+                            cache.partitions.insert(name, info);
+                        }
+                        None => {
+                            base_ok = false;
+                            report.push(
+                                CheckKind::Partition,
+                                check,
+                                false,
+                                first_line(&out.stderr_text(), "not found"),
+                                "check SLURM_PARTITION or the spec's partition against `sinfo -s`",
+                            );
+                        }
+                    }
+                }
+                Probe::Pyxis => {
+                    let present = out.stdout_text().contains("--container-image");
+                    cache.pyxis = Some(present);
+                    let needed = image.is_some();
+                    report.push(
+                        CheckKind::Containers,
+                        "pyxis (srun --container-image)",
+                        present || !needed,
+                        match (present, needed) {
+                            (true, _) => "present".to_string(),
+                            (false, false) => "absent (not needed: the job has no image)".to_string(),
+                            (false, true) => "absent: srun --help does not list --container-image".to_string(),
+                        },
+                        "ask the cluster admins for the Pyxis SPANK plugin, or run the job without `image`",
+                    );
+                }
+                Probe::Enroot => {
+                    let text = out.stdout_text();
+                    let no_enroot = text.lines().any(|l| l == "enroot");
+                    let no_credentials = text.lines().find(|l| l.starts_with("credentials "));
+                    report.push(
+                        CheckKind::Containers,
+                        "enroot",
+                        !no_enroot,
+                        if no_enroot { "enroot is not on PATH".to_string() } else { "present".to_string() },
+                        "install enroot on the login node and the conversion partition, or stage a .sqsh image and give its path as `image`",
+                    );
+                    report.push(
+                        CheckKind::Credentials,
+                        "enroot credentials",
+                        no_credentials.is_none(),
+                        match no_credentials {
+                            Some(line) => format!("{} is missing or empty", line.trim_start_matches("credentials ")),
+                            None => "present".to_string(),
+                        },
+                        "install them once: printf 'machine nvcr.io login $oauthtoken password %s\\n' \"$NGC_KEY\" | ssh LOGIN 'umask 077; mkdir -p ~/.config/enroot; cat > ~/.config/enroot/.credentials'",
+                    );
+                }
+                Probe::ResultsRoot => {
+                    let root = out.stdout_text().trim().to_string();
+                    let parsed = if out.success() {
+                        RemotePath::parse_for("SLURM_BASE_RESULTS_DIR", &root).ok()
+                    } else {
+                        None
+                    };
+                    base_ok &= parsed.is_some();
+                    report.push(
+                        CheckKind::Storage,
+                        "results root",
+                        parsed.is_some(),
+                        match &parsed {
+                            Some(p) => format!("{} is writable", p.as_str()),
+                            None => first_line(&out.stderr_text(), "not writable"),
+                        },
+                        "set SLURM_BASE_RESULTS_DIR to a folder on shared storage you can write (both login and compute nodes must see it)",
+                    );
+                    if parsed.is_some() {
+                        cache.results_root = parsed;
+                    }
+                }
+                Probe::ClusterName => {
+                    // Not a check: the key of the NCCL knob cache, learnt on the way.
+                    cache.cluster_name = Some(cluster_key(&out.stdout_text()));
+                }
+                Probe::Datasets(paths) => {
+                    let missing: Vec<String> =
+                        out.stdout_text().lines().map(str::to_string).collect();
+                    report.push(
+                        CheckKind::Datasets,
+                        "datasets",
+                        missing.is_empty() && out.success(),
+                        if missing.is_empty() { format!("{} present", paths.len()) } else { format!("missing on the cluster: {}", missing.join(", ")) },
+                        "stage the data on shared storage first (never inside the GPU allocation) and give lustre:///absolute/path",
+                    );
+                }
+            }
+        }
+        cache.base_checked = base_ok;
+        Ok(report)
+    }
+
+    /// The base checks (tools, accounting, partitions, results root), once per
+    /// backend; returns the results root. Fails with the first failed check.
+    pub(super) async fn ensure_ready(&self, spec: &JobSpec) -> Result<RemotePath> {
+        let partitions: Vec<String> = spec
+            .partition
+            .clone()
+            .unwrap_or_else(|| self.inner.config.partition.clone())
+            .split(',')
+            .map(|p| p.trim().to_string())
+            .collect();
+        let cached = || {
+            let cache = self.inner.cache.lock().expect("cache lock");
+            let known = partitions.iter().all(|p| cache.partitions.contains_key(p));
+            match (&cache.results_root, cache.base_checked && known) {
+                (Some(root), true) => Some(root.clone()),
+                _ => None,
+            }
+        };
+        if let Some(root) = cached() {
+            return Ok(root);
+        }
+        // One preflight at a time: submits that arrive together wait for the first.
+        let _once = self.inner.preflight_once.lock().await;
+        if let Some(root) = cached() {
+            return Ok(root);
+        }
+        let mut base = spec.clone();
+        // Per-job checks (datasets, the image) run inside the submit command itself.
+        base.datasets.clear();
+        base.image = None;
+        base.time = None;
+        self.run_preflight(Some(&base)).await?.into_result()?;
+        let cache = self.inner.cache.lock().expect("cache lock");
+        cache.results_root.clone().ok_or_else(|| {
+            Error::config(
+                "SLURM_BASE_RESULTS_DIR",
+                "the results root could not be resolved; set it",
+            )
+        })
+    }
+
+    /// The smallest MaxTime of the partitions a spec may run in, as preflight saw them.
+    pub(super) fn max_wall(&self, spec: &JobSpec) -> Option<WallTime> {
+        let cache = self.inner.cache.lock().expect("cache lock");
+        spec.partition
+            .clone()
+            .unwrap_or_else(|| self.inner.config.partition.clone())
+            .split(',')
+            .filter_map(|p| cache.partitions.get(p.trim()).and_then(|i| i.max_time))
+            .min_by_key(|w| w.as_secs())
+    }
+
+    /// Whether preflight found Pyxis (None before any preflight).
+    pub(super) fn pyxis_present(&self) -> Option<bool> {
+        self.inner.cache.lock().expect("cache lock").pyxis
+    }
+}
+
+fn parse_partition(out: &Output) -> Option<PartitionInfo> {
+    if !out.success() {
+        return None;
+    }
+    let text = out.stdout_text();
+    let field = |key: &str| {
+        text.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+            .map(str::to_string)
+    };
+    field("PartitionName")?;
+    let up = field("State").is_some_and(|s| s == "UP");
+    let max_time = field("MaxTime").and_then(|m| match m.as_str() {
+        "UNLIMITED" | "INFINITE" => None,
+        other => WallTime::parse(other).ok(),
+    });
+    Some(PartitionInfo { up, max_time })
+}
+
+fn first_line(text: &str, fallback: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or(fallback)
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_partition_line() {
+        let out = Output {
+            status: 0,
+            stdout: b"PartitionName=gpu AllowGroups=ALL Default=YES MaxTime=04:00:00 State=UP TotalCPUs=64\n".to_vec(),
+            stderr: Vec::new(),
+        };
+        let info = parse_partition(&out).unwrap();
+        assert!(info.up);
+        assert_eq!(info.max_time.unwrap().to_slurm(), "04:00:00");
+        let unlimited = Output {
+            stdout: b"PartitionName=cpu_long MaxTime=UNLIMITED State=DOWN".to_vec(),
+            ..out
+        };
+        let info = parse_partition(&unlimited).unwrap();
+        assert!(!info.up);
+        assert_eq!(info.max_time, None);
+    }
+}

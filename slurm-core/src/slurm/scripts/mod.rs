@@ -1,0 +1,132 @@
+//! The bash scripts the SLURM backend runs on the login node, one `.sh` file each,
+//! with their exit statuses named once.
+//!
+//! Every script is fixed text of ours; user values reach it only as positional
+//! parameters, quoted once by the transport. `full_text` of each (with its prelude) is
+//! checked by `bash -n` in this module's tests, and by shellcheck in the test bed's
+//! tests ([`all`] lists them).
+
+use crate::transport::script::{exit_statuses, Script};
+
+exit_statuses! {
+    /// How the submit script ([`SUBMIT`]) stops before sbatch runs.
+    pub(crate) enum SubmitExit {
+        /// The staged files failed their checksum check (nothing was submitted; the
+        /// upload can be sent again).
+        ChecksumMismatch = 65 => "EXIT_CHECKSUM_MISMATCH",
+        /// The `.sqsh` image is missing or not a squashfs file.
+        ImageMissing = 66 => "EXIT_IMAGE_MISSING",
+        /// A dataset path does not exist on the cluster.
+        DatasetsMissing = 67 => "EXIT_DATASETS_MISSING",
+        /// The job folder is not there after unpacking.
+        NoJobFolder = 68 => "EXIT_NO_JOB_FOLDER",
+        /// The staged archive did not unpack.
+        UnpackFailed = 69 => "EXIT_UNPACK_FAILED",
+    }
+}
+
+exit_statuses! {
+    /// How the log reader ([`READ_FROM`]) fails.
+    pub(crate) enum ReadFromExit {
+        /// The log file does not exist (yet).
+        NoFile = 3 => "EXIT_NO_FILE",
+    }
+}
+
+/// Check the datasets and the image, unpack the staged job folder from stdin, verify
+/// its checksums, `sbatch --parsable`: a steady-state submit in one round trip.
+pub(crate) const SUBMIT: Script =
+    Script::new("submit", include_str!("submit.sh")).with_exits(SubmitExit::VARS);
+
+/// Convert a registry image to a `.sqsh` on the CPU partition, once.
+pub(crate) const CONVERT_IMAGE: Script =
+    Script::new("convert-image", include_str!("convert_image.sh"));
+
+/// squeue for every tracked job, then sacct for the ones squeue cannot settle, framed.
+pub(crate) const POLL: Script = Script::new("poll", include_str!("poll.sh")).framed();
+
+/// The last lines of several log files, concatenated.
+pub(crate) const TAIL_LOGS: Script = Script::new("tail-logs", include_str!("tail_logs.sh"));
+
+/// A log file's size, then its bytes from an offset (following a log).
+pub(crate) const READ_FROM: Script =
+    Script::new("read-from", include_str!("read_from.sh")).with_exits(ReadFromExit::VARS);
+
+/// The scheduler tools that are not on PATH.
+pub(crate) const MISSING_TOOLS: Script =
+    Script::new("missing-tools", include_str!("missing_tools.sh"));
+
+/// Make the results root, check it is writable, print it.
+pub(crate) const RESULTS_ROOT: Script =
+    Script::new("results-root", include_str!("results_root.sh"));
+
+/// Whether enroot and its credentials are there.
+pub(crate) const ENROOT: Script = Script::new("enroot", include_str!("enroot.sh"));
+
+/// The cluster's `ClusterName`.
+pub(crate) const CLUSTER_NAME: Script =
+    Script::new("cluster-name", include_str!("cluster_name.sh"));
+
+/// The paths that do not exist.
+pub(crate) const MISSING_PATHS: Script =
+    Script::new("missing-paths", include_str!("missing_paths.sh"));
+
+/// Every script of the SLURM backend.
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn all() -> [Script; 10] {
+    [
+        SUBMIT,
+        CONVERT_IMAGE,
+        POLL,
+        TAIL_LOGS,
+        READ_FROM,
+        MISSING_TOOLS,
+        RESULTS_ROOT,
+        ENROOT,
+        CLUSTER_NAME,
+        MISSING_PATHS,
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_script_passes_bash_n_with_its_prelude() {
+        for script in all() {
+            let output = std::process::Command::new("bash")
+                .arg("-n")
+                .arg("-c")
+                .arg(script.full_text())
+                .output()
+                .expect("run bash -n");
+            assert!(
+                output.status.success(),
+                "{}: {}",
+                script.name,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
+
+    #[test]
+    fn every_exit_variable_a_script_uses_is_named_in_its_prelude() {
+        let used = regex::Regex::new(r#"exit "\$(EXIT_[A-Z_]+)""#).unwrap();
+        for script in all() {
+            let text = script.full_text();
+            for found in used.captures_iter(script.text) {
+                let name = &found[1];
+                assert!(
+                    text.contains(&format!("readonly {name}=")),
+                    "{}: exit status {name} is used but not named",
+                    script.name
+                );
+            }
+        }
+        assert!(SUBMIT
+            .full_text()
+            .contains("readonly EXIT_CHECKSUM_MISMATCH=65\n"));
+        assert_eq!(SubmitExit::from_status(66), Some(SubmitExit::ImageMissing));
+    }
+}

@@ -1,0 +1,615 @@
+//! Submit exactly once: validate, render, lint, open the record, then stage and `sbatch` in one
+//! round trip; reconcile by job name whenever the outcome is unknown.
+
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::backend::SlurmBackend;
+use super::parse::{parse_sbatch_parsable, SbatchOutcome};
+use super::scripts::{SubmitExit, SUBMIT};
+use super::SlurmSubmitOptions;
+use crate::backend::SubmitOptions;
+use crate::error::CheckKind;
+use crate::image::{check_gpu_image, ImageRef};
+use crate::names::validate_safe_name;
+use crate::nccl::KnobSet;
+use crate::record::{BackendRef, JobId, JobRecord, Mark, RecordStore, TransitionSource};
+use crate::redact::SecretRegistry;
+use crate::render::{EnvVar, Renderer, ScriptContext, TemplateKind};
+use crate::spec::{JobSpec, Limits, Resources, SpecDefaults};
+use crate::state::JobState;
+use crate::storage::RemotePath;
+use crate::transport::{shell_quote, Command, Transport};
+use crate::{Error, ErrorKind, Result};
+
+/// How long one submit round trip may take.
+const SUBMIT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What the submit round trip said.
+enum Answer {
+    Submitted(BackendRef),
+    ImageMissing(String),
+    /// Unknown whether sbatch ran: reconcile.
+    Unknown(String),
+    /// Nothing ran and trying again may work (the connection failed before sending).
+    NotSent(Error),
+    /// A definite refusal; nothing was submitted.
+    Refused(Error),
+}
+
+/// Everything prepared before the record is opened.
+struct Prepared {
+    record: JobRecord,
+    payload: Vec<u8>,
+    params: Vec<String>,
+    conversion: Option<(ImageRef, String)>,
+}
+
+impl<T, R, S> SlurmBackend<T, R, S>
+where
+    T: Transport + 'static,
+    R: Renderer + 'static,
+    S: RecordStore + 'static,
+{
+    pub(super) async fn submit_job(
+        &self,
+        spec: &JobSpec,
+        options: SubmitOptions,
+        slurm: SlurmSubmitOptions,
+    ) -> Result<JobRecord> {
+        spec.validate()?;
+        let secrets = collect_secrets(spec, &options)?;
+        let previous = match &options.retry_of {
+            Some(id) => Some(self.inner.store.get(id)?),
+            None => None,
+        };
+        let root = self.ensure_ready(spec).await?;
+        // The cluster's NCCL knobs (cached, or found by a probe job first).
+        let knobs = self.nccl_knobs_for(spec, &slurm).await?;
+        let prepared = self.prepare(spec, &secrets, &root, previous.as_ref(), &knobs)?;
+        let id = prepared.record.id.clone();
+        self.inner.store.open(&prepared.record)?;
+        tracing::info!(job = %id, "record opened; submitting");
+        match self.submit_once(&id, &prepared).await {
+            Ok(record) => Ok(record),
+            Err(error) => {
+                // Keep what is known: a refused submit leaves an ERROR record saying why;
+                // an ambiguous one stays SUBMITTING for a person to settle.
+                if error.kind() != ErrorKind::Ambiguous {
+                    let message = secrets.redact(&error.to_string());
+                    let _ = self.inner.store.mark(
+                        &id,
+                        Mark::new(JobState::Error, TransitionSource::Agent)
+                            .message(format!("submit failed: {message}")),
+                    );
+                }
+                Err(error)
+            }
+        }
+    }
+
+    pub(super) async fn resubmit_job(&self, id: &JobId) -> Result<JobRecord> {
+        let previous = self.inner.store.get(id)?;
+        if !previous.state.is_terminal() {
+            return Err(Error::invalid(
+                "id",
+                format!(
+                    "{id} is {}; only a finished job can be submitted again (cancel it first)",
+                    previous.state
+                ),
+            ));
+        }
+        let spec_path = previous.results_dir.join("specs")?.join("spec.json")?;
+        let text = self.inner.transport.read_file(spec_path.as_str()).await?;
+        let spec = JobSpec::from_json_str(&String::from_utf8_lossy(&text))?;
+        self.submit_job(
+            &spec,
+            SubmitOptions {
+                retry_of: Some(id.clone()),
+                ..SubmitOptions::default()
+            },
+            self.inner.config.submit.clone(),
+        )
+        .await
+    }
+
+    /// Render the script for `spec` as a submit would, without submitting (secrets
+    /// are named, never shown: the script only sources the sidecar). Cached NCCL
+    /// knobs are applied as a submit would; no probe runs.
+    pub async fn render_script(&self, spec: &JobSpec) -> Result<String> {
+        spec.validate()?;
+        let root = self.ensure_ready(spec).await?;
+        let registry = SecretRegistry::new();
+        let id = JobId::mint_for(spec);
+        let job_dir = root.join(id.as_str())?;
+        let knobs = self.cached_knobs_for(spec).await?;
+        let (context, _) =
+            self.script_context(spec, &id, &job_dir, &root, !spec.secrets.is_empty(), &knobs)?;
+        let script = self
+            .inner
+            .renderer
+            .render(TemplateKind::for_nodes(context.nodes), &context)?;
+        self.inner.renderer.lint(&script, &registry)?;
+        Ok(script)
+    }
+
+    /// The spec's resources with the backend's defaults and the partition's limits.
+    pub(super) fn resources(&self, spec: &JobSpec) -> Result<Resources> {
+        let config = &self.inner.config;
+        let limits = Limits {
+            max_wall: self.max_wall(spec).unwrap_or(Limits::default().max_wall),
+            ..Limits::default()
+        };
+        let mut defaults = SpecDefaults {
+            limits,
+            ..SpecDefaults::default()
+        }
+        .with_partition(config.partition.clone());
+        if let Some(account) = &config.account {
+            defaults = defaults.with_account(account.clone());
+        }
+        spec.resolve(&defaults)
+    }
+
+    /// `knobs` are the cluster's NCCL knobs, added to the extra env after the spec's
+    /// own (a name the spec sets in `env` or `extra_env` keeps the spec's value).
+    fn script_context(
+        &self,
+        spec: &JobSpec,
+        id: &JobId,
+        job_dir: &RemotePath,
+        root: &RemotePath,
+        with_sidecar: bool,
+        knobs: &KnobSet,
+    ) -> Result<(ScriptContext, Option<(ImageRef, String)>)> {
+        let config = &self.inner.config;
+        let resources = self.resources(spec)?;
+
+        let mut conversion = None;
+        let image = match spec.image_ref()? {
+            None => None,
+            Some(image) => {
+                // A registry image never reaches the GPU job unless the spec opts in:
+                // it is converted to a .sqsh first (below).
+                if self.pyxis_present() == Some(false) {
+                    return Err(Error::Preflight {
+                        kind: CheckKind::Containers,
+                        check: "pyxis (srun --container-image)".into(),
+                        message: "the spec names an image but srun has no --container-image".into(),
+                        remedy:
+                            "ask the cluster admins for the Pyxis SPANK plugin, or remove `image`"
+                                .into(),
+                    });
+                }
+                if image.is_sqsh() || spec.allow_registry_image {
+                    Some(image.pyxis())
+                } else {
+                    let file = image.cache_file_name().ok_or_else(|| {
+                        Error::invalid(
+                            "image",
+                            "cannot derive a cache file name; give a .sqsh path",
+                        )
+                    })?;
+                    let path = root.join("images")?.join(&file)?;
+                    conversion = Some((image, path.as_str().to_string()));
+                    Some(path.as_str().to_string())
+                }
+            }
+        };
+        if let Some(final_image) = &image {
+            // The invariant this function keeps: what reaches the GPU job is a .sqsh,
+            // or a registry image the spec explicitly allowed.
+            check_gpu_image(
+                &ImageRef::parse(final_image)?,
+                resources.gpus,
+                spec.allow_registry_image,
+            )?;
+        }
+        let mut mounts: Vec<String> = config.container_mounts.clone();
+        for mount in spec.mount_specs()? {
+            mounts.push(mount.to_pyxis());
+        }
+        if image.is_none() {
+            mounts.clear();
+        }
+        let env_var = |(name, value): (&String, &String)| EnvVar {
+            name: name.clone(),
+            value: value.clone(),
+        };
+        let context = ScriptContext {
+            job_name: id.as_str().to_string(),
+            partition: resources.partition.clone(),
+            account: resources.account.clone(),
+            nodes: resources.nodes,
+            gpus_per_node: resources.gpus_per_node,
+            cpus_per_task: resources.cpus_per_task,
+            memory: resources.memory.clone(),
+            time: resources.wall.to_slurm(),
+            child_timeout_minutes: resources.child_timeout_minutes,
+            log_dir: job_dir.join("logs")?.as_str().to_string(),
+            results_dir: job_dir.as_str().to_string(),
+            image,
+            container_mounts: mounts,
+            command: spec.command.clone(),
+            env_file: if with_sidecar {
+                Some(
+                    job_dir
+                        .join("env")?
+                        .join(&format!("job_{id}.env"))?
+                        .as_str()
+                        .to_string(),
+                )
+            } else {
+                None
+            },
+            env: spec.env.iter().map(env_var).collect(),
+            extra_env: spec
+                .extra_env
+                .iter()
+                .chain(knobs.iter().filter(|(name, _)| {
+                    !spec.extra_env.contains_key(*name) && !spec.env.contains_key(*name)
+                }))
+                .map(env_var)
+                .collect(),
+            requeue: resources.requeue,
+            exclusive: resources.exclusive,
+            extra_sbatch: spec.extra_sbatch.clone(),
+        };
+        Ok((context, conversion))
+    }
+
+    fn prepare(
+        &self,
+        spec: &JobSpec,
+        secrets: &SecretRegistry,
+        root: &RemotePath,
+        previous: Option<&JobRecord>,
+        knobs: &KnobSet,
+    ) -> Result<Prepared> {
+        let id = JobId::mint_for(spec);
+        let job_dir = root.join(id.as_str())?;
+        let (context, conversion) =
+            self.script_context(spec, &id, &job_dir, root, !secrets.is_empty(), knobs)?;
+        let script = self
+            .inner
+            .renderer
+            .render(TemplateKind::for_nodes(context.nodes), &context)?;
+        self.inner.renderer.lint(&script, secrets)?;
+
+        let mut files: Vec<(String, Vec<u8>, u32)> = vec![
+            (
+                "specs/spec.json".to_string(),
+                serde_json::to_vec_pretty(spec).map_err(|e| Error::parse("spec", e.to_string()))?,
+                0o600,
+            ),
+            (
+                format!("sbatch/job_{id}.sbatch"),
+                script.into_bytes(),
+                0o700,
+            ),
+        ];
+        if !secrets.is_empty() {
+            let mut sidecar = String::new();
+            for (name, value) in secrets.entries() {
+                sidecar.push_str(&format!("export {name}={}\n", shell_quote(value)?));
+            }
+            files.push((format!("env/job_{id}.env"), sidecar.into_bytes(), 0o600));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for local in &spec.supporting_files {
+            let path = std::path::Path::new(local);
+            let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+                Error::invalid("supporting_files", format!("`{local}` has no file name"))
+            })?;
+            validate_safe_name("supporting_files", name)?;
+            if !seen.insert(name.to_string()) {
+                return Err(Error::invalid(
+                    "supporting_files",
+                    format!("two files are named `{name}`; rename one (they share the job's files/ folder)"),
+                ));
+            }
+            let bytes = std::fs::read(path).map_err(|e| {
+                Error::invalid(
+                    "supporting_files",
+                    format!("cannot read `{local}`: {e}; give a readable local file"),
+                )
+            })?;
+            files.push((format!("files/{name}"), bytes, 0o600));
+        }
+        let payload = build_payload(id.as_str(), &files)?;
+
+        let mut record = JobRecord::new(id.clone(), spec, job_dir.clone())?;
+        if let Some(previous) = previous {
+            record = record.retry_of(previous);
+        }
+        let image_param = if conversion.is_some() || spec.image_ref()?.is_some_and(|i| i.is_sqsh())
+        {
+            context.image.clone().unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let mut params = vec![
+            root.as_str().to_string(),
+            id.as_str().to_string(),
+            image_param,
+        ];
+        for uri in spec.dataset_uris()? {
+            params.push(uri.resolve().as_str().to_string());
+        }
+        Ok(Prepared {
+            record,
+            payload,
+            params,
+            conversion,
+        })
+    }
+
+    /// The submit loop: one round trip in the steady state; conversion when the image
+    /// is missing; reconcile by name whenever the outcome is unknown.
+    async fn submit_once(&self, id: &JobId, prepared: &Prepared) -> Result<JobRecord> {
+        let command = SUBMIT
+            .command(prepared.params.clone())
+            .stdin(prepared.payload.clone())
+            .timeout(SUBMIT_TIMEOUT)
+            .display_as(format!("submit {id}"));
+        let mut converted = false;
+        let mut resent_unsent = false;
+        let mut attempted_after_reconcile = false;
+        loop {
+            let answer = self.send(&command).await;
+            let reason = match answer {
+                Answer::Submitted(backend_ref) => return self.mark_submitted(id, backend_ref, "sbatch accepted the job"),
+                Answer::Refused(error) => return Err(error),
+                Answer::ImageMissing(detail) => match (&prepared.conversion, converted) {
+                    (Some((image, path)), false) => {
+                        self.convert_image(image, path).await?;
+                        converted = true;
+                        continue;
+                    }
+                    _ => {
+                        return Err(Error::invalid(
+                            "image",
+                            format!("{detail}; stage a valid .sqsh image (slurm-run never falls back to pulling a registry image inside the GPU allocation)"),
+                        ))
+                    }
+                },
+                Answer::NotSent(error) if !resent_unsent => {
+                    tracing::warn!(job = %id, %error, "submit not sent; trying once more");
+                    resent_unsent = true;
+                    continue;
+                }
+                Answer::NotSent(error) => return Err(error),
+                Answer::Unknown(reason) => reason,
+            };
+            tracing::warn!(job = %id, %reason, "submit outcome unknown; reconciling by job name");
+            let found = self.reconcile(id).await?;
+            match found.as_slice() {
+                [one] => {
+                    return self.mark_submitted(id, one.clone(), &format!("adopted after an unknown submit outcome ({reason})"))
+                }
+                [] if !attempted_after_reconcile => {
+                    attempted_after_reconcile = true;
+                    continue;
+                }
+                [] => {
+                    return Err(Error::Ambiguous(format!(
+                        "the submit of {id} has an unknown outcome twice ({reason}) and no job named {id} exists; check the connection and submit again"
+                    )))
+                }
+                many => {
+                    let ids: Vec<&str> = many.iter().map(|r| r.native_id.as_str()).collect();
+                    let message = format!(
+                        "{} SLURM jobs carry the name {id} ({}); a person must decide which to keep (scancel the others), then mark the record",
+                        many.len(),
+                        ids.join(", ")
+                    );
+                    let _ = self.inner.store.mark(
+                        id,
+                        Mark::new(JobState::Submitting, TransitionSource::Agent).message(message.clone()),
+                    );
+                    return Err(Error::Ambiguous(message));
+                }
+            }
+        }
+    }
+
+    async fn send(&self, command: &Command) -> Answer {
+        let output = match self.inner.transport.run(command).await {
+            Ok(output) => output,
+            Err(error) if error.may_have_run() => return Answer::Unknown(error.to_string()),
+            Err(error) if error.is_transient() => return Answer::NotSent(error),
+            Err(error) => return Answer::Refused(error),
+        };
+        let stdout = output.stdout_text();
+        let stderr = output.stderr_text();
+        match SubmitExit::from_status(output.status) {
+            Some(SubmitExit::ChecksumMismatch) => Answer::NotSent(Error::Remote {
+                command: command.label(),
+                status: output.status,
+                stderr: format!(
+                    "staged files failed their checksum check: {}",
+                    stderr.trim()
+                ),
+                transient: true,
+            }),
+            Some(SubmitExit::ImageMissing) => Answer::ImageMissing(stderr.trim().to_string()),
+            Some(SubmitExit::DatasetsMissing) => Answer::Refused(Error::invalid(
+                "datasets",
+                format!(
+                    "{}; stage the data on shared storage first and give lustre:///absolute/path",
+                    stderr.trim()
+                ),
+            )),
+            Some(SubmitExit::NoJobFolder | SubmitExit::UnpackFailed) => {
+                Answer::Refused(Error::Remote {
+                    command: command.label(),
+                    status: output.status,
+                    stderr: format!("staging the job folder failed: {}", stderr.trim()),
+                    transient: false,
+                })
+            }
+            None => match parse_sbatch_parsable(&stdout, &stderr) {
+                Ok(SbatchOutcome::Submitted {
+                    job_id, cluster, ..
+                }) => Answer::Submitted(BackendRef {
+                    native_id: job_id.to_string(),
+                    cluster,
+                }),
+                Ok(SbatchOutcome::Unknown { .. }) if output.status == 0 => {
+                    Answer::Unknown("sbatch printed no job id".to_string())
+                }
+                Ok(SbatchOutcome::Unknown { stderr }) => Answer::Refused(Error::Remote {
+                    command: command.label(),
+                    status: output.status,
+                    stderr,
+                    transient: false,
+                }),
+                Err(error) if error.is_transient() => Answer::Unknown(error.to_string()),
+                Err(error) => Answer::Refused(error),
+            },
+        }
+    }
+
+    fn mark_submitted(
+        &self,
+        id: &JobId,
+        backend_ref: BackendRef,
+        message: &str,
+    ) -> Result<JobRecord> {
+        tracing::info!(job = %id, slurm_job_id = %backend_ref.native_id, "submitted");
+        self.inner.store.mark(
+            id,
+            Mark::new(JobState::Pending, TransitionSource::Agent)
+                .message(message)
+                .backend_ref(backend_ref),
+        )
+    }
+}
+
+/// The secret values a spec names, from the options or this process's environment.
+fn collect_secrets(spec: &JobSpec, options: &SubmitOptions) -> Result<SecretRegistry> {
+    let mut registry = SecretRegistry::new();
+    for name in &spec.secrets {
+        let value = match &options.secret_values {
+            Some(values) => values.get(name).cloned(),
+            None => std::env::var(name).ok(),
+        };
+        let value = value.filter(|v| !v.is_empty()).ok_or_else(|| {
+            Error::config(
+                name.clone(),
+                format!("the spec names the secret {name} but it is not set in the submitting environment; export {name}=... (its value travels only in a mode-600 sidecar)"),
+            )
+        })?;
+        if value.contains('\0') || value.contains('\n') {
+            return Err(Error::config(
+                name.clone(),
+                "the secret's value holds a NUL or newline; give a one-line value",
+            ));
+        }
+        if !registry.register(name.clone(), value) {
+            return Err(Error::config(
+                name.clone(),
+                format!(
+                    "the secret's value is shorter than {} characters, too short to redact safely",
+                    crate::redact::MIN_SECRET_LEN
+                ),
+            ));
+        }
+    }
+    Ok(registry)
+}
+
+/// A tar archive of the job folder `<folder>/`: its `logs/` folder, `files` (path,
+/// bytes, mode) and `SHA256SUMS` listing each file by its path inside the folder.
+fn build_payload(folder: &str, files: &[(String, Vec<u8>, u32)]) -> Result<Vec<u8>> {
+    let mut sums = String::new();
+    let mut builder = tar::Builder::new(Vec::new());
+    let mtime = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let append = |builder: &mut tar::Builder<Vec<u8>>,
+                  path: &str,
+                  bytes: &[u8],
+                  mode: u32,
+                  kind: tar::EntryType|
+     -> Result<()> {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(mode);
+        header.set_mtime(mtime);
+        header.set_entry_type(kind);
+        builder
+            .append_data(&mut header, format!("{folder}/{path}"), bytes)
+            .map_err(|e| Error::io(format!("packing {path}"), e))
+    };
+    append(&mut builder, "logs/", &[], 0o700, tar::EntryType::Directory)?;
+    for (path, bytes, mode) in files {
+        sums.push_str(&format!("{}  {path}\n", hex::encode(Sha256::digest(bytes))));
+        append(&mut builder, path, bytes, *mode, tar::EntryType::Regular)?;
+    }
+    append(
+        &mut builder,
+        "SHA256SUMS",
+        sums.as_bytes(),
+        0o600,
+        tar::EntryType::Regular,
+    )?;
+    builder
+        .into_inner()
+        .map_err(|e| Error::io("finishing the staging archive", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_lists_every_file_with_its_checksum() {
+        let payload =
+            build_payload("job-1", &[("a/b.txt".into(), b"hello".to_vec(), 0o600)]).unwrap();
+        let mut archive = tar::Archive::new(payload.as_slice());
+        let mut names = Vec::new();
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut entry, &mut text).unwrap();
+            names.push((
+                entry.path().unwrap().display().to_string(),
+                entry.header().mode().unwrap(),
+                text,
+            ));
+        }
+        assert_eq!(names[0].0, "job-1/logs/");
+        assert_eq!(names[1].0, "job-1/a/b.txt");
+        assert_eq!(names[1].1, 0o600);
+        assert_eq!(names[2].0, "job-1/SHA256SUMS");
+        assert!(names[2].2.starts_with(
+            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824  a/b.txt"
+        ));
+    }
+
+    #[test]
+    fn a_missing_secret_names_the_variable() {
+        let mut spec = JobSpec::new("job", "true");
+        spec.secrets = vec!["SLURM_RUN_TEST_SURELY_UNSET".into()];
+        let err = collect_secrets(&spec, &SubmitOptions::default()).unwrap_err();
+        assert!(
+            err.to_string().contains("SLURM_RUN_TEST_SURELY_UNSET"),
+            "{err}"
+        );
+        let options = SubmitOptions {
+            secret_values: Some(
+                [(
+                    "SLURM_RUN_TEST_SURELY_UNSET".to_string(),
+                    "s3cr3t-value".to_string(),
+                )]
+                .into(),
+            ),
+            ..SubmitOptions::default()
+        };
+        let registry = collect_secrets(&spec, &options).unwrap();
+        assert_eq!(registry.redact("x s3cr3t-value y"), "x [REDACTED] y");
+    }
+}

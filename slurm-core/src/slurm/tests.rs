@@ -1,0 +1,565 @@
+//! Unit tests of the SLURM backend's decisions, with a mockall transport for fault injection.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mockall::mock;
+
+use super::preflight::PartitionInfo;
+use super::{SlurmBackend, SlurmConfig, SlurmSubmitOptions};
+use crate::backend::{Backend, SubmitOptions};
+use crate::nccl::{NcclProbe, ProbeOptions, PROBE_LABEL};
+use crate::record::{MemoryRecordStore, RecordFilter, RecordStore};
+use crate::redact::SecretRegistry;
+use crate::render::{Renderer, ScriptContext, TemplateKind};
+use crate::spec::{JobSpec, WallTime};
+use crate::state::JobState;
+use crate::storage::RemotePath;
+use crate::transport::{Command, Output, Transport};
+use crate::{Error, ErrorKind, Result};
+
+mock! {
+    pub Remote {}
+    #[async_trait]
+    impl Transport for Remote {
+        async fn run(&self, command: &Command) -> Result<Output>;
+    }
+    impl std::fmt::Debug for Remote {
+        fn fmt<'a>(&self, f: &mut std::fmt::Formatter<'a>) -> std::fmt::Result;
+    }
+}
+
+/// Renders the job name only; lints nothing.
+#[derive(Debug)]
+struct NameRenderer;
+
+impl Renderer for NameRenderer {
+    fn render(&self, _: TemplateKind, context: &ScriptContext) -> Result<String> {
+        Ok(format!("#!/bin/bash\n# {}\n", context.job_name))
+    }
+    fn lint(&self, _: &str, _: &SecretRegistry) -> Result<()> {
+        Ok(())
+    }
+}
+
+fn backend(remote: MockRemote) -> SlurmBackend<MockRemote, NameRenderer, MemoryRecordStore> {
+    prepared_backend(remote, NameRenderer, std::path::Path::new("/nonexistent"))
+}
+
+/// A backend as after a passed preflight (no preflight round trip in these tests),
+/// rendering with `renderer`, caching knobs under `state_dir`.
+fn prepared_backend<R: Renderer + 'static>(
+    remote: MockRemote,
+    renderer: R,
+    state_dir: &std::path::Path,
+) -> SlurmBackend<MockRemote, R, MemoryRecordStore> {
+    let config = SlurmConfig::builder()
+        .with_partition("gpu")
+        .with_results_root("/shared/results")
+        .with_state_dir(state_dir)
+        .with_reconcile_wait(Duration::from_millis(10))
+        .build()
+        .unwrap();
+    let backend = SlurmBackend::new(remote, renderer, MemoryRecordStore::new(), config);
+    {
+        let mut cache = backend.inner.cache.lock().unwrap();
+        cache.base_checked = true;
+        cache.cluster_name = Some("unit".into());
+        cache.results_root = Some(RemotePath::parse("/shared/results").unwrap());
+        cache.partitions.insert(
+            "gpu".into(),
+            PartitionInfo {
+                up: true,
+                max_time: Some(WallTime::from_hours(4)),
+            },
+        );
+    }
+    backend
+}
+
+fn output(status: i32, stdout: &str, stderr: &str) -> Output {
+    Output {
+        status,
+        stdout: stdout.as_bytes().to_vec(),
+        stderr: stderr.as_bytes().to_vec(),
+    }
+}
+
+/// A reconcile batch (squeue, sacct) answering with these job ids.
+fn reconcile_answer(squeue: &[&str], sacct: &[&str]) -> Output {
+    let mut text = String::from("@@begin 0\n");
+    for id in squeue {
+        text.push_str(&format!("O {id}\n"));
+    }
+    text.push_str("@@end 0 0\n@@begin 1\n");
+    for id in sacct {
+        text.push_str(&format!("O {id}\n"));
+    }
+    text.push_str("@@end 1 0\n");
+    output(0, &text, "")
+}
+
+fn is_submit(command: &Command) -> bool {
+    command.label().starts_with("submit ")
+}
+
+fn is_reconcile(command: &Command) -> bool {
+    command
+        .label()
+        .starts_with("round trip of 2: squeue, sacct")
+        && command.get_args().iter().any(|a| a.starts_with("--name="))
+}
+
+#[tokio::test]
+async fn a_steady_state_submit_is_one_round_trip() {
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| Ok(output(0, "4242\n", "sbatch: warning: something harmless\n")));
+    let backend = backend(remote);
+    let record = backend
+        .submit(&JobSpec::new("hello", "true"), SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(record.state, JobState::Pending);
+    assert_eq!(record.backend_ref.unwrap().native_id, "4242");
+}
+
+#[tokio::test]
+async fn an_empty_sbatch_answer_is_reconciled_and_the_job_adopted() {
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| Ok(output(0, "", "")));
+    remote
+        .expect_run()
+        .withf(is_reconcile)
+        .times(1)
+        .returning(|_| Ok(reconcile_answer(&["77"], &["77"])));
+    let backend = backend(remote);
+    let record = backend
+        .submit(&JobSpec::new("hello", "true"), SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(record.backend_ref.unwrap().native_id, "77");
+    assert!(record
+        .history
+        .last()
+        .unwrap()
+        .message
+        .as_deref()
+        .unwrap()
+        .contains("adopted"));
+}
+
+#[tokio::test]
+async fn a_lost_answer_with_no_job_found_allows_exactly_one_new_attempt() {
+    let mut remote = MockRemote::new();
+    let submits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&submits);
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(2)
+        .returning(move |_| {
+            if counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                Err(Error::Transport {
+                    message: "connection reset".into(),
+                    may_have_run: true,
+                })
+            } else {
+                Ok(output(0, "88;cluster2\n", ""))
+            }
+        });
+    remote
+        .expect_run()
+        .withf(is_reconcile)
+        .times(1..)
+        .returning(|_| Ok(reconcile_answer(&[], &[])));
+    let backend = backend(remote);
+    let record = backend
+        .submit(&JobSpec::new("hello", "true"), SubmitOptions::default())
+        .await
+        .unwrap();
+    let backend_ref = record.backend_ref.unwrap();
+    assert_eq!(backend_ref.native_id, "88");
+    assert_eq!(backend_ref.cluster.as_deref(), Some("cluster2"));
+}
+
+#[tokio::test]
+async fn two_jobs_with_the_record_name_stop_for_a_person() {
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| {
+            Err(Error::Timeout {
+                what: "submit".into(),
+                after: Duration::from_secs(1),
+                may_have_run: true,
+            })
+        });
+    remote
+        .expect_run()
+        .withf(is_reconcile)
+        .times(1)
+        .returning(|_| Ok(reconcile_answer(&["5"], &["5", "6"])));
+    let backend = backend(remote);
+    let err = backend
+        .submit(&JobSpec::new("hello", "true"), SubmitOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Ambiguous);
+    assert!(err.to_string().contains("5, 6"), "{err}");
+    let records = backend.records(&RecordFilter::any()).unwrap();
+    assert_eq!(records.len(), 1, "the record is kept");
+    assert_eq!(records[0].state, JobState::Submitting);
+}
+
+#[tokio::test]
+async fn a_refused_submit_keeps_an_error_record_without_secrets() {
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| {
+            Ok(output(
+                1,
+                "",
+                "sbatch: error: Batch job submission failed: Invalid partition name specified\n",
+            ))
+        });
+    let backend = backend(remote);
+    let mut spec = JobSpec::new("hello", "true");
+    spec.secrets = vec!["MY_TOKEN".into()];
+    let options = SubmitOptions {
+        secret_values: Some([("MY_TOKEN".to_string(), "tok-very-secret".to_string())].into()),
+        ..SubmitOptions::default()
+    };
+    let err = backend.submit(&spec, options).await.unwrap_err();
+    assert!(err.to_string().contains("Invalid partition"), "{err}");
+    let records = backend.store().list(&RecordFilter::any()).unwrap();
+    assert_eq!(records[0].state, JobState::Error);
+    let json = serde_json::to_string(&records[0]).unwrap();
+    assert!(!json.contains("tok-very-secret"));
+}
+
+#[tokio::test]
+async fn a_wall_time_above_the_partition_maximum_is_refused_before_anything_runs() {
+    let remote = MockRemote::new(); // any command would panic: none may run
+    let backend = backend(remote);
+    let mut spec = JobSpec::new("hello", "true");
+    spec.time = Some(WallTime::from_hours(5));
+    let err = backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("time"), "{err}");
+    assert!(backend.records(&RecordFilter::any()).unwrap().is_empty());
+}
+
+/// Renders the job name and the extra env (one `export` a line); lints nothing.
+#[derive(Debug)]
+struct EnvRenderer;
+
+impl Renderer for EnvRenderer {
+    fn render(&self, _: TemplateKind, context: &ScriptContext) -> Result<String> {
+        let mut script = format!("#!/bin/bash\n# {}\n", context.job_name);
+        for var in &context.extra_env {
+            script.push_str(&format!("export {}={}\n", var.name, var.value));
+        }
+        Ok(script)
+    }
+    fn lint(&self, _: &str, _: &SecretRegistry) -> Result<()> {
+        Ok(())
+    }
+}
+
+fn env_backend(
+    remote: MockRemote,
+    state_dir: &std::path::Path,
+) -> SlurmBackend<MockRemote, EnvRenderer, MemoryRecordStore> {
+    prepared_backend(remote, EnvRenderer, state_dir)
+}
+
+/// The batch script inside a submit's staging archive.
+fn staged_script(command: &Command) -> String {
+    let mut archive = tar::Archive::new(command.stdin_bytes().unwrap());
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let path = entry.path().unwrap().display().to_string();
+        if path.contains("/sbatch/") {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut entry, &mut text).unwrap();
+            return text;
+        }
+    }
+    panic!("no batch script staged");
+}
+
+fn write_cache(dir: &std::path::Path, env: &[(&str, &str)], nodes: u32, gpus: u32) {
+    std::fs::create_dir_all(dir.join("clusters")).unwrap();
+    let env: std::collections::BTreeMap<&str, &str> = env.iter().copied().collect();
+    let json = serde_json::json!({
+        "schema_version": 1, "cluster": "unit", "env": env,
+        "probed_at": "2024-05-01T10:00:00Z", "nodes": nodes, "gpus_per_node": gpus,
+        "probe_job": "nccl-probe-abcdef",
+    });
+    std::fs::write(dir.join("clusters/unit.json"), json.to_string()).unwrap();
+}
+
+type Scripts = std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
+/// A transport that accepts every submit (job ids from 100 up), recording each
+/// staged script by record id.
+fn accepting(remote: &mut MockRemote) -> Scripts {
+    let scripts: Scripts = Default::default();
+    let seen = std::sync::Arc::clone(&scripts);
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .returning(move |command| {
+            let mut seen = seen.lock().unwrap();
+            let id = command.label().trim_start_matches("submit ").to_string();
+            seen.push((id, staged_script(command)));
+            Ok(output(0, &format!("{}\n", 100 + seen.len()), ""))
+        });
+    scripts
+}
+
+#[tokio::test]
+async fn cached_knobs_reach_the_script_of_a_multi_gpu_job_without_a_probe() {
+    let dir = tempfile::tempdir().unwrap();
+    write_cache(dir.path(), &[("NCCL_P2P_DISABLE", "1")], 2, 8);
+    let mut remote = MockRemote::new();
+    let scripts = accepting(&mut remote);
+    let backend = env_backend(remote, dir.path());
+
+    let mut two = JobSpec::new("two", "true");
+    two.nodes = Some(2);
+    // An image and a covering cache: Auto does not probe (only submits ran).
+    two.image = Some("/images/pt.sqsh".into());
+    backend
+        .submit(&two, SubmitOptions::default())
+        .await
+        .unwrap();
+    let mut own = JobSpec::new("own", "true");
+    own.gpus_per_node = Some(2);
+    own.extra_env.insert("NCCL_P2P_DISABLE".into(), "0".into());
+    backend
+        .submit(&own, SubmitOptions::default())
+        .await
+        .unwrap();
+    let mut one = JobSpec::new("one", "true");
+    one.gpus_per_node = Some(1);
+    backend
+        .submit(&one, SubmitOptions::default())
+        .await
+        .unwrap();
+    let never = SlurmSubmitOptions {
+        nccl_probe: NcclProbe::Never,
+        ..SlurmSubmitOptions::default()
+    };
+    backend
+        .submit_with(&two, SubmitOptions::default(), never)
+        .await
+        .unwrap();
+
+    let scripts = scripts.lock().unwrap();
+    assert_eq!(scripts.len(), 4, "no probe job: {scripts:?}");
+    assert!(
+        scripts[0].1.contains("export NCCL_P2P_DISABLE=1\n"),
+        "{}",
+        scripts[0].1
+    );
+    assert!(
+        scripts[1].1.contains("export NCCL_P2P_DISABLE=0\n"),
+        "the spec's value wins"
+    );
+    assert!(!scripts[1].1.contains("NCCL_P2P_DISABLE=1"));
+    assert!(!scripts[2].1.contains("NCCL_"), "one GPU needs no knob");
+    assert!(!scripts[3].1.contains("NCCL_"), "Never adds no knob");
+}
+
+/// One SLURM job of the fake cluster: how it ends and what its main.out holds.
+struct FakeJob {
+    sacct: &'static str,
+    markers: &'static str,
+}
+
+/// A fake cluster for probes: submits get ids 101, 102, ...; job N ends as `jobs[N - 101]`.
+fn fake_cluster(remote: &mut MockRemote, jobs: Vec<FakeJob>) -> Scripts {
+    let scripts = accepting(remote);
+    let jobs = std::sync::Arc::new(jobs);
+    let polled = std::sync::Arc::clone(&jobs);
+    remote
+        .expect_run()
+        .withf(|c| c.label().starts_with("poll "))
+        .returning(move |command| {
+            // The poll script's parameters: the ids are the first comma list of digits.
+            let n: usize = command
+                .get_args()
+                .iter()
+                .find(|a| !a.is_empty() && a.chars().all(|c| c.is_ascii_digit() || c == ','))
+                .and_then(|ids| ids.split(',').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap();
+            let job = &polled[n - 101];
+            Ok(output(
+                0,
+                &format!(
+                    "@@begin 0\n@@end 0 0\n@@begin 1\nO {n}|{n}|{}|None|2024-05-01T10:00:00|2024-05-01T10:00:01|2024-05-01T10:00:09|n[1-2]|nccl-probe\n@@end 1 0\n",
+                    job.sacct
+                ),
+                "",
+            ))
+        });
+    remote
+        .expect_run()
+        .withf(|c| c.label() == "grep probe markers")
+        .returning(move |command| {
+            let path = command.get_args().last().unwrap().clone();
+            let n: usize = path
+                .rsplit('-')
+                .next()
+                .and_then(|s| s.split('/').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap();
+            let markers = jobs[n - 101].markers;
+            Ok(output(if markers.is_empty() { 1 } else { 0 }, markers, ""))
+        });
+    // Reads of a failed job's log tails (classification): a round trip of empty answers.
+    remote.expect_run().returning(|command| {
+        let label = command.label();
+        let n: usize = label
+            .strip_prefix("round trip of ")
+            .and_then(|rest| rest.split(':').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1);
+        let text: String = (0..n)
+            .map(|i| format!("@@begin {i}\n@@end {i} 0\n"))
+            .collect();
+        Ok(output(0, &text, ""))
+    });
+    scripts
+}
+
+#[tokio::test]
+async fn auto_probes_an_image_job_once_climbs_past_a_hang_and_caches_the_knob() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut remote = MockRemote::new();
+    let scripts = fake_cluster(
+        &mut remote,
+        vec![
+            FakeJob {
+                sacct: "FAILED|124:0",
+                markers: "NCCL_PROBE_TIMEOUT node_rank=0 after 120s\n",
+            },
+            FakeJob {
+                sacct: "COMPLETED|0:0",
+                markers: "NCCL_PROBE_OK world=16\n",
+            },
+        ],
+    );
+    let backend = env_backend(remote, dir.path());
+    let mut spec = JobSpec::new("train", "python train.py");
+    spec.image = Some("/images/pt.sqsh".into());
+    spec.nodes = Some(2);
+    spec.gpus_per_node = Some(8);
+    let options = SlurmSubmitOptions {
+        probe: ProbeOptions::default().with_poll_interval(Duration::from_millis(1)),
+        ..SlurmSubmitOptions::default()
+    };
+    let record = backend
+        .submit_with(&spec, SubmitOptions::default(), options.clone())
+        .await
+        .unwrap();
+    assert_eq!(record.backend_ref.unwrap().native_id, "103");
+    {
+        let scripts = scripts.lock().unwrap();
+        let ids: Vec<&str> = scripts.iter().map(|(id, _)| id.as_str()).collect();
+        assert!(
+            ids[0].starts_with("nccl-probe-") && ids[1].starts_with("nccl-probe-"),
+            "{ids:?}"
+        );
+        assert!(ids[2].starts_with("train-"), "{ids:?}");
+        assert!(
+            !scripts[0].1.contains("NCCL_P2P_DISABLE"),
+            "rung 1 has no knob"
+        );
+        assert!(scripts[1].1.contains("export NCCL_P2P_DISABLE=1\n"));
+        assert!(
+            scripts[2].1.contains("export NCCL_P2P_DISABLE=1\n"),
+            "{}",
+            scripts[2].1
+        );
+    }
+    let cached = backend.knob_cache("unit").unwrap().unwrap();
+    assert_eq!(cached.env["NCCL_P2P_DISABLE"], "1");
+    assert_eq!((cached.nodes, cached.gpus_per_node), (2, 8));
+    // The user's list shows the job, not the probes.
+    let listed = backend.records(&RecordFilter::any()).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, record.id);
+    assert_eq!(
+        backend
+            .records(&RecordFilter::any().label(PROBE_LABEL, "nccl"))
+            .unwrap()
+            .len(),
+        2
+    );
+    // The next submit uses the cache: no new probe.
+    backend
+        .submit_with(&spec, SubmitOptions::default(), options)
+        .await
+        .unwrap();
+    assert_eq!(scripts.lock().unwrap().len(), 4);
+}
+
+#[tokio::test]
+async fn a_probe_that_cannot_run_fails_the_submit_and_caches_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut remote = MockRemote::new();
+    let scripts = fake_cluster(
+        &mut remote,
+        vec![FakeJob {
+            sacct: "FAILED|127:0",
+            markers: "",
+        }],
+    );
+    let backend = env_backend(remote, dir.path());
+    let mut spec = JobSpec::new("train", "python train.py");
+    spec.image = Some("/images/pt.sqsh".into());
+    spec.gpus_per_node = Some(4);
+    let options = SlurmSubmitOptions {
+        probe: ProbeOptions::default().with_poll_interval(Duration::from_millis(1)),
+        ..SlurmSubmitOptions::default()
+    };
+    let err = backend
+        .submit_with(&spec, SubmitOptions::default(), options)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Preflight);
+    let text = err.to_string();
+    assert!(
+        text.contains("FAILED") && text.contains("exit code 127"),
+        "{text}"
+    );
+    assert!(
+        text.contains("torchrun"),
+        "the remedy names what the image needs: {text}"
+    );
+    assert_eq!(
+        scripts.lock().unwrap().len(),
+        1,
+        "FAILED is not retried with knobs"
+    );
+    assert!(backend.knob_cache("unit").unwrap().is_none());
+    assert!(backend.records(&RecordFilter::any()).unwrap().is_empty());
+}

@@ -1,0 +1,34 @@
+//! What implementers and embedders test with (cargo feature `testing`): the Transport and
+//! Backend conformance suites any implementation can run, transports that count
+//! commands or inject faults, and the scripts' full texts for linting.
+
+mod counting;
+mod faults;
+
+pub use counting::CountingTransport;
+pub use faults::{Fault, FaultTransport};
+
+use crate::slurm::SlurmJobId;
+use crate::transport::Command;
+use crate::Result;
+
+/// The bare SLURM query a poll of `ids` starts with (squeue in the poll's format), as a
+/// person would run it over an open connection: the baseline benches measure against.
+pub fn bare_squeue(ids: &[SlurmJobId], cluster: Option<&str>) -> Result<Command> {
+    crate::slurm::squeue_jobs(ids, cluster)
+}
+
+/// The bare sacct query of `ids` in the poll's format (every row, every duplicate).
+pub fn bare_sacct(ids: &[SlurmJobId], cluster: Option<&str>) -> Result<Command> {
+    crate::slurm::sacct_jobs(ids, cluster)
+}
+
+/// Every remote script of slurm-run, by name, as bash runs it (prelude included): for
+/// linting them (`bash -n`, shellcheck) outside the crate.
+pub fn scripts() -> Vec<(&'static str, String)> {
+    crate::transport::script::all()
+        .into_iter()
+        .chain(crate::slurm::scripts::all())
+        .map(|script| (script.name, script.full_text()))
+        .collect()
+}

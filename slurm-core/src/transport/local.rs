@@ -1,0 +1,92 @@
+//! `LocalTransport`: commands on this host, started directly (no shell).
+
+use std::process::Stdio;
+
+use async_trait::async_trait;
+use tokio::io::AsyncWriteExt;
+
+use super::{Command, Output, Transport};
+use crate::{Error, Result};
+
+/// Runs commands on this host, for code that already runs on the login node.
+/// Programs are started directly (no shell), so arguments need no quoting.
+#[derive(Debug, Clone, Default)]
+pub struct LocalTransport {
+    _private: (),
+}
+
+impl LocalTransport {
+    /// A transport that runs commands on this host.
+    pub fn new() -> Self {
+        LocalTransport { _private: () }
+    }
+}
+
+#[async_trait]
+impl Transport for LocalTransport {
+    async fn run(&self, command: &Command) -> Result<Output> {
+        let mut child = tokio::process::Command::new(command.program())
+            .args(command.get_args())
+            .stdin(if command.stdin_bytes().is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| Error::io(format!("start `{}`", command.label()), e))?;
+        let stdin_task = match (child.stdin.take(), command.stdin_bytes()) {
+            (Some(mut pipe), Some(bytes)) => {
+                let bytes = bytes.to_vec();
+                Some(tokio::spawn(async move {
+                    // A command that exits without reading its input is not an error.
+                    let _ = pipe.write_all(&bytes).await;
+                    let _ = pipe.shutdown().await;
+                }))
+            }
+            _ => None,
+        };
+        let deadline = command.effective_timeout();
+        let waited = tokio::time::timeout(deadline, child.wait_with_output()).await;
+        if let Some(task) = stdin_task {
+            task.abort();
+        }
+        match waited {
+            Ok(Ok(output)) => Ok(Output {
+                status: exit_code(&output.status),
+                stdout: output.stdout,
+                stderr: output.stderr,
+            }),
+            Ok(Err(e)) => Err(Error::io(format!("wait for `{}`", command.label()), e)),
+            Err(_) => Err(Error::Timeout {
+                what: format!("`{}`", command.label()),
+                after: deadline,
+                may_have_run: true,
+            }),
+        }
+    }
+}
+
+fn exit_code(status: &std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn local_transport_round_trips_argv() {
+        let t = LocalTransport::new();
+        let out = t
+            .run(&Command::new("printf").arg("%s").arg("a'b $(x)"))
+            .await
+            .unwrap();
+        assert_eq!(out.stdout, b"a'b $(x)");
+    }
+}

@@ -1,0 +1,106 @@
+//! The `Transport` seam (where commands run): typed remote commands, the one shell-quoting
+//! function, `LocalTransport`, and the framing that runs several commands in one round trip.
+
+mod command;
+mod local;
+mod quote;
+pub mod round_trip;
+pub(crate) mod script;
+
+use std::fmt;
+
+use async_trait::async_trait;
+
+use crate::{Error, Result};
+
+pub use command::{Command, Output, DEFAULT_COMMAND_TIMEOUT};
+pub use local::LocalTransport;
+pub use quote::shell_quote;
+
+/// Where commands run: this host, or a login node over SSH.
+///
+/// Implementations must pass the conformance suite in `tests/`. Only [`Transport::run`]
+/// is required; the file operations have default implementations built on it, which
+/// a transport may replace with something faster.
+#[async_trait]
+pub trait Transport: Send + Sync + fmt::Debug {
+    /// Run a command and return its output, whatever its exit status. Errors are for
+    /// failures to run it at all (connection lost, deadline passed).
+    async fn run(&self, command: &Command) -> Result<Output>;
+
+    /// Write `contents` to `path`, created with `mode` (e.g. `0o600`): the file is
+    /// written under a temporary name created with umask 077 and renamed into place,
+    /// so it is never readable by others, even for an instant, and never half-written.
+    async fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<()> {
+        let command = WRITE_FILE
+            .command([path.to_string(), format!("{mode:o}")])
+            .stdin(contents.to_vec())
+            .display_as(format!("write {path}"));
+        self.run(&command).await?.check(&command).map(|_| ())
+    }
+
+    /// Read a whole file.
+    async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        let command = Command::new("cat").arg("--").arg(path);
+        let output = self.run(&command).await?;
+        if output.success() {
+            Ok(output.stdout)
+        } else if output.stderr_text().contains("No such file") {
+            Err(Error::NotFound(path.to_string()))
+        } else {
+            output.check(&command).map(|o| o.stdout)
+        }
+    }
+
+    /// The last `lines` lines of a file.
+    async fn tail_file(&self, path: &str, lines: usize) -> Result<Vec<u8>> {
+        let command = Command::new("tail")
+            .arg("-n")
+            .arg(lines.to_string())
+            .arg("--")
+            .arg(path);
+        let output = self.run(&command).await?;
+        if output.success() {
+            Ok(output.stdout)
+        } else if output.stderr_text().contains("No such file") {
+            Err(Error::NotFound(path.to_string()))
+        } else {
+            output.check(&command).map(|o| o.stdout)
+        }
+    }
+}
+
+/// The remote side of [`Transport::write_file`]: `$1` the path, `$2` the octal mode.
+const WRITE_FILE: script::Script = script::Script::new("write-file", include_str!("write_file.sh"));
+
+#[async_trait]
+impl<T: Transport + ?Sized> Transport for std::sync::Arc<T> {
+    async fn run(&self, command: &Command) -> Result<Output> {
+        (**self).run(command).await
+    }
+    async fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<()> {
+        (**self).write_file(path, contents, mode).await
+    }
+    async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        (**self).read_file(path).await
+    }
+    async fn tail_file(&self, path: &str, lines: usize) -> Result<Vec<u8>> {
+        (**self).tail_file(path, lines).await
+    }
+}
+
+#[async_trait]
+impl<T: Transport + ?Sized> Transport for Box<T> {
+    async fn run(&self, command: &Command) -> Result<Output> {
+        (**self).run(command).await
+    }
+    async fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<()> {
+        (**self).write_file(path, contents, mode).await
+    }
+    async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        (**self).read_file(path).await
+    }
+    async fn tail_file(&self, path: &str, lines: usize) -> Result<Vec<u8>> {
+        (**self).tail_file(path, lines).await
+    }
+}
