@@ -1,4 +1,4 @@
-//! The configuration of [`Ssh2Transport`](crate::Ssh2Transport): builder from the environment, `with_*` setters, `~/.ssh/config` lookup.
+//! The configuration of [`Ssh2Transport`]: builder from the environment, `with_*` setters, `~/.ssh/config` lookup.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -8,6 +8,7 @@ use slurm_core::{Error, Result};
 use ssh2_config::{ParseRule, SshConfig};
 
 use crate::hosts::HostSpec;
+use crate::Ssh2Transport;
 
 /// Default number of sessions (connections) kept per login host.
 pub const DEFAULT_SESSIONS: usize = 2;
@@ -40,8 +41,9 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// Settings of an [`Ssh2Transport`](crate::Ssh2Transport); build one with
-/// [`Ssh2TransportBuilder::from_env`] or [`Ssh2TransportBuilder::new`].
+/// Settings of an [`Ssh2Transport`]: start from [`Ssh2TransportBuilder::from_env`]
+/// or [`Ssh2TransportBuilder::new`], adjust with the `with_*` setters, then
+/// [`build`](Ssh2TransportBuilder::build).
 #[derive(Clone)]
 pub struct Ssh2TransportBuilder {
     pub(crate) hosts: Vec<HostSpec>,
@@ -203,6 +205,12 @@ impl Ssh2TransportBuilder {
     pub fn with_keepalive(mut self, interval: Duration) -> Self {
         self.keepalive = interval;
         self
+    }
+
+    /// Check the settings and start the transport's session threads (connecting
+    /// happens on first use); the same as [`Ssh2Transport::new`].
+    pub fn build(self) -> Result<Ssh2Transport> {
+        Ssh2Transport::new(self)
     }
 
     pub(crate) fn validate(&self) -> Result<()> {

@@ -91,6 +91,12 @@ impl OpenSshTransportBuilder {
         self
     }
 
+    /// Build the transport (shells start on first use, after checking the master);
+    /// the same as [`OpenSshTransport::new`].
+    pub fn build(self) -> Result<OpenSshTransport> {
+        OpenSshTransport::new(self)
+    }
+
     /// The arguments every `ssh` call gets before the host: the master socket, no
     /// master of its own, never a prompt.
     fn common_args(&self) -> Vec<String> {
@@ -168,9 +174,9 @@ impl OpenSshTransport {
         })
     }
 
-    /// Shorthand for `OpenSshTransport::new(OpenSshTransportBuilder::from_env()?)`.
+    /// Shorthand for `OpenSshTransportBuilder::from_env()?.build()`.
     pub fn from_env() -> Result<Self> {
-        OpenSshTransport::new(OpenSshTransportBuilder::from_env()?)
+        OpenSshTransportBuilder::from_env()?.build()
     }
 
     /// Whether the master is up (`ssh -O check`); the error says how to start one.
