@@ -14,7 +14,7 @@ use crate::hosts::HostSpec;
 use crate::process::{ProcessShellConfig, ProcessShellTransport};
 
 /// The default ControlPath (ssh expands the `%` tokens).
-pub const DEFAULT_CONTROL_PATH: &str = "~/.ssh/slurm-run-%r@%h:%p";
+pub(crate) const DEFAULT_CONTROL_PATH: &str = "~/.ssh/slurm-run-%r@%h:%p";
 
 /// Settings of an [`OpenSshTransport`].
 #[derive(Debug, Clone)]
@@ -43,7 +43,7 @@ impl OpenSshTransportBuilder {
     }
 
     /// Read the first host of `SLURM_HOSTNAME`, `SLURM_USER`, and the ControlPath from
-    /// `SLURM_SSH_CONTROL_PATH` (default [`DEFAULT_CONTROL_PATH`]).
+    /// `SLURM_SSH_CONTROL_PATH` (default `~/.ssh/slurm-run-%r@%h:%p`).
     pub fn from_env() -> Result<Self> {
         let hosts = std::env::var("SLURM_HOSTNAME").unwrap_or_default();
         let host = HostSpec::parse_list(&hosts)?.remove(0);
@@ -67,7 +67,8 @@ impl OpenSshTransportBuilder {
         self
     }
 
-    /// The ControlPath of the master connection.
+    /// The ControlPath of the master connection (default `~/.ssh/slurm-run-%r@%h:%p`;
+    /// ssh expands the `%` tokens).
     pub fn with_control_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.control_path = path.into().to_string_lossy().into_owned();
         self
