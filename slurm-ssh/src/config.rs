@@ -1,4 +1,4 @@
-//! The configuration of [`Ssh2Transport`](crate::Ssh2Transport): builder from the environment, `with_*` setters, `~/.ssh/config` lookup.
+//! The configuration of [`Ssh2Transport`]: builder from the environment, `with_*` setters, `~/.ssh/config` lookup.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -8,15 +8,16 @@ use slurm_core::{Error, Result};
 use ssh2_config::{ParseRule, SshConfig};
 
 use crate::hosts::HostSpec;
+use crate::Ssh2Transport;
 
 /// Default number of sessions (connections) kept per login host.
-pub const DEFAULT_SESSIONS: usize = 2;
+pub(crate) const DEFAULT_SESSIONS: usize = 2;
 /// Default cap on concurrent channels per connection (below OpenSSH's MaxSessions 10).
-pub const DEFAULT_MAX_CHANNELS: usize = 8;
+pub(crate) const DEFAULT_MAX_CHANNELS: usize = 8;
 /// Default connect (TCP + handshake + authentication) timeout.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// Default keepalive interval.
-pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(30);
 
 /// A passphrase or other secret: never printed, never in argv.
 #[derive(Clone, PartialEq, Eq)]
@@ -40,8 +41,9 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// Settings of an [`Ssh2Transport`](crate::Ssh2Transport); build one with
-/// [`Ssh2TransportBuilder::from_env`] or [`Ssh2TransportBuilder::new`].
+/// Settings of an [`Ssh2Transport`]: start from [`Ssh2TransportBuilder::from_env`]
+/// or [`Ssh2TransportBuilder::new`], adjust with the `with_*` setters, then
+/// [`build`](Ssh2TransportBuilder::build).
 #[derive(Clone)]
 pub struct Ssh2TransportBuilder {
     pub(crate) hosts: Vec<HostSpec>,
@@ -205,6 +207,12 @@ impl Ssh2TransportBuilder {
         self
     }
 
+    /// Check the settings and start the transport's session threads (connecting
+    /// happens on first use); the same as [`Ssh2Transport::new`].
+    pub fn build(self) -> Result<Ssh2Transport> {
+        Ssh2Transport::new(self)
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         if self.hosts.is_empty() {
             return Err(Error::config(
@@ -277,23 +285,23 @@ pub(crate) fn parse_ssh_config(path: &Path) -> Result<Option<SshConfig>> {
 
 /// Where and as whom to connect for one login host, after `~/.ssh/config`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+pub(crate) struct Target {
     /// The name as the user wrote it (alias).
-    pub alias: String,
+    pub(crate) alias: String,
     /// The host name or address to connect to.
-    pub hostname: String,
+    pub(crate) hostname: String,
     /// The port.
-    pub port: u16,
+    pub(crate) port: u16,
     /// The remote user.
-    pub user: String,
+    pub(crate) user: String,
     /// The key file, if any.
-    pub identity: Option<PathBuf>,
+    pub(crate) identity: Option<PathBuf>,
     /// A ProxyJump the config asks for (not supported by Ssh2Transport).
-    pub proxy_jump: Option<String>,
+    pub(crate) proxy_jump: Option<String>,
 }
 
 /// Resolve a host entry: explicit values win, then `~/.ssh/config`, then defaults.
-pub fn resolve(
+pub(crate) fn resolve(
     spec: &HostSpec,
     config: Option<&SshConfig>,
     user: Option<&str>,

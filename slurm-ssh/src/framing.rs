@@ -82,7 +82,7 @@ fn token() -> String {
 
 /// Something the shell told us.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ShellEvent {
+pub(crate) enum ShellEvent {
     /// The shell finished its set-up and accepts commands.
     Ready,
     /// The current command started, in this process group.
@@ -140,7 +140,7 @@ enum State {
 
 /// One long-lived shell's protocol state: bytes to write, parsing of bytes read.
 #[derive(Debug)]
-pub struct ShellProtocol {
+pub(crate) struct ShellProtocol {
     state: State,
     init: Option<Vec<u8>>,
     out: Vec<u8>,
@@ -157,7 +157,7 @@ pub struct ShellProtocol {
 impl ShellProtocol {
     /// A new shell's protocol. `kill_pgids` are process groups of commands that timed
     /// out in an earlier shell on the same host; the init script kills them.
-    pub fn new(kill_pgids: &[u32]) -> Self {
+    pub(crate) fn new(kill_pgids: &[u32]) -> Self {
         let sync = token();
         let ready = token();
         let bootstrap = format!(
@@ -184,12 +184,12 @@ impl ShellProtocol {
     }
 
     /// Bytes waiting to be written to the shell's standard input.
-    pub fn to_write(&self) -> &[u8] {
+    pub(crate) fn to_write(&self) -> &[u8] {
         &self.out[self.out_pos..]
     }
 
     /// Record that `n` bytes of [`ShellProtocol::to_write`] were written.
-    pub fn wrote(&mut self, n: usize) {
+    pub(crate) fn wrote(&mut self, n: usize) {
         self.out_pos += n;
         self.written += n as u64;
         if self.out_pos >= self.out.len() {
@@ -199,18 +199,13 @@ impl ShellProtocol {
     }
 
     /// Whether the shell accepts a command now.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         matches!(self.state, State::Ready)
-    }
-
-    /// Whether the protocol broke (the shell must be discarded).
-    pub fn is_broken(&self) -> bool {
-        matches!(self.state, State::Broken)
     }
 
     /// Whether the current request was written whole, so the remote side may run it.
     /// False while any byte of it (up to the trailer's newline) is still unwritten.
-    pub fn request_delivered(&self) -> bool {
+    pub(crate) fn request_delivered(&self) -> bool {
         match self.request_end {
             Some(end) => self.written >= end,
             None => false,
@@ -218,12 +213,12 @@ impl ShellProtocol {
     }
 
     /// Whether a request was sent and its answer has not come yet.
-    pub fn request_pending(&self) -> bool {
+    pub(crate) fn request_pending(&self) -> bool {
         self.request_end.is_some()
     }
 
     /// The process group of the running command, once the shell reported it.
-    pub fn running_pgid(&self) -> Option<u32> {
+    pub(crate) fn running_pgid(&self) -> Option<u32> {
         match &self.state {
             State::Busy { pgid, .. } => *pgid,
             _ => None,
@@ -232,7 +227,7 @@ impl ShellProtocol {
 
     /// Queue `command` for the shell. Fails when the shell is not ready or an
     /// argument cannot be quoted (NUL byte).
-    pub fn send(&mut self, command: &Command) -> Result<()> {
+    pub(crate) fn send(&mut self, command: &Command) -> Result<()> {
         if !self.is_ready() {
             return Err(Error::Transport {
                 message: "internal: command sent to a shell that is not ready".into(),
@@ -265,7 +260,7 @@ impl ShellProtocol {
 
     /// Feed bytes read from the shell's standard output; returns what they told.
     /// An error means the shell spoke outside the protocol and must be discarded.
-    pub fn receive(&mut self, data: &[u8]) -> Result<Vec<ShellEvent>> {
+    pub(crate) fn receive(&mut self, data: &[u8]) -> Result<Vec<ShellEvent>> {
         self.input.extend_from_slice(data);
         let mut events = Vec::new();
         loop {
@@ -452,7 +447,7 @@ impl ShellProtocol {
 
 /// How long a new shell may take to print its sync and ready lines (a heavy
 /// `.bashrc` on a busy login node can take seconds).
-pub const SHELL_START_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const SHELL_START_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
 mod tests {
@@ -631,6 +626,6 @@ mod tests {
             .receive(format!("{marker} P notanumber\n").as_bytes())
             .unwrap_err();
         assert_eq!(err.kind(), slurm_core::ErrorKind::Transport);
-        assert!(proto.is_broken());
+        assert!(matches!(proto.state, State::Broken));
     }
 }

@@ -10,15 +10,15 @@ use ssh2::{CheckResult, HostKeyType, KnownHostFileKind, KnownHosts, Session};
 
 /// Why a host key was refused (the message names host, key type, fingerprint and the fix).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostKeyRefusal {
+pub(crate) struct HostKeyRefusal {
     /// The host as known_hosts names it (`host` or `[host]:port`).
-    pub host: String,
+    pub(crate) host: String,
     /// What is wrong and what to do.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// The OpenSSH name of a host key type.
-pub fn key_type_name(kind: HostKeyType) -> &'static str {
+pub(crate) fn key_type_name(kind: HostKeyType) -> &'static str {
     match kind {
         HostKeyType::Rsa => "ssh-rsa",
         HostKeyType::Dss => "ssh-dss",
@@ -31,12 +31,12 @@ pub fn key_type_name(kind: HostKeyType) -> &'static str {
 }
 
 /// The OpenSSH fingerprint of a key blob: `SHA256:` and unpadded base64.
-pub fn fingerprint(key: &[u8]) -> String {
+pub(crate) fn fingerprint(key: &[u8]) -> String {
     format!("SHA256:{}", STANDARD_NO_PAD.encode(Sha256::digest(key)))
 }
 
 /// How known_hosts names a host on a port: plain for 22, else `[host]:port`.
-pub fn known_hosts_name(host: &str, port: u16) -> String {
+pub(crate) fn known_hosts_name(host: &str, port: u16) -> String {
     if port == 22 {
         host.to_string()
     } else {
@@ -47,7 +47,7 @@ pub fn known_hosts_name(host: &str, port: u16) -> String {
 /// Load a known_hosts file line by line, skipping lines libssh2 cannot read (e.g.
 /// `@cert-authority` or key types it does not know) instead of failing the whole file.
 /// A missing file is an empty one.
-pub fn load(known_hosts: &mut KnownHosts, path: &Path) -> std::io::Result<usize> {
+pub(crate) fn load(known_hosts: &mut KnownHosts, path: &Path) -> std::io::Result<usize> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
@@ -70,7 +70,7 @@ pub fn load(known_hosts: &mut KnownHosts, path: &Path) -> std::io::Result<usize>
 /// Check the key `session` presented for `host`:`port` against the file at `path`.
 /// With `trust_on_first_use`, a host that has no entry at all is added (a changed
 /// key is refused all the same).
-pub fn check(
+pub(crate) fn check(
     session: &Session,
     host: &str,
     port: u16,
@@ -220,7 +220,7 @@ mod tests {
 
     mod hmac_sha1 {
         //! HMAC-SHA1 for building a hashed known_hosts line in the test (RFC 2104).
-        pub fn hmac(key: &[u8; 20], message: &[u8]) -> [u8; 20] {
+        pub(super) fn hmac(key: &[u8; 20], message: &[u8]) -> [u8; 20] {
             let mut k = [0u8; 64];
             k[..20].copy_from_slice(key);
             let inner: Vec<u8> = k

@@ -6,8 +6,8 @@
 //! * **One long-lived shell per session, not a new one per command.** sshd runs every
 //!   exec request through the user's shell, and on clusters `.bashrc` loads modules
 //!   or conda, so a fresh channel costs ~100 ms; a command inside a running shell
-//!   costs well under a millisecond of shell time. Each shell speaks the
-//!   [`framing`] protocol: a random marker per command, stdout and stderr kept apart
+//!   costs well under a millisecond of shell time. Each shell speaks a framing
+//!   protocol: a random marker per command, stdout and stderr kept apart
 //!   byte for byte, stdin isolated, each command in its own subshell, and a request
 //!   that reaches the shell damaged is never run.
 //! * **[`Ssh2Transport`]** (libssh2): a small pool of authenticated sessions per login
@@ -22,18 +22,22 @@
 //!
 //! [`ProcessShellTransport`] is the machinery under `OpenSshTransport`: framed
 //! commands through any long-lived shell process, e.g. a local `bash`.
+//!
+//! [`Ssh2TransportBuilder`] and [`OpenSshTransportBuilder`] end in `build()`. The
+//! modules are private: the re-exports below are the whole public surface.
 #![deny(missing_docs)]
+#![deny(unreachable_pub)]
 
-pub mod config;
-pub mod framing;
-pub mod hosts;
-pub mod known_hosts;
-pub mod openssh;
-pub mod process;
-pub mod ssh2_transport;
+mod config;
+mod framing;
+mod hosts;
+mod known_hosts;
+mod openssh;
+mod process;
+mod ssh2_transport;
 
 pub use config::{Secret, Ssh2TransportBuilder};
 pub use hosts::HostSpec;
 pub use openssh::{OpenSshTransport, OpenSshTransportBuilder};
-pub use process::{ProcessShellConfig, ProcessShellTransport};
+pub use process::{Preflight, ProcessShellConfig, ProcessShellTransport};
 pub use ssh2_transport::Ssh2Transport;

@@ -14,7 +14,7 @@ use crate::hosts::HostSpec;
 use crate::process::{ProcessShellConfig, ProcessShellTransport};
 
 /// The default ControlPath (ssh expands the `%` tokens).
-pub const DEFAULT_CONTROL_PATH: &str = "~/.ssh/slurm-run-%r@%h:%p";
+pub(crate) const DEFAULT_CONTROL_PATH: &str = "~/.ssh/slurm-run-%r@%h:%p";
 
 /// Settings of an [`OpenSshTransport`].
 #[derive(Debug, Clone)]
@@ -43,7 +43,7 @@ impl OpenSshTransportBuilder {
     }
 
     /// Read the first host of `SLURM_HOSTNAME`, `SLURM_USER`, and the ControlPath from
-    /// `SLURM_SSH_CONTROL_PATH` (default [`DEFAULT_CONTROL_PATH`]).
+    /// `SLURM_SSH_CONTROL_PATH` (default `~/.ssh/slurm-run-%r@%h:%p`).
     pub fn from_env() -> Result<Self> {
         let hosts = std::env::var("SLURM_HOSTNAME").unwrap_or_default();
         let host = HostSpec::parse_list(&hosts)?.remove(0);
@@ -67,7 +67,8 @@ impl OpenSshTransportBuilder {
         self
     }
 
-    /// The ControlPath of the master connection.
+    /// The ControlPath of the master connection (default `~/.ssh/slurm-run-%r@%h:%p`;
+    /// ssh expands the `%` tokens).
     pub fn with_control_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.control_path = path.into().to_string_lossy().into_owned();
         self
@@ -89,6 +90,12 @@ impl OpenSshTransportBuilder {
     pub fn with_ssh_program(mut self, program: impl Into<String>) -> Self {
         self.ssh_program = program.into();
         self
+    }
+
+    /// Build the transport (shells start on first use, after checking the master);
+    /// the same as [`OpenSshTransport::new`].
+    pub fn build(self) -> Result<OpenSshTransport> {
+        OpenSshTransport::new(self)
     }
 
     /// The arguments every `ssh` call gets before the host: the master socket, no
@@ -168,9 +175,9 @@ impl OpenSshTransport {
         })
     }
 
-    /// Shorthand for `OpenSshTransport::new(OpenSshTransportBuilder::from_env()?)`.
+    /// Shorthand for `OpenSshTransportBuilder::from_env()?.build()`.
     pub fn from_env() -> Result<Self> {
-        OpenSshTransport::new(OpenSshTransportBuilder::from_env()?)
+        OpenSshTransportBuilder::from_env()?.build()
     }
 
     /// Whether the master is up (`ssh -O check`); the error says how to start one.

@@ -83,7 +83,11 @@ struct Job {
     reply: oneshot::Sender<Result<Output>>,
 }
 
-/// Runs framed commands through a few long-lived shell processes. See the module docs.
+/// Runs framed commands through a few long-lived shell processes (a local `bash`, or
+/// an `ssh` client). Each shell is one child process speaking the framing protocol on
+/// its standard input and output, owned by one worker thread that enforces deadlines.
+/// [`OpenSshTransport`](crate::OpenSshTransport) is this transport with `ssh` as the
+/// program; [`ProcessShellTransport::local_bash`] runs the protocol locally.
 pub struct ProcessShellTransport {
     config: Arc<ProcessShellConfig>,
     queue: Mutex<Option<Sender<Job>>>,
