@@ -655,6 +655,44 @@ impl Backend for LocalBackend {
 mod tests {
     use super::*;
     use crate::record::MemoryRecordStore;
+    use crate::testing::backend_suite::BackendFixture;
+
+    /// The local backend in a folder of its own, one job at a time (so a blocker fills it).
+    struct Local {
+        backend: LocalBackend,
+        _root: tempfile::TempDir,
+    }
+
+    impl BackendFixture for Local {
+        fn backend(&self) -> &dyn Backend {
+            &self.backend
+        }
+        fn spec(&self, name: &str, command: &str) -> JobSpec {
+            JobSpec::new(name, command)
+        }
+        fn blocker(&self, name: &str, command: &str) -> JobSpec {
+            JobSpec::new(name, command)
+        }
+        fn poll_interval(&self) -> Duration {
+            Duration::from_millis(50)
+        }
+        fn deadline(&self) -> Duration {
+            Duration::from_secs(30)
+        }
+    }
+
+    fn local() -> Local {
+        let root = tempfile::tempdir().unwrap();
+        let backend = LocalBackend::new(root.path(), MemoryRecordStore::new())
+            .unwrap()
+            .with_max_running(1);
+        Local {
+            backend,
+            _root: root,
+        }
+    }
+
+    crate::backend_conformance!(conformance, local());
 
     async fn wait_terminal(backend: &LocalBackend, id: &JobId) -> JobRecord {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);

@@ -1,7 +1,9 @@
 //! What implementers and embedders test with (cargo feature `testing`): the Transport and
-//! Backend conformance suites any implementation can run, transports that count
+//! Backend conformance suites any implementation can run ([`backend_suite`],
+//! [`backend_conformance!`](crate::backend_conformance)), transports that count
 //! commands or inject faults, and the scripts' full texts for linting.
 
+pub mod backend_suite;
 mod counting;
 mod faults;
 

@@ -1,0 +1,487 @@
+//! The Backend conformance suite: what every [`Backend`] must do, checked the same way
+//! for any backend through a [`BackendFixture`] that knows how to make jobs for it.
+//!
+//! Each case is a public async function taking the fixture; [`backend_conformance!`]
+//! (crate::backend_conformance) expands to one `#[tokio::test]` per case:
+//!
+//! ```
+//! # mod demo {
+//! use std::time::Duration;
+//! use slurm_core::backend::Backend;
+//! use slurm_core::testing::backend_suite::BackendFixture;
+//! use slurm_core::{JobSpec, LocalBackend, MemoryRecordStore};
+//!
+//! struct Local(LocalBackend, tempfile::TempDir);
+//!
+//! impl BackendFixture for Local {
+//!     fn backend(&self) -> &dyn Backend { &self.0 }
+//!     fn spec(&self, name: &str, command: &str) -> JobSpec { JobSpec::new(name, command) }
+//!     fn blocker(&self, name: &str, command: &str) -> JobSpec { JobSpec::new(name, command) }
+//! }
+//!
+//! fn local() -> Local {
+//!     let dir = tempfile::tempdir().unwrap();
+//!     let backend = LocalBackend::new(dir.path(), MemoryRecordStore::new()).unwrap().with_max_running(1);
+//!     Local(backend, dir)
+//! }
+//!
+//! slurm_core::backend_conformance!(local_backend, local());
+//! # }
+//! ```
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+
+use crate::backend::{
+    Backend, JobStatus, LogOptions, LogStream, SubmitOptions, WatchEvent, WatchOptions,
+};
+use crate::classify::{ErrorClass, RetryPolicy};
+use crate::record::{JobId, JobRecord, RecordFilter};
+use crate::spec::{JobSpec, WallTime};
+use crate::state::JobState;
+use crate::{ErrorKind, Result};
+
+/// What the suite needs to know of a backend: the backend, and how to write a small job
+/// and a job that fills it.
+#[async_trait]
+pub trait BackendFixture: Send + Sync {
+    /// The backend under test. Cases tell their records apart by id, so a backend may
+    /// be shared with other cases.
+    fn backend(&self) -> &dyn Backend;
+
+    /// A small job running `command` with `bash -c`, with whatever resources this
+    /// backend needs (partition, one GPU, a short wall time, ...).
+    fn spec(&self, name: &str, command: &str) -> JobSpec;
+
+    /// A job running `command` that takes all of the backend's capacity, so that a
+    /// [`spec`](BackendFixture::spec) job submitted after it stays PENDING until it ends.
+    fn blocker(&self, name: &str, command: &str) -> JobSpec;
+
+    /// How often the cases poll.
+    fn poll_interval(&self) -> Duration {
+        Duration::from_millis(200)
+    }
+
+    /// How long a small job may take from submit to its end, queue time included.
+    fn deadline(&self) -> Duration {
+        Duration::from_secs(90)
+    }
+
+    /// Called when a case starts; the guard returned is dropped when it ends.
+    /// `fills_backend` says whether the case takes all the capacity (a blocker): a
+    /// fixture whose backend other tests share can make such cases run alone.
+    async fn enter(&self, fills_backend: bool) -> Box<dyn Any + Send> {
+        let _ = fills_backend;
+        Box::new(())
+    }
+}
+
+/// Poll `id` until `done` holds for its status, or panic with `what` after the
+/// fixture's deadline.
+pub async fn wait_until<F: BackendFixture + ?Sized>(
+    fixture: &F,
+    id: &JobId,
+    what: &str,
+    done: impl Fn(&JobStatus) -> bool,
+) -> JobStatus {
+    let deadline = Instant::now() + fixture.deadline();
+    loop {
+        let status = fixture.backend().status(id).await;
+        match status {
+            Ok(status) if done(&status) => return status,
+            Ok(status) => assert!(
+                Instant::now() < deadline,
+                "{id} never became {what}; last {status:?}"
+            ),
+            Err(error) if error.is_transient() => {
+                assert!(Instant::now() < deadline, "{id}: {error}")
+            }
+            Err(error) => panic!("status of {id}: {error}"),
+        }
+        tokio::time::sleep(fixture.poll_interval()).await;
+    }
+}
+
+/// Poll `id` until it is terminal.
+pub async fn wait_terminal<F: BackendFixture + ?Sized>(fixture: &F, id: &JobId) -> JobStatus {
+    wait_until(fixture, id, "terminal", |s| s.state().is_terminal()).await
+}
+
+async fn submit<F: BackendFixture + ?Sized>(fixture: &F, spec: &JobSpec) -> JobRecord {
+    match fixture
+        .backend()
+        .submit(spec, SubmitOptions::default())
+        .await
+    {
+        Ok(record) => record,
+        Err(error) => panic!("submit of {}: {error}", spec.name),
+    }
+}
+
+fn states(record: &JobRecord) -> Vec<JobState> {
+    record.history.iter().map(|t| t.state).collect()
+}
+
+/// A job runs to COMPLETE: the submit answers with the scheduler's id and a state
+/// past SUBMITTING; the history starts SUBMITTING and ends COMPLETE; the stored
+/// record is what status says.
+pub async fn submit_runs_a_job_to_complete<F: BackendFixture + ?Sized>(fixture: &F) {
+    let _guard = fixture.enter(false).await;
+    let record = submit(fixture, &fixture.spec("conf-ok", "echo hello-conformance")).await;
+    let native = record
+        .backend_ref
+        .as_ref()
+        .map(|r| r.native_id.clone())
+        .unwrap_or_default();
+    assert!(
+        !native.is_empty(),
+        "a submitted record names its job: {record:?}"
+    );
+    assert!(
+        matches!(record.state, JobState::Pending | JobState::Running),
+        "{record:?}"
+    );
+    assert_eq!(record.attempt, 1);
+    let done = wait_terminal(fixture, &record.id).await;
+    assert_eq!(done.state(), JobState::Complete, "{done:?}");
+    assert_eq!(done.native_id(), Some(native.as_str()));
+    let history = states(&done.record);
+    assert_eq!(history.first(), Some(&JobState::Submitting), "{history:?}");
+    assert_eq!(history.last(), Some(&JobState::Complete), "{history:?}");
+    assert_eq!(fixture.backend().record(&record.id).unwrap(), done.record);
+}
+
+/// A failing program ends ERROR, classed program, and its exit code is reported.
+pub async fn a_failing_program_ends_error<F: BackendFixture + ?Sized>(fixture: &F) {
+    let _guard = fixture.enter(false).await;
+    let spec = fixture.spec(
+        "conf-fail",
+        "echo 'ValueError: bad learning rate' >&2; exit 3",
+    );
+    let record = submit(fixture, &spec).await;
+    let done = wait_terminal(fixture, &record.id).await;
+    assert_eq!(done.state(), JobState::Error, "{done:?}");
+    assert_eq!(done.err_class(), Some(ErrorClass::Program), "{done:?}");
+    let native = done.native.clone().expect("the scheduler's words");
+    assert_eq!(native.exit_code, Some(3), "{done:?}");
+}
+
+/// `status_many` answers for each id, in the order asked, duplicates included.
+pub async fn status_many_answers_in_order<F: BackendFixture + ?Sized>(fixture: &F) {
+    let _guard = fixture.enter(false).await;
+    let a = submit(fixture, &fixture.spec("conf-many-a", "true")).await;
+    let b = submit(fixture, &fixture.spec("conf-many-b", "exit 2")).await;
+    let c = submit(fixture, &fixture.spec("conf-many-c", "true")).await;
+    let ids = vec![c.id.clone(), a.id.clone(), b.id.clone(), a.id.clone()];
+    let first = fixture.backend().status_many(&ids).await.unwrap();
+    let answered: Vec<&JobId> = first.iter().map(JobStatus::id).collect();
+    assert_eq!(answered, ids.iter().collect::<Vec<_>>());
+    for id in [&a.id, &b.id, &c.id] {
+        wait_terminal(fixture, id).await;
+    }
+    let last = fixture.backend().status_many(&ids).await.unwrap();
+    let got: Vec<(JobId, JobState)> = last.iter().map(|s| (s.id().clone(), s.state())).collect();
+    assert_eq!(
+        got,
+        vec![
+            (c.id.clone(), JobState::Complete),
+            (a.id.clone(), JobState::Complete),
+            (b.id.clone(), JobState::Error),
+            (a.id.clone(), JobState::Complete),
+        ]
+    );
+    assert!(fixture.backend().status_many(&[]).await.unwrap().is_empty());
+}
+
+/// The logs' tails: the last lines of stdout, and stderr apart from it.
+pub async fn logs_tail_each_stream<F: BackendFixture + ?Sized>(fixture: &F) {
+    let _guard = fixture.enter(false).await;
+    let spec = fixture.spec(
+        "conf-logs",
+        "for i in 1 2 3 4 5; do echo out-$i; done; echo err-line >&2",
+    );
+    let record = submit(fixture, &spec).await;
+    wait_terminal(fixture, &record.id).await;
+    let backend = fixture.backend();
+    let tail = backend
+        .logs(
+            &record.id,
+            LogOptions {
+                stream: LogStream::Out,
+                tail: 2,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        tail.lines().collect::<Vec<_>>(),
+        ["out-4", "out-5"],
+        "{tail:?}"
+    );
+    let err = backend
+        .logs(
+            &record.id,
+            LogOptions {
+                stream: LogStream::Err,
+                tail: 10,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(err.contains("err-line") && !err.contains("out-"), "{err:?}");
+}
+
+/// Following a log yields what the job writes, in order, and ends with the job.
+pub async fn follow_streams_until_the_job_ends<F: BackendFixture + ?Sized>(fixture: &F) {
+    let _guard = fixture.enter(false).await;
+    let spec = fixture.spec("conf-follow", "echo first; sleep 2; echo second");
+    let record = submit(fixture, &spec).await;
+    let mut stream =
+        fixture
+            .backend()
+            .follow_logs(&record.id, LogStream::Out, fixture.poll_interval());
+    let mut text = String::new();
+    let deadline = Instant::now() + fixture.deadline();
+    while let Some(chunk) = tokio::time::timeout_at(deadline.into(), stream.next())
+        .await
+        .unwrap_or_else(|_| panic!("following {} never ended; got {text:?}", record.id))
+    {
+        text.push_str(&chunk.unwrap());
+    }
+    assert_eq!(
+        text.lines().collect::<Vec<_>>(),
+        ["first", "second"],
+        "{text:?}"
+    );
+    assert!(fixture.backend().record(&record.id).unwrap().is_terminal());
+}
+
+/// A running job is cancelled; a second cancel changes nothing and succeeds.
+pub async fn cancel_a_running_job<F: BackendFixture + ?Sized>(fixture: &F) {
+    let _guard = fixture.enter(false).await;
+    let record = submit(fixture, &fixture.spec("conf-cancel-run", "sleep 300")).await;
+    wait_until(fixture, &record.id, "RUNNING", |s| {
+        s.state() == JobState::Running
+    })
+    .await;
+    let cancelled = fixture.backend().cancel(&record.id).await.unwrap();
+    assert_eq!(cancelled.state, JobState::Canceled, "{cancelled:?}");
+    let again = fixture.backend().cancel(&record.id).await.unwrap();
+    assert_eq!(again.history.len(), cancelled.history.len());
+    assert_eq!(again.state, JobState::Canceled);
+}
+
+/// A job waiting behind a blocker is cancelled while PENDING, and never runs.
+pub async fn cancel_a_pending_job<F: BackendFixture + ?Sized>(fixture: &F) {
+    let _guard = fixture.enter(true).await;
+    let blocker = submit(fixture, &fixture.blocker("conf-blocker", "sleep 300")).await;
+    wait_until(fixture, &blocker.id, "RUNNING", |s| {
+        s.state() == JobState::Running
+    })
+    .await;
+    let waiting = submit(fixture, &fixture.spec("conf-cancel-pending", "true")).await;
+    let pending = wait_until(fixture, &waiting.id, "PENDING", |s| {
+        s.state() == JobState::Pending
+    })
+    .await;
+    assert_eq!(pending.state(), JobState::Pending);
+    let cancelled = fixture.backend().cancel(&waiting.id).await.unwrap();
+    assert_eq!(cancelled.state, JobState::Canceled, "{cancelled:?}");
+    assert!(
+        !states(&cancelled).contains(&JobState::Running),
+        "it never ran: {cancelled:?}"
+    );
+    let blocker = fixture.backend().cancel(&blocker.id).await.unwrap();
+    assert_eq!(blocker.state, JobState::Canceled);
+}
+
+/// One watch stream reports each state change of each job once, and ends when all are
+/// terminal.
+pub async fn watch_reports_each_change_once<F: BackendFixture + ?Sized>(fixture: &F) {
+    let _guard = fixture.enter(false).await;
+    let ok = submit(fixture, &fixture.spec("conf-watch-ok", "sleep 1")).await;
+    let bad = submit(fixture, &fixture.spec("conf-watch-bad", "sleep 1; exit 1")).await;
+    let options = WatchOptions {
+        interval: fixture.poll_interval(),
+        ..WatchOptions::default()
+    };
+    let mut events = fixture
+        .backend()
+        .watch(&[ok.id.clone(), bad.id.clone(), ok.id.clone()], options);
+    let mut seen: BTreeMap<JobId, Vec<(JobState, JobState)>> = BTreeMap::new();
+    let deadline = Instant::now() + fixture.deadline();
+    while let Some(event) = tokio::time::timeout_at(deadline.into(), events.next())
+        .await
+        .unwrap_or_else(|_| panic!("the watch never ended; saw {seen:?}"))
+    {
+        match event.unwrap() {
+            WatchEvent::Transition { from, status } => {
+                seen.entry(status.id().clone())
+                    .or_default()
+                    .push((from, status.state()));
+            }
+            other => panic!("no retry was asked for: {other:?}"),
+        }
+    }
+    for (record, last) in [(&ok, JobState::Complete), (&bad, JobState::Error)] {
+        let changes = &seen[&record.id];
+        assert_eq!(changes.last().map(|c| c.1), Some(last), "{changes:?}");
+        for pair in changes.windows(2) {
+            assert_eq!(
+                pair[0].1, pair[1].0,
+                "each change starts where the last ended"
+            );
+        }
+        assert!(changes.iter().all(|(from, to)| from != to), "{changes:?}");
+    }
+}
+
+/// An infrastructure failure is retried as a new record linked by `retry_of`, within
+/// the policy's budget; the watch follows the new attempt and stops when the budget is
+/// spent.
+pub async fn an_infra_failure_is_retried_as_a_linked_record<F: BackendFixture + ?Sized>(
+    fixture: &F,
+) {
+    let _guard = fixture.enter(false).await;
+    let spec = fixture.spec(
+        "conf-retry",
+        "echo 'NCCL error: unhandled system error' >&2; exit 1",
+    );
+    let first = submit(fixture, &spec).await;
+    let options = WatchOptions {
+        interval: fixture.poll_interval(),
+        retry: Some(RetryPolicy {
+            budget: 1,
+            ..RetryPolicy::default()
+        }),
+        ..WatchOptions::default()
+    };
+    let mut events = fixture.backend().watch(&[first.id.clone()], options);
+    let mut retries = Vec::new();
+    let deadline = Instant::now() + fixture.deadline() * 2;
+    while let Some(event) = tokio::time::timeout_at(deadline.into(), events.next())
+        .await
+        .unwrap_or_else(|_| panic!("the watch never ended; retries {retries:?}"))
+    {
+        if let WatchEvent::Retried { previous, record } = event.unwrap() {
+            retries.push((previous, *record));
+        }
+    }
+    assert_eq!(retries.len(), 1, "a budget of one: {retries:?}");
+    let (previous, second) = &retries[0];
+    assert_eq!(previous, &first.id);
+    assert_eq!(second.retry_of.as_ref(), Some(&first.id));
+    assert_eq!(second.attempt, 2);
+    assert_ne!(
+        second.results_dir, first.results_dir,
+        "a fresh results folder"
+    );
+    let backend = fixture.backend();
+    let first = backend.record(&first.id).unwrap();
+    assert_eq!(
+        (first.state, first.err_class),
+        (JobState::Error, Some(ErrorClass::Infra))
+    );
+    let second = backend.record(&second.id).unwrap();
+    assert_eq!(
+        second.state,
+        JobState::Error,
+        "the retry failed the same way"
+    );
+    let listed = backend.records(&RecordFilter::any()).unwrap();
+    assert!(listed.iter().any(|r| r.id == first.id));
+    assert!(listed.iter().any(|r| r.id == second.id));
+}
+
+/// Bad input is refused with an error naming the field, before anything is recorded;
+/// unknown ids are NotFound; a job still running cannot be resubmitted.
+pub async fn bad_input_is_refused_and_nothing_recorded<F: BackendFixture + ?Sized>(fixture: &F) {
+    let _guard = fixture.enter(false).await;
+    let backend = fixture.backend();
+    let before = backend.records(&RecordFilter::any()).unwrap().len();
+    let expect_refusal = |result: Result<JobRecord>, field: &str| {
+        let error = result.expect_err("refused");
+        assert!(
+            matches!(error.kind(), ErrorKind::Invalid | ErrorKind::Config),
+            "{error}"
+        );
+        assert!(error.to_string().contains(field), "{field}: {error}");
+    };
+    let mut bad_name = fixture.spec("conf-bad", "true");
+    bad_name.name = "../escape".into();
+    expect_refusal(
+        backend.submit(&bad_name, SubmitOptions::default()).await,
+        "name",
+    );
+    let mut too_long = fixture.spec("conf-bad", "true");
+    too_long.time = Some(WallTime::from_hours(24 * 365));
+    expect_refusal(
+        backend.submit(&too_long, SubmitOptions::default()).await,
+        "time",
+    );
+    let mut secret = fixture.spec("conf-bad", "true");
+    secret.secrets = vec!["SLURM_RUN_CONFORMANCE_UNSET_TOKEN".into()];
+    let options = SubmitOptions {
+        secret_values: Some(BTreeMap::new()),
+        ..SubmitOptions::default()
+    };
+    expect_refusal(
+        backend.submit(&secret, options).await,
+        "SLURM_RUN_CONFORMANCE_UNSET_TOKEN",
+    );
+    assert_eq!(
+        backend.records(&RecordFilter::any()).unwrap().len(),
+        before,
+        "a refused spec leaves no record"
+    );
+    let unknown = JobId::parse("conf-unknown-000000").unwrap();
+    for error in [
+        backend.status(&unknown).await.unwrap_err(),
+        backend.cancel(&unknown).await.unwrap_err(),
+        backend.record(&unknown).unwrap_err(),
+    ] {
+        assert_eq!(error.kind(), ErrorKind::NotFound, "{error}");
+    }
+    let running = submit(fixture, &fixture.spec("conf-busy", "sleep 300")).await;
+    let error = backend.resubmit(&running.id).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Invalid, "{error}");
+    backend.cancel(&running.id).await.unwrap();
+}
+
+/// Expands to one `#[tokio::test]` per case of the Backend conformance suite, each
+/// with a fixture from `$fixture` (an expression, evaluated once per case):
+/// `slurm_core::backend_conformance!(my_backend, MyFixture::new());`.
+#[macro_export]
+macro_rules! backend_conformance {
+    ($name:ident, $fixture:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            macro_rules! case {
+                ($case:ident) => {
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $case() {
+                        let fixture = $fixture;
+                        $crate::testing::backend_suite::$case(&fixture).await;
+                    }
+                };
+            }
+
+            case!(submit_runs_a_job_to_complete);
+            case!(a_failing_program_ends_error);
+            case!(status_many_answers_in_order);
+            case!(logs_tail_each_stream);
+            case!(follow_streams_until_the_job_ends);
+            case!(cancel_a_running_job);
+            case!(cancel_a_pending_job);
+            case!(watch_reports_each_change_once);
+            case!(an_infra_failure_is_retried_as_a_linked_record);
+            case!(bad_input_is_refused_and_nothing_recorded);
+        }
+    };
+}
