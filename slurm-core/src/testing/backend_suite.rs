@@ -360,7 +360,9 @@ pub async fn an_infra_failure_is_retried_as_a_linked_record<F: BackendFixture + 
         }),
         ..WatchOptions::default()
     };
-    let mut events = fixture.backend().watch(&[first.id.clone()], options);
+    let mut events = fixture
+        .backend()
+        .watch(std::slice::from_ref(&first.id), options);
     let mut retries = Vec::new();
     let deadline = Instant::now() + fixture.deadline() * 2;
     while let Some(event) = tokio::time::timeout_at(deadline.into(), events.next())
