@@ -31,7 +31,7 @@ pub(crate) use knobs::{
     cluster_key, knobs_path, read_knobs, remove_knobs, write_knobs, KNOBS_SCHEMA_VERSION,
 };
 pub(crate) use probe::{
-    classify, climb, needs_nccl, probe_spec, show_env, verdict, MARKER_PATTERN,
+    climb, needs_nccl, probe_outcome, probe_spec, show_env, verdict, MARKER_PATTERN,
 };
 pub use probe::{
     default_ladder, KnobSet, NcclProbe, ProbeAttempt, ProbeOptions, ProbeOutcome, ProbeReport,

@@ -238,7 +238,7 @@ pub(crate) fn needs_nccl(resources: &Resources) -> bool {
 }
 
 /// The outcome of a finished probe job from its marker lines and how it ended.
-pub(crate) fn classify(
+pub(crate) fn probe_outcome(
     state: JobState,
     native: Option<&NativeStatus>,
     markers: &str,
@@ -477,39 +477,39 @@ mod tests {
 
     #[test]
     fn markers_decide_before_the_exit_code() {
-        let ok = classify(
+        let ok = probe_outcome(
             JobState::Complete,
             Some(&native("COMPLETED", Some(0))),
             "NCCL_PROBE_OK world=16\n",
         );
         assert_eq!(ok, ProbeOutcome::Ok);
-        let bad = classify(
+        let bad = probe_outcome(
             JobState::Error,
             Some(&native("FAILED", Some(3))),
             "NCCL_PROBE_BAD sum=10 expected=136\n",
         );
         assert_eq!(bad.name(), "BAD");
         assert!(bad.to_string().contains("sum=10 expected=136"), "{bad}");
-        let hung = classify(
+        let hung = probe_outcome(
             JobState::Error,
             Some(&native("FAILED", Some(1))),
             "NCCL_PROBE_TIMEOUT node_rank=1 after 3s\n",
         );
         assert_eq!(hung.name(), "HUNG");
         assert_eq!(
-            classify(JobState::Error, Some(&native("FAILED", Some(124))), "").name(),
+            probe_outcome(JobState::Error, Some(&native("FAILED", Some(124))), "").name(),
             "HUNG"
         );
         assert_eq!(
-            classify(JobState::Error, Some(&native("TIMEOUT", None)), "").name(),
+            probe_outcome(JobState::Error, Some(&native("TIMEOUT", None)), "").name(),
             "HUNG"
         );
-        let failed = classify(JobState::Error, Some(&native("FAILED", Some(127))), "");
+        let failed = probe_outcome(JobState::Error, Some(&native("FAILED", Some(127))), "");
         assert_eq!(failed.name(), "FAILED");
         assert!(failed.to_string().contains("exit code 127"), "{failed}");
         // Finished, but the command printed nothing: not OK.
         assert_eq!(
-            classify(JobState::Complete, Some(&native("COMPLETED", Some(0))), "").name(),
+            probe_outcome(JobState::Complete, Some(&native("COMPLETED", Some(0))), "").name(),
             "FAILED"
         );
     }
@@ -655,7 +655,7 @@ mod tests {
     #[test]
     fn a_probe_that_failed_without_a_verdict_says_how() {
         // The wrapper exits 0 (so srun keeps every task's output) and names the exit.
-        let outcome = classify(
+        let outcome = probe_outcome(
             JobState::Complete,
             Some(&native("COMPLETED", Some(0))),
             "NCCL_PROBE_EXIT node_rank=0 exit code 127\n",

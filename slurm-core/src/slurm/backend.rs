@@ -8,7 +8,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
-use super::preflight::PartitionInfo;
 use super::{SlurmConfig, SlurmSubmitOptions};
 use crate::backend::{
     watch_by_polling, Backend, JobStatus, LogOptions, LogStream, PreflightReport, SubmitOptions,
@@ -18,6 +17,7 @@ use crate::nccl::PROBE_LABEL;
 use crate::record::{JobId, JobRecord, RecordFilter, RecordStore};
 use crate::render::Renderer;
 use crate::spec::JobSpec;
+use crate::spec::WallTime;
 use crate::storage::RemotePath;
 use crate::transport::Transport;
 use crate::Result;
@@ -69,6 +69,15 @@ pub(super) struct Inner<T, R, S> {
     pub(super) preflight_once: tokio::sync::Mutex<()>,
     /// Held while a submit-time NCCL probe runs, so concurrent submits probe once.
     pub(super) probe_once: tokio::sync::Mutex<()>,
+}
+
+/// A partition as `scontrol show partition` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PartitionInfo {
+    /// `State=UP`.
+    pub(crate) up: bool,
+    /// `MaxTime`, `None` for UNLIMITED.
+    pub(crate) max_time: Option<WallTime>,
 }
 
 /// What the backend learnt of the cluster and keeps for later submits.

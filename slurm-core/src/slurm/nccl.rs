@@ -14,9 +14,9 @@ use super::scripts;
 use super::SlurmSubmitOptions;
 use crate::backend::{JobStatus, LogStream, SubmitOptions};
 use crate::nccl::{
-    classify, climb, cluster_key, default_ladder, knobs_path, needs_nccl, probe_spec, read_knobs,
-    remove_knobs, show_env, verdict, write_knobs, ClusterKnobs, KnobSet, NcclProbe, ProbeAttempt,
-    ProbeOptions, ProbeReport, KNOBS_SCHEMA_VERSION, MARKER_PATTERN, PROBE_LABEL,
+    climb, cluster_key, default_ladder, knobs_path, needs_nccl, probe_outcome, probe_spec,
+    read_knobs, remove_knobs, show_env, verdict, write_knobs, ClusterKnobs, KnobSet, NcclProbe,
+    ProbeAttempt, ProbeOptions, ProbeReport, KNOBS_SCHEMA_VERSION, MARKER_PATTERN, PROBE_LABEL,
 };
 use crate::record::{JobId, JobRecord, RecordStore};
 use crate::render::Renderer;
@@ -192,7 +192,7 @@ where
         };
         Ok(ProbeAttempt {
             env: rung.clone(),
-            outcome: classify(status.state(), status.native.as_ref(), &markers),
+            outcome: probe_outcome(status.state(), status.native.as_ref(), &markers),
             job: record.id,
             native_id: status.native_id().map(str::to_string),
             log,

@@ -1,6 +1,6 @@
 //! Preflight: every check a submit depends on, run in one round trip, reported one line per check with its remedy.
 
-use super::backend::SlurmBackend;
+use super::backend::{PartitionInfo, SlurmBackend};
 use super::commands;
 use super::parse::is_accounting_disabled;
 use super::scripts;
@@ -14,19 +14,11 @@ use crate::storage::RemotePath;
 use crate::transport::{round_trip, Output, Transport};
 use crate::{Error, ErrorKind, Result};
 
-/// A partition as `scontrol show partition` describes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PartitionInfo {
-    /// `State=UP`.
-    pub(crate) up: bool,
-    /// `MaxTime`, `None` for UNLIMITED.
-    pub(crate) max_time: Option<WallTime>,
-}
-
 /// The scheduler tools a submit needs.
 const TOOLS: &[&str] = &["sbatch", "srun", "squeue", "sacct", "scancel", "scontrol"];
 
-enum Probe {
+/// One query of the preflight round trip, in the order the answers come back.
+enum Query {
     Tools,
     Accounting,
     Partition(String),
@@ -85,30 +77,30 @@ where
             }
         };
 
-        let mut probes = vec![Probe::Tools, Probe::Accounting];
+        let mut queries = vec![Query::Tools, Query::Accounting];
         let mut commands = vec![
             scripts::MISSING_TOOLS.command(TOOLS.iter().copied()),
             commands::sacct_answers(),
         ];
         for p in &partitions {
-            probes.push(Probe::Partition(p.clone()));
+            queries.push(Query::Partition(p.clone()));
             commands.push(commands::scontrol_show_partition(p));
         }
-        probes.push(Probe::Pyxis);
+        queries.push(Query::Pyxis);
         commands.push(commands::srun_help());
         let needs_conversion = image.as_ref().is_some_and(ImageRef::is_registry)
             && !spec.is_some_and(|s| s.allow_registry_image);
         if needs_conversion {
-            probes.push(Probe::Enroot);
+            queries.push(Query::Enroot);
             commands.push(scripts::ENROOT.command(Vec::<String>::new()));
         }
-        probes.push(Probe::ResultsRoot);
+        queries.push(Query::ResultsRoot);
         commands
             .push(scripts::RESULTS_ROOT.command([config.results_root.clone().unwrap_or_default()]));
-        probes.push(Probe::ClusterName);
+        queries.push(Query::ClusterName);
         commands.push(scripts::CLUSTER_NAME.command(Vec::<String>::new()));
         if !datasets.is_empty() {
-            probes.push(Probe::Datasets(datasets.clone()));
+            queries.push(Query::Datasets(datasets.clone()));
             commands.push(scripts::MISSING_PATHS.command(datasets.clone()));
         }
 
@@ -141,9 +133,9 @@ where
 
         let mut cache = self.inner.cache.lock().expect("cache lock");
         let mut base_ok = true;
-        for (probe, out) in probes.into_iter().zip(outputs) {
-            match probe {
-                Probe::Tools => {
+        for (query, out) in queries.into_iter().zip(outputs) {
+            match query {
+                Query::Tools => {
                     let missing = out
                         .stdout_text()
                         .split_whitespace()
@@ -158,7 +150,7 @@ where
                         "install the Slurm client tools on the login node, or log in to a node that has them (module load slurm)",
                     );
                 }
-                Probe::Accounting => {
+                Query::Accounting => {
                     let stderr = out.stderr_text();
                     let ok = out.success()
                         && !is_accounting_disabled(&stderr)
@@ -172,7 +164,7 @@ where
                         "ask the cluster admins to enable slurmdbd accounting; without it finished jobs are read from scontrol while slurmctld remembers them (MinJobAge)",
                     );
                 }
-                Probe::Partition(name) => {
+                Query::Partition(name) => {
                     let check = format!("partition {name}");
                     match parse_partition(&out) {
                         Some(info) => {
@@ -218,7 +210,7 @@ where
                         }
                     }
                 }
-                Probe::Pyxis => {
+                Query::Pyxis => {
                     let present = out.stdout_text().contains("--container-image");
                     cache.pyxis = Some(present);
                     let needed = image.is_some();
@@ -234,7 +226,7 @@ where
                         "ask the cluster admins for the Pyxis SPANK plugin, or run the job without `image`",
                     );
                 }
-                Probe::Enroot => {
+                Query::Enroot => {
                     let text = out.stdout_text();
                     let no_enroot = text.lines().any(|l| l == "enroot");
                     let no_credentials = text.lines().find(|l| l.starts_with("credentials "));
@@ -256,7 +248,7 @@ where
                         "install them once: printf 'machine nvcr.io login $oauthtoken password %s\\n' \"$NGC_KEY\" | ssh LOGIN 'umask 077; mkdir -p ~/.config/enroot; cat > ~/.config/enroot/.credentials'",
                     );
                 }
-                Probe::ResultsRoot => {
+                Query::ResultsRoot => {
                     let root = out.stdout_text().trim().to_string();
                     let parsed = if out.success() {
                         RemotePath::parse_for("SLURM_BASE_RESULTS_DIR", &root).ok()
@@ -278,11 +270,11 @@ where
                         cache.results_root = parsed;
                     }
                 }
-                Probe::ClusterName => {
+                Query::ClusterName => {
                     // Not a check: the key of the NCCL knob cache, learnt on the way.
                     cache.cluster_name = Some(cluster_key(&out.stdout_text()));
                 }
-                Probe::Datasets(paths) => {
+                Query::Datasets(paths) => {
                     let missing: Vec<String> =
                         out.stdout_text().lines().map(str::to_string).collect();
                     report.push(

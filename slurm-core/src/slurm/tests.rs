@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use mockall::mock;
 
-use super::preflight::PartitionInfo;
+use super::backend::PartitionInfo;
 use super::{SlurmBackend, SlurmConfig, SlurmSubmitOptions};
 use crate::backend::{Backend, SubmitOptions};
 use crate::nccl::{NcclProbe, ProbeOptions, PROBE_LABEL};

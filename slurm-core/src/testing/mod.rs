@@ -28,9 +28,12 @@ pub fn bare_sacct(ids: &[SlurmJobId], cluster: Option<&str>) -> Result<Command> 
 /// Every remote script of slurm-run, by name, as bash runs it (prelude included): for
 /// linting them (`bash -n`, shellcheck) outside the crate.
 pub fn scripts() -> Vec<(&'static str, String)> {
-    crate::transport::script::all()
-        .into_iter()
-        .chain(crate::slurm::scripts::all())
-        .map(|script| (script.name, script.full_text()))
-        .collect()
+    [
+        crate::transport::WRITE_FILE,
+        crate::transport::round_trip::ROUND_TRIP,
+    ]
+    .into_iter()
+    .chain(crate::slurm::scripts::all())
+    .map(|script| (script.name, script.full_text()))
+    .collect()
 }

@@ -71,7 +71,8 @@ pub trait Transport: Send + Sync + fmt::Debug {
 }
 
 /// The remote side of [`Transport::write_file`]: `$1` the path, `$2` the octal mode.
-const WRITE_FILE: script::Script = script::Script::new("write-file", include_str!("write_file.sh"));
+pub(crate) const WRITE_FILE: script::Script =
+    script::Script::new("write-file", include_str!("write_file.sh"));
 
 #[async_trait]
 impl<T: Transport + ?Sized> Transport for std::sync::Arc<T> {

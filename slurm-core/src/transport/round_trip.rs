@@ -5,8 +5,8 @@
 //! a preflight of a dozen checks, a reconcile by job name, each is one [`Command`].
 //! [`join`] runs typed argv lists in turn (they travel as positional parameters of a
 //! fixed script, so they are quoted once, by the transport); a script of its own that
-//! runs several commands ([`Script::framed`](super::script::Script::framed)) frames
-//! each with the same `part` function (`frame.sh`). [`split`] reads either back.
+//! runs several commands (made with `framed`) frames each with the same `part` function
+//! (`frame.sh`). [`split`] reads either back.
 
 use super::script::{exit_statuses, Script};
 use crate::transport::{Command, Output};
@@ -26,9 +26,15 @@ exit_statuses! {
 /// Separates one argv from the next among the script's positional parameters.
 const SEPARATOR: &str = "--slurm-run-next--";
 
+/// `script` with the framing functions (`part N CMD ARGS...`) prepended: each part's
+/// answer comes back framed, for [`split`].
+pub(crate) const fn framed(script: Script) -> Script {
+    script.with_library(FRAME_SH, FrameExit::VARS)
+}
+
 /// Runs each argv of its parameters in turn, framed.
 pub(crate) const ROUND_TRIP: Script =
-    Script::new("round-trip", include_str!("round_trip.sh")).framed();
+    framed(Script::new("round-trip", include_str!("round_trip.sh")));
 
 /// One command that runs every command of `commands` in order, on the remote side,
 /// in one round trip. Standard input and timeouts of the parts are ignored: give the

@@ -5,13 +5,13 @@
 use super::Command;
 
 /// One script of slurm-run's: its text (a `.sh` file included at build time), the
-/// exit statuses it uses by name, and whether it frames several commands' output for
-/// one round trip (see [`round_trip`](super::round_trip)).
+/// exit statuses it uses by name, and a library it needs (the round-trip framing, see
+/// [`round_trip::framed`](super::round_trip::framed)).
 ///
 /// The script runs as `bash -c PRELUDE+TEXT NAME PARAMS...`. The prelude sets one
 /// read-only variable per named exit status (`EXIT_...=65`), so a number lives in
-/// one place, the Rust table, and the script says `exit "$EXIT_..."`; a framed script
-/// also gets the framing functions.
+/// one place, the Rust table, and the script says `exit "$EXIT_..."`; then comes the
+/// library's text, if any.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Script {
     /// A short name, `$0` of the script, shown in logs and errors.
@@ -20,18 +20,18 @@ pub(crate) struct Script {
     pub(crate) text: &'static str,
     /// The named exit statuses: (variable, status).
     pub(crate) exits: &'static [(&'static str, i32)],
-    /// Whether the framing functions are prepended.
-    pub(crate) framed: bool,
+    /// A library prepended to the text, and the exit statuses it names.
+    pub(crate) library: Option<(&'static str, &'static [(&'static str, i32)])>,
 }
 
 impl Script {
-    /// A script with no named exit statuses, not framed.
+    /// A script with no named exit statuses and no library.
     pub(crate) const fn new(name: &'static str, text: &'static str) -> Self {
         Script {
             name,
             text,
             exits: &[],
-            framed: false,
+            library: None,
         }
     }
 
@@ -41,23 +41,25 @@ impl Script {
         self
     }
 
-    /// With the framing functions (`part N CMD ARGS...`) prepended.
-    pub(crate) const fn framed(mut self) -> Self {
-        self.framed = true;
+    /// With `library` (shell functions, and the exit statuses they name) prepended.
+    pub(crate) const fn with_library(
+        mut self,
+        library: &'static str,
+        exits: &'static [(&'static str, i32)],
+    ) -> Self {
+        self.library = Some((library, exits));
         self
     }
 
-    /// The whole text bash runs: the prelude, then the script.
+    /// The whole text bash runs: the prelude, the library, then the script.
     pub(crate) fn full_text(&self) -> String {
         let mut text = String::with_capacity(self.text.len() + 512);
-        for (name, status) in self.exits {
+        let library_exits = self.library.map_or(&[][..], |(_, exits)| exits);
+        for (name, status) in self.exits.iter().chain(library_exits) {
             text.push_str(&format!("readonly {name}={status}\n"));
         }
-        if self.framed {
-            for (name, status) in super::round_trip::FrameExit::VARS {
-                text.push_str(&format!("readonly {name}={status}\n"));
-            }
-            text.push_str(super::round_trip::FRAME_SH);
+        if let Some((library, _)) = self.library {
+            text.push_str(library);
             text.push('\n');
         }
         text.push_str(self.text);
@@ -76,12 +78,6 @@ impl Script {
             .arg(self.name)
             .args(params)
     }
-}
-
-/// The scripts of the transport layer (the SLURM backend has its own).
-#[cfg(any(test, feature = "testing"))]
-pub(crate) fn all() -> [Script; 2] {
-    [super::WRITE_FILE, super::round_trip::ROUND_TRIP]
 }
 
 /// Declares the named exit statuses of a script as an enum whose variants carry the

@@ -6,6 +6,7 @@
 //! checked by `bash -n` in this module's tests, and by shellcheck in the test bed's
 //! tests ([`all`] lists them).
 
+use crate::transport::round_trip::framed;
 use crate::transport::script::{exit_statuses, Script};
 
 exit_statuses! {
@@ -43,7 +44,7 @@ pub(crate) const CONVERT_IMAGE: Script =
     Script::new("convert-image", include_str!("convert_image.sh"));
 
 /// squeue for every tracked job, then sacct for the ones squeue cannot settle, framed.
-pub(crate) const POLL: Script = Script::new("poll", include_str!("poll.sh")).framed();
+pub(crate) const POLL: Script = framed(Script::new("poll", include_str!("poll.sh")));
 
 /// The last lines of several log files, concatenated.
 pub(crate) const TAIL_LOGS: Script = Script::new("tail-logs", include_str!("tail_logs.sh"));
