@@ -98,7 +98,7 @@ async fn run(opts: Opts) -> Result<ExitCode> {
             let config = SlurmConfig::from_env()?;
             let marker_dir = config.results_root.clone();
             let store = FileRecordStore::new(&config.state_dir)?;
-            let ssh = Ssh2Transport::new(Ssh2TransportBuilder::from_env()?)?;
+            let ssh = Ssh2TransportBuilder::from_env()?.build()?;
             let backend = SlurmBackend::new(ssh, HandlebarsRenderer::new(), store, config);
             (Arc::new(backend), marker_dir)
         }

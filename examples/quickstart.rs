@@ -48,7 +48,7 @@ async fn run() -> Result<ExitCode> {
     // 1. Wire the backend from the environment.
     let config = SlurmConfig::from_env()?;
     let store = FileRecordStore::new(&config.state_dir)?;
-    let ssh = Ssh2Transport::new(Ssh2TransportBuilder::from_env()?)?;
+    let ssh = Ssh2TransportBuilder::from_env()?.build()?;
     let backend = SlurmBackend::new(ssh, HandlebarsRenderer::new(), store, config);
 
     // 2. A two-node job: one GPU and one CPU per node, ten minutes.

@@ -531,9 +531,7 @@ impl Global {
         let config = SlurmConfig::builder().with_env_from(lookup).build()?;
         let store = FileRecordStore::new(&config.state_dir)?;
         let transport: Arc<dyn Transport> = match self.ssh {
-            SshKind::Ssh2 => Arc::new(Ssh2Transport::new(Ssh2TransportBuilder::from_lookup(
-                lookup,
-            )?)?),
+            SshKind::Ssh2 => Arc::new(Ssh2TransportBuilder::from_lookup(lookup)?.build()?),
             SshKind::Openssh => {
                 let hosts = self.lookup("SLURM_HOSTNAME").ok_or_else(|| {
                     Error::config(

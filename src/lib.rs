@@ -23,7 +23,7 @@
 //! // Everything from the environment: SLURM_HOSTNAME, SLURM_USER, SSH_KEY_PATH, SLURM_PARTITION, ...
 //! let config = SlurmConfig::from_env()?;
 //! let store = FileRecordStore::new(&config.state_dir)?;
-//! let ssh = Ssh2Transport::new(Ssh2TransportBuilder::from_env()?)?;
+//! let ssh = Ssh2TransportBuilder::from_env()?.build()?;
 //! let backend: Arc<dyn Backend> =
 //!     Arc::new(SlurmBackend::new(ssh, HandlebarsRenderer::new(), store, config));
 //!
