@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::probe::KnobSet;
+use super::options::KnobSet;
 use crate::record::JobId;
 use crate::{Error, Result};
 

@@ -23,17 +23,17 @@
 //! submit, status, logs, cancel all apply) labelled [`PROBE_LABEL`]`=nccl`; the SLURM
 //! backend's `records` leaves them out unless the filter asks for that label.
 
+mod job;
 mod knobs;
-mod probe;
+mod options;
+mod outcome;
 
+pub use job::PROBE_LABEL;
+pub(crate) use job::{needs_nccl, probe_spec, MARKER_PATTERN};
 pub use knobs::ClusterKnobs;
 pub(crate) use knobs::{
     cluster_key, knobs_path, read_knobs, remove_knobs, write_knobs, KNOBS_SCHEMA_VERSION,
 };
-pub(crate) use probe::{
-    climb, needs_nccl, probe_outcome, probe_spec, show_env, verdict, MARKER_PATTERN,
-};
-pub use probe::{
-    default_ladder, KnobSet, NcclProbe, ProbeAttempt, ProbeOptions, ProbeOutcome, ProbeReport,
-    PROBE_LABEL,
-};
+pub use options::{default_ladder, KnobSet, NcclProbe, ProbeOptions};
+pub(crate) use outcome::{climb, probe_outcome, show_env, verdict};
+pub use outcome::{ProbeAttempt, ProbeOutcome, ProbeReport};

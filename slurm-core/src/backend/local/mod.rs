@@ -2,7 +2,9 @@
 //! this machine, with the same records, states, logs, cancel and watch as a cluster;
 //! for testing orchestrators without one (as object_store ships `InMemory`).
 
-use std::collections::{HashMap, VecDeque};
+mod slots;
+
+use std::collections::HashMap;
 use std::fmt;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
@@ -14,14 +16,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::{self, BoxStream, StreamExt};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 use tokio::sync::oneshot;
 
-use super::{
+use slots::{CancelRequest, Launch, Outcome, Queue};
+
+use crate::backend::{
     watch_by_polling, Backend, CheckKind, JobStatus, LogOptions, LogStream, NativeStatus,
     PreflightReport, SubmitOptions, WatchEvent, WatchOptions,
 };
-use crate::classify::{classify_failure, Ending, ErrorClass, LOG_TAIL_LINES};
 use crate::record::{
     BackendRef, JobId, JobRecord, Mark, RecordFilter, RecordStore, TransitionSource,
 };
@@ -30,9 +33,6 @@ use crate::spec::{JobSpec, SpecDefaults};
 use crate::state::JobState;
 use crate::storage::RemotePath;
 use crate::{Error, Result};
-
-/// A cancel request, answered once the job's process is gone and its record marked.
-type CancelRequest = oneshot::Sender<()>;
 
 /// Runs each job's command with `bash -c` in its own folder under a root, at most
 /// `max_running` at a time (the others wait PENDING, in submit order), and keeps the
@@ -80,21 +80,6 @@ struct Inner {
     secrets: Mutex<SecretRegistry>,
 }
 
-/// The jobs running and the ones waiting for a slot.
-#[derive(Default)]
-struct Queue {
-    running: usize,
-    waiting: VecDeque<Launch>,
-}
-
-/// What it takes to start a job.
-struct Launch {
-    id: JobId,
-    command: Command,
-    cancel: oneshot::Receiver<CancelRequest>,
-    limit: Duration,
-}
-
 impl fmt::Debug for LocalBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LocalBackend")
@@ -103,14 +88,6 @@ impl fmt::Debug for LocalBackend {
             .field("max_running", &self.inner.max_running)
             .finish_non_exhaustive()
     }
-}
-
-/// How a job's process ended.
-enum Outcome {
-    Exited(Option<i32>),
-    Canceled(Option<CancelRequest>),
-    TimedOut,
-    Lost(String),
 }
 
 impl LocalBackend {
@@ -164,153 +141,6 @@ impl LocalBackend {
             .redact(text)
     }
 
-    /// Queue `launch` and start every job a free slot allows.
-    fn enqueue(&self, launch: Launch) {
-        self.inner
-            .queue
-            .lock()
-            .expect("queue lock")
-            .waiting
-            .push_back(launch);
-        self.start_waiting();
-    }
-
-    /// Start waiting jobs while slots are free.
-    fn start_waiting(&self) {
-        loop {
-            let launch = {
-                let mut queue = self.inner.queue.lock().expect("queue lock");
-                if queue.running >= self.inner.max_running {
-                    return;
-                }
-                let Some(launch) = queue.waiting.pop_front() else {
-                    return;
-                };
-                queue.running += 1;
-                launch
-            };
-            if !self.start(launch) {
-                let mut queue = self.inner.queue.lock().expect("queue lock");
-                queue.running = queue.running.saturating_sub(1);
-            }
-        }
-    }
-
-    /// Spawn the process of `launch` and its supervisor (which frees the slot when the
-    /// job ends); whether it did. A job cancelled while it waited is not started.
-    fn start(&self, launch: Launch) -> bool {
-        let Launch {
-            id,
-            mut command,
-            mut cancel,
-            limit,
-        } = launch;
-        if let Ok(request) = cancel.try_recv() {
-            self.finish(&id, Outcome::Canceled(Some(request)));
-            return false;
-        }
-        match command.spawn() {
-            Ok(child) => {
-                let started = self.inner.store.mark(
-                    &id,
-                    Mark::new(JobState::Running, TransitionSource::Poll)
-                        .message(format!("started as pid {}", child.id().unwrap_or_default())),
-                );
-                if let Err(error) = started {
-                    tracing::warn!(job = %id, %error, "cannot record the start of a local job");
-                }
-                tokio::spawn(self.clone().supervise(id, child, cancel, limit));
-                true
-            }
-            Err(e) => {
-                self.finish(&id, Outcome::Lost(format!("bash did not start: {e}")));
-                false
-            }
-        }
-    }
-
-    /// Wait for the job's process, a cancel or the wall time; then mark the record.
-    async fn supervise(
-        self,
-        id: JobId,
-        mut child: Child,
-        mut cancel: oneshot::Receiver<CancelRequest>,
-        limit: Duration,
-    ) {
-        let outcome = tokio::select! {
-            status = child.wait() => match status {
-                Ok(status) => Outcome::Exited(status.code()),
-                Err(e) => Outcome::Lost(e.to_string()),
-            },
-            request = &mut cancel => {
-                kill_group(&mut child).await;
-                Outcome::Canceled(request.ok())
-            }
-            _ = tokio::time::sleep(limit) => {
-                kill_group(&mut child).await;
-                Outcome::TimedOut
-            }
-        };
-        self.finish(&id, outcome);
-        {
-            let mut queue = self.inner.queue.lock().expect("queue lock");
-            queue.running = queue.running.saturating_sub(1);
-        }
-        self.start_waiting();
-    }
-
-    /// Record how job `id` ended and answer a cancel that asked for it.
-    fn finish(&self, id: &JobId, outcome: Outcome) {
-        let mark = match &outcome {
-            Outcome::Exited(Some(0)) => {
-                Mark::new(JobState::Complete, TransitionSource::Poll).message("exit 0")
-            }
-            Outcome::Exited(code) => {
-                if let Some(code) = code {
-                    self.inner
-                        .exits
-                        .lock()
-                        .expect("exits lock")
-                        .insert(id.clone(), *code);
-                }
-                let class = match self.inner.store.get(id) {
-                    Ok(record) => {
-                        let mut tail = String::new();
-                        for stream in [LogStream::Out, LogStream::Err] {
-                            if let Some(path) = Self::log_path(&record, stream) {
-                                tail.push_str(&last_lines(&path, LOG_TAIL_LINES));
-                            }
-                        }
-                        classify_failure(Ending::Failed { exit_code: *code }, &tail)
-                    }
-                    Err(_) => ErrorClass::Program,
-                };
-                Mark::new(JobState::Error, TransitionSource::Poll)
-                    .message(match code {
-                        Some(code) => format!("exit {code}"),
-                        None => "killed by a signal".to_string(),
-                    })
-                    .err_class(class)
-            }
-            Outcome::Canceled(_) => {
-                Mark::new(JobState::Canceled, TransitionSource::User).message("cancelled")
-            }
-            Outcome::TimedOut => Mark::new(JobState::Error, TransitionSource::Poll)
-                .message("the wall time was reached")
-                .err_class(ErrorClass::Program),
-            Outcome::Lost(why) => Mark::new(JobState::Error, TransitionSource::Poll)
-                .message(format!("lost the process: {why}"))
-                .err_class(ErrorClass::Infra),
-        };
-        if let Err(error) = self.inner.store.mark(id, mark) {
-            tracing::warn!(job = %id, %error, "cannot record the end of a local job");
-        }
-        self.inner.cancels.lock().expect("cancels lock").remove(id);
-        if let Outcome::Canceled(Some(done)) = outcome {
-            let _ = done.send(());
-        }
-    }
-
     /// The secret values `spec` names, from the options or this process's environment.
     fn secrets(spec: &JobSpec, options: &SubmitOptions) -> Result<Vec<(String, String)>> {
         spec.secrets
@@ -329,18 +159,6 @@ impl LocalBackend {
             })
             .collect()
     }
-}
-
-/// Kill the job's whole process group (the shell and what it started), then reap it.
-async fn kill_group(child: &mut Child) {
-    if let Some(pid) = child.id() {
-        // SAFETY: kill(2) with a negative pid signals the process group the child leads
-        // (it was spawned with process_group(0)); it touches no memory of ours.
-        unsafe {
-            libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
-        }
-    }
-    let _ = child.kill().await;
 }
 
 /// The last `n` lines of a file, or nothing when it does not exist.
