@@ -3,14 +3,20 @@
 # and a real OpenSSH server on 127.0.0.1, all started from Debian's packages, with every
 # config, log, pid file and socket under one state folder.
 
+# Several test beds can run side by side on one machine: each has its own state folder
+# (SLURM_RUN_TESTBED_DIR) and its ports shifted by SLURM_RUN_TESTBED_PORT_OFFSET.
 TB_DIR=${SLURM_RUN_TESTBED_DIR:-/var/tmp/slurm-run-testbed}
+TB_PORT_OFFSET=${SLURM_RUN_TESTBED_PORT_OFFSET:-0}
+case $TB_PORT_OFFSET in
+  ''|*[!0-9]*) printf 'testbed: error: SLURM_RUN_TESTBED_PORT_OFFSET must be a number, e.g. 100\n' >&2; exit 1 ;;
+esac
 TB_USER=slurmrun
 TB_CLUSTER=testbed
-TB_SSH_PORT=22022
-TB_CTLD_PORT=16817
-TB_DBD_PORT=16819
-TB_DB_PORT=13306
-TB_NODE_PORTS=(17001 17002)
+TB_SSH_PORT=$((22022 + TB_PORT_OFFSET))
+TB_CTLD_PORT=$((16817 + TB_PORT_OFFSET))
+TB_DBD_PORT=$((16819 + TB_PORT_OFFSET))
+TB_DB_PORT=$((13306 + TB_PORT_OFFSET))
+TB_NODE_PORTS=($((17001 + TB_PORT_OFFSET)) $((17002 + TB_PORT_OFFSET)))
 TB_NODES=(n1 n2)
 TB_GPU_PARTITION=gpu
 TB_CPU_PARTITION=cpu_long
