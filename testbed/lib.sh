@@ -4,13 +4,15 @@
 # config, log, pid file and socket under one state folder.
 
 # Several test beds can run side by side on one machine: each has its own state folder
-# (SLURM_RUN_TESTBED_DIR) and its ports shifted by SLURM_RUN_TESTBED_PORT_OFFSET.
+# (SLURM_RUN_TESTBED_DIR), its ports shifted by SLURM_RUN_TESTBED_PORT_OFFSET, and its own
+# job user (slurmrun, or slurmrun<offset>: the user's shell start-up names its cluster).
 TB_DIR=${SLURM_RUN_TESTBED_DIR:-/var/tmp/slurm-run-testbed}
 TB_PORT_OFFSET=${SLURM_RUN_TESTBED_PORT_OFFSET:-0}
 case $TB_PORT_OFFSET in
   ''|*[!0-9]*) printf 'testbed: error: SLURM_RUN_TESTBED_PORT_OFFSET must be a number, e.g. 100\n' >&2; exit 1 ;;
 esac
 TB_USER=slurmrun
+[ "$TB_PORT_OFFSET" -eq 0 ] || TB_USER="slurmrun$TB_PORT_OFFSET"
 TB_CLUSTER=testbed
 TB_SSH_PORT=$((22022 + TB_PORT_OFFSET))
 TB_CTLD_PORT=$((16817 + TB_PORT_OFFSET))
