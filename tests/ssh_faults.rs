@@ -1,8 +1,6 @@
 //! Fault tests of Ssh2Transport against the test bed's real sshd: wrong host key, failover, connection killed mid-command.
 #![cfg(feature = "testbed")]
 
-#[path = "common/processes.rs"]
-mod processes;
 #[path = "common/testbed.rs"]
 mod testbed;
 
@@ -303,7 +301,7 @@ async fn a_connection_killed_mid_command_is_transient_and_the_next_command_recon
     assert_eq!(out.stdout, b"again\n");
     let (now_serving, _) = serving_sshd(&t, listener).await;
     // The command the lost connection left running is killed by the new session.
-    processes::wait_until_gone(
+    slurm_core::testing::transport_suite::wait_until_gone(
         &t,
         &format!("sleep {nap}"),
         &format!("the orphaned `sleep {nap}` still runs"),

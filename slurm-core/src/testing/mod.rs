@@ -4,6 +4,7 @@
 
 mod counting;
 mod faults;
+pub mod transport_suite;
 
 pub use counting::CountingTransport;
 pub use faults::{Fault, FaultTransport};
