@@ -9,11 +9,6 @@
 //! Prints one PASS/FAIL line per invariant and exits non-zero on any FAIL. Built but not
 //! run by `cargo test --all-targets` (it does nothing without `--bench`).
 
-#[path = "../tests/common/backend.rs"]
-mod backend;
-#[path = "../tests/common/testbed.rs"]
-mod testbed;
-
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -27,6 +22,7 @@ use slurm_core::record::RecordFilter;
 use slurm_core::testing::Fault;
 use slurm_core::transport::{Command, Transport};
 use slurm_core::{ErrorKind, JobId, JobState};
+use slurm_run_testsupport::backend;
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::Layer;
