@@ -16,8 +16,9 @@ demo: testbed-up
 	$(TESTBED_ENV) && cargo run --example quickstart
 
 ## Bring the test bed up and run every test but the soak, including the end-to-end tests against it.
+## The test-bed tests mostly wait on the cluster, so four test threads (RUST_TEST_THREADS) even on two cores.
 test: testbed-up
-	$(TESTBED_ENV) && cargo test --workspace --features testbed --no-fail-fast
+	$(TESTBED_ENV) && RUST_TEST_THREADS=$${RUST_TEST_THREADS:-4} cargo test --workspace --features testbed --no-fail-fast
 
 ## Benchmarks (some need the test bed); each prints ratios against a baseline measured in the same run.
 bench: testbed-up
