@@ -15,18 +15,20 @@ testbed-down:
 demo: testbed-up
 	$(TESTBED_ENV) && cargo run --example quickstart
 
-## Bring the test bed up and run every test, including the end-to-end tests against it.
+## Bring the test bed up and run every test but the soak, including the end-to-end tests against it.
+## The test-bed tests mostly wait on the cluster, so four test threads (RUST_TEST_THREADS) even on two cores.
 test: testbed-up
-	$(TESTBED_ENV) && cargo test --workspace --all-features --no-fail-fast
+	$(TESTBED_ENV) && RUST_TEST_THREADS=$${RUST_TEST_THREADS:-4} cargo test --workspace --features testbed --no-fail-fast
 
 ## Benchmarks (some need the test bed); each prints ratios against a baseline measured in the same run.
 bench: testbed-up
 	$(TESTBED_ENV) && cargo bench --workspace --all-features
 
-## The soak: a few hundred small jobs under connection kills and lost answers, then exactly-once
-## and consistency checks (SLURM_RUN_SOAK_JOBS, SLURM_RUN_SOAK_SECONDS bound it; default 300 / 600 s).
+## The soak (the `soak` test binary): a few hundred small jobs under connection kills and lost answers,
+## then exactly-once and consistency checks (SLURM_RUN_SOAK_JOBS, SLURM_RUN_SOAK_SECONDS bound it;
+## default 300 / 600 s).
 soak: testbed-up
-	$(TESTBED_ENV) && SLURM_RUN_SOAK=1 cargo bench --bench soak
+	$(TESTBED_ENV) && cargo test --features soak --test soak -- --nocapture
 
 lint:
 	cargo fmt --all --check

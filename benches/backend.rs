@@ -7,11 +7,6 @@
 //! per-job baseline at 1000 jobs takes minutes; it runs only with
 //! `SLURM_RUN_BENCH_FULL=1`, otherwise it is reported as not measured.
 
-#[path = "../tests/common/backend.rs"]
-mod backend;
-#[path = "../tests/common/testbed.rs"]
-mod testbed;
-
 use std::time::{Duration, Instant};
 
 use slurm_core::backend::{Backend, SubmitOptions};
@@ -20,6 +15,7 @@ use slurm_core::slurm::SlurmJobId;
 use slurm_core::storage::RemotePath;
 use slurm_core::transport::{Command, Transport};
 use slurm_core::JobSpec;
+use slurm_run_testsupport::{backend, testbed};
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();

@@ -4,19 +4,15 @@
 //! Ssh2Transport, OpenSshTransport, a bare ssh2 exec channel per command, and a fresh
 //! `ssh -o BatchMode=yes` process per command, with ratios to Ssh2Transport.
 
-#[path = "../tests/common/testbed.rs"]
-mod testbed;
-
 use std::io::Read;
 use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use slurm_core::transport::{Command, Transport};
-use slurm_ssh::{
-    HostSpec, OpenSshTransport, OpenSshTransportBuilder, Ssh2Transport, Ssh2TransportBuilder,
-};
-use testbed::{testbed_env, Master, Testbed};
+use slurm_run_testsupport::testbed::{testbed_env, Master, Testbed};
+use slurm_run_testsupport::transports::{openssh_builder, ssh2_builder};
+use slurm_ssh::{OpenSshTransport, Ssh2Transport};
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -102,22 +98,9 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let ssh2 = Ssh2Transport::new(
-        Ssh2TransportBuilder::from_lookup(tb.lookup())
-            .unwrap()
-            .with_ssh_config(None)
-            .with_sessions(1),
-    )
-    .unwrap();
+    let ssh2 = Ssh2Transport::new(ssh2_builder(&tb).with_sessions(1)).unwrap();
     let master = Master::start(&tb);
-    let openssh = OpenSshTransport::new(
-        OpenSshTransportBuilder::new(HostSpec::with_port("127.0.0.1", tb.ssh_port()))
-            .with_control_path(&master.socket)
-            .with_user(tb.get("SLURM_USER"))
-            .with_option("UserKnownHostsFile", tb.get("SSH_KNOWN_HOSTS"))
-            .with_shells(1),
-    )
-    .unwrap();
+    let openssh = OpenSshTransport::new(openssh_builder(&tb, &master).with_shells(1)).unwrap();
     let cases = [
         ("true", Command::new("true"), "true"),
         (

@@ -6,6 +6,7 @@
 pub mod backend_suite;
 mod counting;
 mod faults;
+pub mod transport_suite;
 
 pub use counting::CountingTransport;
 pub use faults::{Fault, FaultTransport};

@@ -1,6 +1,5 @@
 //! A SlurmBackend wired to the test bed (Ssh2Transport, HandlebarsRenderer, a fresh
 //! FileRecordStore), with a counting and a fault-injecting layer, for the end-to-end tests.
-#![allow(dead_code)]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +13,7 @@ use slurm_core::{FileRecordStore, JobId, JobSpec, JobState};
 use slurm_render::HandlebarsRenderer;
 use slurm_ssh::{Ssh2Transport, Ssh2TransportBuilder};
 
-use super::testbed::{testbed_env, Testbed};
+use crate::testbed::{testbed_env, Testbed};
 
 /// The transport stack of the tests: counting over fault injection over ssh2.
 pub type Stack = Arc<CountingTransport<FaultTransport<Ssh2Transport>>>;

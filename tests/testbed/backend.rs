@@ -1,16 +1,9 @@
 //! The SLURM backend end to end against the real test bed, through Ssh2Transport:
 //! preflight, submit exactly once, status, logs, classification, watch, image staging, secrets.
-#![cfg(feature = "testbed")]
-
-#[path = "common/backend.rs"]
-mod backend;
-#[path = "common/testbed.rs"]
-mod testbed;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use backend::{harness, jobs_named, remote, small_spec, wait_terminal};
 use futures::StreamExt;
 use slurm_core::backend::{
     Backend, LogOptions, LogStream, SubmitOptions, WatchEvent, WatchOptions,
@@ -19,9 +12,12 @@ use slurm_core::classify::{ErrorClass, RetryPolicy};
 use slurm_core::testing::Fault;
 use slurm_core::transport::Command;
 use slurm_core::{ErrorKind, JobState};
+use slurm_run_testsupport::backend::{harness, jobs_named, remote, small_spec, wait_terminal};
+use slurm_run_testsupport::cluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preflight_passes_and_names_each_failure_with_a_remedy() {
+    let _cluster = cluster::shared().await;
     let h = harness();
     let report = h.backend.preflight(None).await.unwrap();
     assert!(report.passed(), "{report}");
@@ -72,6 +68,7 @@ async fn preflight_passes_and_names_each_failure_with_a_remedy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_single_node_job_completes_and_its_logs_read_back() {
+    let _cluster = cluster::shared().await;
     let h = harness();
     let spec = small_spec(
         "single",
@@ -131,6 +128,7 @@ async fn a_single_node_job_completes_and_its_logs_read_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_two_node_job_shows_both_ranks_in_its_log() {
+    let _cluster = cluster::shared().await;
     let h = harness();
     let mut spec = small_spec(
         "twonode",
@@ -166,6 +164,7 @@ async fn a_two_node_job_shows_both_ranks_in_its_log() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_are_classed_program_or_infra_from_the_logs() {
+    let _cluster = cluster::shared().await;
     let h = harness();
     let program = small_spec(
         "failprog",
@@ -227,6 +226,7 @@ async fn failures_are_classed_program_or_infra_from_the_logs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submit_cut_after_sbatch_is_reconciled_to_exactly_one_job() {
+    let _cluster = cluster::shared().await;
     let h = harness();
     h.transport
         .inner()
@@ -255,6 +255,7 @@ async fn a_submit_cut_after_sbatch_is_reconciled_to_exactly_one_job() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_jobs_are_watched_with_one_remote_command_per_cycle() {
+    let _cluster = cluster::shared().await;
     let h = harness();
     let submits = (0..50).map(|i| {
         let backend = h.backend.clone();
@@ -306,6 +307,7 @@ async fn fifty_jobs_are_watched_with_one_remote_command_per_cycle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_reach_the_job_through_a_shredded_sidecar_and_nowhere_else() {
+    let _cluster = cluster::shared().await;
     let h = harness();
     let secret = "tok-3f9a0c51e2d84b7f";
     let mut spec = small_spec(
@@ -372,6 +374,7 @@ async fn secrets_reach_the_job_through_a_shredded_sidecar_and_nowhere_else() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registry_image_is_converted_once_off_the_gpus_and_never_falls_back() {
+    let _cluster = cluster::shared().await;
     let h = harness();
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -432,6 +435,7 @@ async fn a_registry_image_is_converted_once_off_the_gpus_and_never_falls_back() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follow_streams_the_log_until_the_job_ends_and_infra_failures_are_retried() {
+    let _cluster = cluster::shared().await;
     let h = harness();
     let spec = small_spec("follow", "for i in 1 2 3 4; do echo line-$i; sleep 1; done");
     let record = h

@@ -1,10 +1,4 @@
 //! Fault tests of Ssh2Transport against the test bed's real sshd: wrong host key, failover, connection killed mid-command.
-#![cfg(feature = "testbed")]
-
-#[path = "common/processes.rs"]
-mod processes;
-#[path = "common/testbed.rs"]
-mod testbed;
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -13,14 +7,9 @@ use std::time::{Duration, Instant};
 
 use slurm_core::transport::{Command, Transport};
 use slurm_core::ErrorKind;
-use slurm_ssh::{HostSpec, Ssh2Transport, Ssh2TransportBuilder};
-use testbed::{testbed_env, Testbed};
-
-fn builder(tb: &Testbed) -> Ssh2TransportBuilder {
-    Ssh2TransportBuilder::from_lookup(tb.lookup())
-        .unwrap()
-        .with_ssh_config(None)
-}
+use slurm_run_testsupport::transports::ssh2_builder as builder;
+use slurm_run_testsupport::{cluster, testbed_env, wait_until_gone, Testbed};
+use slurm_ssh::{HostSpec, Ssh2Transport};
 
 /// A port nothing listens on (bound, then released).
 fn closed_port() -> u16 {
@@ -105,6 +94,7 @@ impl Drop for SecondSshd {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_with_an_unknown_host_key_is_refused() {
+    let _cluster = cluster::shared().await;
     let tb = testbed_env();
     let second = SecondSshd::start(&tb);
     let t = Ssh2Transport::new(
@@ -172,6 +162,7 @@ async fn a_server_with_an_unknown_host_key_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_first_host_fails_over_to_the_second() {
+    let _cluster = cluster::shared().await;
     let tb = testbed_env();
     let closed = closed_port();
     let t = Ssh2Transport::new(builder(&tb).with_hosts(vec![
@@ -249,6 +240,7 @@ fn read_pid(path: &Path) -> u32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_killed_mid_command_is_transient_and_the_next_command_reconnects() {
+    let _cluster = cluster::shared().await;
     let tb = testbed_env();
     let listener = read_pid(&tb.sshd_pid_file());
     let t = Ssh2Transport::new(builder(&tb).with_sessions(1)).unwrap();
@@ -303,7 +295,7 @@ async fn a_connection_killed_mid_command_is_transient_and_the_next_command_recon
     assert_eq!(out.stdout, b"again\n");
     let (now_serving, _) = serving_sshd(&t, listener).await;
     // The command the lost connection left running is killed by the new session.
-    processes::wait_until_gone(
+    wait_until_gone(
         &t,
         &format!("sleep {nap}"),
         &format!("the orphaned `sleep {nap}` still runs"),
@@ -318,6 +310,7 @@ async fn a_connection_killed_mid_command_is_transient_and_the_next_command_recon
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_passphrase_protected_key_needs_its_passphrase() {
+    let _cluster = cluster::shared().await;
     let tb = testbed_env();
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("id_locked");
@@ -348,6 +341,7 @@ async fn a_passphrase_protected_key_needs_its_passphrase() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn channels_per_connection_are_capped_and_the_rest_queue() {
+    let _cluster = cluster::shared().await;
     let tb = testbed_env();
     let t = Ssh2Transport::new(builder(&tb).with_sessions(1).with_max_channels(2)).unwrap();
     t.connect().await.unwrap();

@@ -1,20 +1,16 @@
-//! Backend tests that take the whole test bed (every GPU, or a node down), so they run
-//! in their own test binary, one after the other: cancels of pending and running jobs,
-//! and a node failure seen as NODE_FAIL (ERROR, infra) or as a Slurm requeue.
-#![cfg(feature = "testbed")]
+//! Backend scenarios that take the whole test bed (every GPU, or a node down), so each
+//! holds the cluster exclusive: no other test-bed test runs meanwhile. Cancels of pending
+//! and running jobs, and a node failure seen as NODE_FAIL (ERROR, infra) or as a Slurm
+//! requeue.
 
-#[path = "common/backend.rs"]
-mod backend;
-#[path = "common/testbed.rs"]
-mod testbed;
-
-use backend::{admin, harness, small_spec, wait_state, wait_terminal};
 use slurm_core::backend::{Backend, SubmitOptions};
 use slurm_core::classify::ErrorClass;
 use slurm_core::JobState;
+use slurm_run_testsupport::backend::{admin, harness, small_spec, wait_state, wait_terminal};
+use slurm_run_testsupport::{cluster, Testbed};
 
 /// Puts node n2 back in service when dropped, whatever the test did.
-struct ResumeNode<'a>(&'a testbed::Testbed, &'static str);
+struct ResumeNode<'a>(&'a Testbed, &'static str);
 
 impl Drop for ResumeNode<'_> {
     fn drop(&mut self) {
@@ -26,12 +22,8 @@ impl Drop for ResumeNode<'_> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_scenarios() {
-    pending_and_running_jobs_are_cancelled().await;
-    a_node_failure_is_infra_or_a_requeue().await;
-}
-
 async fn pending_and_running_jobs_are_cancelled() {
+    let _cluster = cluster::exclusive().await;
     let h = harness();
     // A blocker takes every GPU of the test bed (2 exclusive nodes of 8).
     let mut blocker = small_spec("blocker", "sleep 300");
@@ -89,7 +81,9 @@ async fn pending_and_running_jobs_are_cancelled() {
     assert_eq!(again.history.len(), cancelled.history.len());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_failure_is_infra_or_a_requeue() {
+    let _cluster = cluster::exclusive().await;
     let h = harness();
     let mut plain = small_spec("nodefail", "sleep 300");
     plain.extra_sbatch = vec!["--nodelist=n2".into()];

@@ -1,18 +1,12 @@
 //! Every slurmctl command against the local test bed: output (human and JSON Lines) and exit status,
 //! including bad input (a missing field, an unknown partition, a wall time above the limit, hostile names).
-#![cfg(feature = "testbed")]
-
-#[path = "common/examples.rs"]
-mod examples;
-#[path = "common/testbed.rs"]
-mod testbed;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use examples::{example, run, Run};
 use serde_json::Value;
-use testbed::{testbed_env, Testbed};
+use slurm_run_testsupport::examples::{example, run, Run};
+use slurm_run_testsupport::{cluster, testbed_env, Testbed};
 
 const VOCABULARY: &[&str] = &[
     "SUBMITTING",
@@ -124,6 +118,7 @@ fn assert_job_object(job: &Value) {
 
 #[test]
 fn preflight_passes_in_text_and_json() {
+    let _cluster = cluster::shared_blocking();
     let ctl = Ctl::new();
     let out = ctl.run(&["preflight"]);
     out.expect_code(0);
@@ -157,6 +152,7 @@ fn preflight_passes_in_text_and_json() {
 
 #[test]
 fn a_job_through_submit_status_watch_logs_and_records() {
+    let _cluster = cluster::shared_blocking();
     let ctl = Ctl::new();
     let spec = ctl.spec(
         "hello.yaml",
@@ -263,6 +259,7 @@ fn a_job_through_submit_status_watch_logs_and_records() {
 
 #[test]
 fn watch_exits_4_when_a_job_fails() {
+    let _cluster = cluster::shared_blocking();
     let ctl = Ctl::new();
     let spec = ctl.spec(
         "fail.yaml",
@@ -282,6 +279,7 @@ fn watch_exits_4_when_a_job_fails() {
 
 #[test]
 fn cancel_a_running_job() {
+    let _cluster = cluster::shared_blocking();
     let ctl = Ctl::new();
     let spec = ctl.spec("sleep.yaml", &small_spec("sleeper", "sleep 300"));
     let id = id_of(&ctl.submit(&spec));
@@ -299,6 +297,7 @@ fn cancel_a_running_job() {
 
 #[test]
 fn render_prints_the_script_and_never_a_secret() {
+    let _cluster = cluster::shared_blocking();
     let ctl = Ctl::new();
     let secret = "s3cr3t-value-5d41402abc4b2a76";
     let spec = ctl.spec(
@@ -335,6 +334,7 @@ fn render_prints_the_script_and_never_a_secret() {
 
 #[test]
 fn a_spec_missing_a_field_is_exit_2_naming_it() {
+    let _cluster = cluster::shared_blocking();
     let ctl = Ctl::new();
     let spec = ctl.spec("nocommand.yaml", "name: incomplete\ngpus_per_node: 1\n");
     for command in ["submit", "render", "preflight"] {
@@ -358,6 +358,7 @@ fn a_spec_missing_a_field_is_exit_2_naming_it() {
 
 #[test]
 fn an_unknown_partition_is_exit_2_naming_it() {
+    let _cluster = cluster::shared_blocking();
     let ctl = Ctl::new();
     let out = ctl.run(&["preflight", "--partition", "nopart-xyz"]);
     out.expect_code(2);
@@ -395,6 +396,7 @@ fn an_unknown_partition_is_exit_2_naming_it() {
 
 #[test]
 fn a_wall_time_above_the_partition_limit_is_exit_2_naming_time() {
+    let _cluster = cluster::shared_blocking();
     let ctl = Ctl::new();
     let spec = ctl.spec(
         "long.json",
@@ -414,6 +416,7 @@ fn a_wall_time_above_the_partition_limit_is_exit_2_naming_time() {
 
 #[test]
 fn hostile_job_names_are_exit_2_naming_name() {
+    let _cluster = cluster::shared_blocking();
     let ctl = Ctl::new();
     for (i, name) in ["a;rm -rf ~", "../x", "$(touch /tmp/pwned)"]
         .iter()
@@ -442,6 +445,7 @@ fn hostile_job_names_are_exit_2_naming_name() {
 
 #[test]
 fn configuration_and_connection_failures() {
+    let _cluster = cluster::shared_blocking();
     let ctl = Ctl::new();
     // A missing variable: exit 2, naming it.
     let spec = ctl.spec("ok.yaml", &small_spec("cfg", "true"));

@@ -2,21 +2,16 @@
 //! until `NCCL_P2P_DISABLE=1` climbs the knob ladder, caches the knob per cluster, and
 //! later jobs run with it without probing; a wrong sum is an error that caches nothing;
 //! a submit with `NcclProbe::Always` probes first.
-#![cfg(feature = "testbed")]
-
-#[path = "common/backend.rs"]
-mod backend;
-#[path = "common/testbed.rs"]
-mod testbed;
 
 use std::time::Duration;
 
-use backend::{harness, small_spec, wait_terminal};
 use slurm_core::backend::{Backend, LogOptions, SubmitOptions};
 use slurm_core::nccl::{KnobSet, NcclProbe, ProbeOptions, PROBE_LABEL};
 use slurm_core::record::RecordFilter;
 use slurm_core::slurm::SlurmSubmitOptions;
 use slurm_core::{ErrorKind, JobState};
+use slurm_run_testsupport::backend::{harness, small_spec, wait_terminal};
+use slurm_run_testsupport::cluster;
 
 /// Hangs (past the 3 s probe timeout) unless NCCL_P2P_DISABLE=1; then rank 0 says OK.
 const HANGS_WITHOUT_P2P_DISABLE: &str = r#"if [ "${NCCL_P2P_DISABLE:-0}" = 1 ]; then
@@ -50,6 +45,7 @@ fn probes() -> RecordFilter {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hang_climbs_to_p2p_disable_which_is_cached_and_used_by_later_jobs() {
+    let _cluster = cluster::shared().await;
     let h = harness();
     let spec = two_nodes("train", "echo the probe never runs this");
     let report = h
@@ -141,6 +137,7 @@ async fn a_hang_climbs_to_p2p_disable_which_is_cached_and_used_by_later_jobs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_sum_is_an_error_that_caches_nothing() {
+    let _cluster = cluster::shared().await;
     let h = harness();
     let spec = two_nodes("train", "true");
     let err = h
@@ -176,6 +173,7 @@ async fn a_wrong_sum_is_an_error_that_caches_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submit_with_always_probes_first_then_runs_the_job() {
+    let _cluster = cluster::shared().await;
     let h = harness();
     let spec = two_nodes("always", "echo job-ran p2p=${NCCL_P2P_DISABLE:-unset}");
     let options = SlurmSubmitOptions {

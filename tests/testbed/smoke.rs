@@ -1,6 +1,5 @@
 //! Proof that the test bed is real: over SSH (ssh2, strict host keys) a two-node batch
 //! job runs on two distinct slurmd nodes and accounting reports it COMPLETED.
-#![cfg(feature = "testbed")]
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -8,16 +7,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use slurm_run::core::transport::shell_quote;
+use slurm_run_testsupport::{cluster, testbed_env, Testbed};
 use ssh2::{CheckResult, KnownHostFileKind, Session};
 
-/// Reads a variable the test bed exports, failing loudly when the test bed is not set up.
-fn var(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: run `testbed/up` and `eval \"$(testbed/env)\"` (make test does both)")
-    })
-}
-
-fn connect() -> Session {
+fn connect(tb: &Testbed) -> Session {
+    let var = |name: &str| tb.get(name).to_string();
     let hostport = var("SLURM_HOSTNAME");
     let (host, port) = hostport
         .rsplit_once(':')
@@ -67,12 +61,14 @@ fn exec(session: &Session, command: &str, stdin: &[u8]) -> (i32, String, String)
 
 #[test]
 fn two_node_job_runs_on_two_nodes_and_is_accounted() {
-    let session = connect();
+    let _cluster = cluster::shared_blocking();
+    let tb = testbed_env();
+    let session = connect(&tb);
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos();
-    let dir = format!("{}/smoke-{stamp}", var("SLURM_BASE_RESULTS_DIR"));
+    let dir = format!("{}/smoke-{stamp}", tb.get("SLURM_BASE_RESULTS_DIR"));
     let dir = shell_quote(&dir).unwrap();
     let script =
         "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --time=00:05:00\n\

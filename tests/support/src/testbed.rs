@@ -1,9 +1,9 @@
-//! The local test bed's client settings for root tests and benches, read from the environment or `testbed/env`.
-#![allow(dead_code)]
+//! The local test bed's client settings, read from the environment or `testbed/env`, and
+//! an OpenSSH ControlMaster to it.
 
 use std::collections::HashMap;
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -39,7 +39,7 @@ pub fn testbed_env() -> Testbed {
     } else {
         let script = std::env::var("SLURM_RUN_TESTBED_ENV")
             .map(PathBuf::from)
-            .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("testbed/env"));
+            .unwrap_or_else(|_| crate::workspace_root().join("testbed/env"));
         let out = Command::new("bash")
             .arg("-c")
             .arg(r#"eval "$("$1")" && env -0"#)

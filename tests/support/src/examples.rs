@@ -1,5 +1,4 @@
 //! Build the example programs once per test binary and run them with a deadline, capturing their output.
-#![allow(dead_code)]
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -8,14 +7,15 @@ use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// The path of example `name`, built (once per test binary) with the features of this test.
+/// The path of example `name`, built (once per test binary) with the features of the
+/// tests (`testbed` when the root package's `testbed` feature is on).
 pub fn example(name: &str) -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     let dir = DIR.get_or_init(|| {
         let mut cargo = Command::new(env!("CARGO"));
         cargo
             .args(["build", "--examples", "--quiet"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
+            .current_dir(crate::workspace_root());
         if cfg!(feature = "testbed") {
             cargo.args(["--features", "testbed"]);
         }

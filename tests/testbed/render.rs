@@ -1,7 +1,5 @@
-#![cfg(feature = "testbed")]
 //! Rendered scripts run for real on the local SLURM test bed: log layout, rendezvous, env sidecar.
 //!
-//! Needs `testbed/up` and `eval "$(testbed/env)"`; fails loudly when the test bed is down.
 //! The test bed is reached through the library's own `Ssh2Transport` (strict host keys).
 
 use std::collections::BTreeSet;
@@ -11,6 +9,7 @@ use slurm_core::redact::SecretRegistry;
 use slurm_core::render::{Renderer, ScriptContext, TemplateKind};
 use slurm_core::transport::{Command, Output, Transport};
 use slurm_render::HandlebarsRenderer;
+use slurm_run_testsupport::{cluster, testbed_env};
 use slurm_ssh::{Ssh2Transport, Ssh2TransportBuilder};
 
 /// How long a test job may take from sbatch to a terminal state.
@@ -26,24 +25,11 @@ struct TestBed {
     results_root: String,
 }
 
-fn required(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: the test bed is down or its env is not loaded; run testbed/up and eval \"$(testbed/env)\"")
-    })
-}
-
 impl TestBed {
     fn from_env() -> Self {
-        for name in [
-            "SLURM_HOSTNAME",
-            "SLURM_USER",
-            "SSH_KEY_PATH",
-            "SSH_KNOWN_HOSTS",
-        ] {
-            required(name);
-        }
+        let tb = testbed_env();
         let transport = Ssh2Transport::new(
-            Ssh2TransportBuilder::from_env().expect("the test bed's ssh settings"),
+            Ssh2TransportBuilder::from_lookup(tb.lookup()).expect("the test bed's ssh settings"),
         )
         .expect("an ssh2 transport");
         TestBed {
@@ -52,8 +38,8 @@ impl TestBed {
                 .enable_all()
                 .build()
                 .expect("a runtime"),
-            partition: required("SLURM_PARTITION"),
-            results_root: required("SLURM_BASE_RESULTS_DIR"),
+            partition: tb.get("SLURM_PARTITION").to_string(),
+            results_root: tb.get("SLURM_BASE_RESULTS_DIR").to_string(),
         }
     }
 
@@ -293,6 +279,7 @@ fn probes(main_out: &str) -> Vec<std::collections::BTreeMap<String, String>> {
 
 #[test]
 fn single_node_job_logs_in_the_reference_layout_and_shreds_its_sidecar() {
+    let _cluster = cluster::shared_blocking();
     let bed = TestBed::from_env();
     let secret = fresh_secret();
     let job = submit_job(&bed, TemplateKind::SingleNode, 1, "single", PROBE, &secret);
@@ -327,6 +314,7 @@ fn single_node_job_logs_in_the_reference_layout_and_shreds_its_sidecar() {
 
 #[test]
 fn two_node_job_sees_the_rendezvous_on_each_node() {
+    let _cluster = cluster::shared_blocking();
     let bed = TestBed::from_env();
     let secret = fresh_secret();
     let job = submit_job(&bed, TemplateKind::MultiNode, 2, "multi", PROBE, &secret);
@@ -377,6 +365,7 @@ fn two_node_job_sees_the_rendezvous_on_each_node() {
 
 #[test]
 fn a_cancelled_job_still_shreds_its_sidecar() {
+    let _cluster = cluster::shared_blocking();
     let bed = TestBed::from_env();
     let secret = fresh_secret();
     let command = "echo started; sleep 300";

@@ -1,22 +1,25 @@
-//! The Transport conformance suite: every transport runs the same checks.
+//! The Transport conformance suite: the checks every [`Transport`] must pass, as public
+//! async functions (one per case, each taking any `&T: Transport`) and the
+//! [`transport_conformance!`](crate::transport_conformance) macro, which turns them into
+//! one test per case for a transport of yours:
 //!
-//! `LocalTransport` and `ProcessShellTransport::local_bash()` (the framing protocol
-//! over a local bash) run in a plain `cargo test`; `Ssh2Transport` and
-//! `OpenSshTransport` run against the test bed with `--features testbed`.
+//! ```no_run
+//! // tests/conformance.rs of a crate with slurm-core (feature `testing`) as a dev-dependency.
+//! slurm_core::transport_conformance!(local, slurm_core::LocalTransport::new());
+//! ```
+//!
+//! The expression is evaluated inside each test's runtime (it may `.await`), once per
+//! case; the generated module imports its parent's names. The cases start processes on
+//! the far side (`printf`, `cat`, `stat`, `pgrep`, `bash`...) and use `/tmp` there.
 
-#[path = "common/processes.rs"]
-mod processes;
-#[cfg(feature = "testbed")]
-#[path = "common/testbed.rs"]
-mod testbed;
-
+use std::future::Future;
 use std::time::{Duration, Instant};
 
-use slurm_core::transport::{Command, Transport};
-use slurm_core::ErrorKind;
+use crate::transport::{Command, Transport};
+use crate::ErrorKind;
 
-/// Strings that break naive quoting.
-const HOSTILE: &[&str] = &[
+/// Strings that break naive quoting: the arguments of [`argv_fidelity`].
+pub const HOSTILE: &[&str] = &[
     "plain",
     "",
     " ",
@@ -50,7 +53,7 @@ const HOSTILE: &[&str] = &[
     "\u{7f}\u{1}\u{1b}[31m",
 ];
 
-async fn fresh_dir<T: Transport>(t: &T) -> String {
+async fn fresh_dir<T: Transport + ?Sized>(t: &T) -> String {
     let out = t
         .run(
             &Command::new("mktemp")
@@ -68,13 +71,15 @@ async fn fresh_dir<T: Transport>(t: &T) -> String {
     dir
 }
 
-async fn cleanup<T: Transport>(t: &T, dir: &str) {
+async fn cleanup<T: Transport + ?Sized>(t: &T, dir: &str) {
     let _ = t
         .run(&Command::new("rm").arg("-rf").arg("--").arg(dir))
         .await;
 }
 
-pub async fn argv_fidelity<T: Transport>(t: &T) {
+/// Arguments reach the program byte for byte, whatever they hold ([`HOSTILE`]), as
+/// plain arguments and as a script's positional parameters, and none is executed.
+pub async fn argv_fidelity<T: Transport + ?Sized>(t: &T) {
     let out = t
         .run(
             &Command::new("printf")
@@ -111,7 +116,8 @@ pub async fn argv_fidelity<T: Transport>(t: &T) {
     assert_eq!(probe.status, 1, "a hostile argument was executed");
 }
 
-pub async fn large_stdin<T: Transport>(t: &T) {
+/// 10 MiB of standard input arrive unaltered.
+pub async fn large_stdin<T: Transport + ?Sized>(t: &T) {
     let big: Vec<u8> = (0..10 * 1024 * 1024u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
@@ -129,7 +135,9 @@ pub async fn large_stdin<T: Transport>(t: &T) {
     assert_eq!(out.stdout_text().trim(), (10 * 1024 * 1024).to_string());
 }
 
-pub async fn binary_output<T: Transport>(t: &T) {
+/// Every byte value survives stdout, stderr and stdin, marker-like text included; a
+/// missing final newline is kept and empty output stays empty.
+pub async fn binary_output<T: Transport + ?Sized>(t: &T) {
     let all: Vec<u8> = (0..=255u8).collect();
     let format: String = all.iter().map(|b| format!("\\{b:03o}")).collect();
     let out = t
@@ -161,7 +169,9 @@ pub async fn binary_output<T: Transport>(t: &T) {
     assert!(out.stdout.is_empty() && out.stderr.is_empty());
 }
 
-pub async fn exit_codes_and_stderr<T: Transport>(t: &T) {
+/// Exit statuses (a signal as 128 + its number) and stderr come back apart from stdout;
+/// a failed command checks as [`ErrorKind::Remote`].
+pub async fn exit_codes_and_stderr<T: Transport + ?Sized>(t: &T) {
     let out = t
         .run(&Command::bash_script(
             "echo out; echo err >&2; exit 42",
@@ -189,7 +199,8 @@ pub async fn exit_codes_and_stderr<T: Transport>(t: &T) {
     assert_eq!(err.kind(), ErrorKind::Remote);
 }
 
-pub async fn reading_stdin_gets_eof<T: Transport>(t: &T) {
+/// A command given no stdin reads end-of-file at once; given stdin, exactly that.
+pub async fn reading_stdin_gets_eof<T: Transport + ?Sized>(t: &T) {
     let start = Instant::now();
     let out = t
         .run(
@@ -220,7 +231,8 @@ pub async fn reading_stdin_gets_eof<T: Transport>(t: &T) {
     assert_eq!(out.stdout, b"still framed\n");
 }
 
-pub async fn no_state_leaks<T: Transport>(t: &T) {
+/// No command changes the next one's directory, environment, umask or shell options.
+pub async fn no_state_leaks<T: Transport + ?Sized>(t: &T) {
     let pwd = t.run(&Command::new("pwd")).await.unwrap().stdout;
     // As plain commands (a framed shell runs builtins; LocalTransport cannot, which is fine).
     let _ = t.run(&Command::new("cd").arg("/")).await;
@@ -243,7 +255,10 @@ pub async fn no_state_leaks<T: Transport>(t: &T) {
     assert_eq!(out.status, 1, "set -e or exit leaked into the shell");
 }
 
-pub async fn file_modes<T: Transport>(t: &T) {
+/// `write_file` never exposes a private file to others, not even while writing, honours
+/// modes, leaves no temporary file, takes hostile names; a missing file is
+/// [`ErrorKind::NotFound`].
+pub async fn file_modes<T: Transport + ?Sized>(t: &T) {
     let dir = fresh_dir(t).await;
     let secret = format!("{dir}/secret.txt");
     let big: Vec<u8> = vec![b's'; 4 * 1024 * 1024];
@@ -308,7 +323,8 @@ pub async fn file_modes<T: Transport>(t: &T) {
     cleanup(t, &dir).await;
 }
 
-pub async fn tail_of_large_file<T: Transport>(t: &T) {
+/// `tail_file` gives the last lines of a large file; `read_file` the whole of it.
+pub async fn tail_of_large_file<T: Transport + ?Sized>(t: &T) {
     let dir = fresh_dir(t).await;
     let path = format!("{dir}/big.log");
     let out = t
@@ -328,7 +344,9 @@ pub async fn tail_of_large_file<T: Transport>(t: &T) {
     cleanup(t, &dir).await;
 }
 
-pub async fn timeouts<T: Transport>(t: &T) {
+/// A command past its timeout fails as a transient [`ErrorKind::Timeout`] that may have
+/// run, within seconds; the transport still works and the abandoned process is killed.
+pub async fn timeouts<T: Transport + ?Sized>(t: &T) {
     // A distinctive duration, to find the process afterwards.
     let nonce = format!(
         "{}.{:04}",
@@ -355,7 +373,7 @@ pub async fn timeouts<T: Transport>(t: &T) {
     let out = t.run(&Command::new("echo").arg("after")).await.unwrap();
     assert_eq!(out.stdout, b"after\n");
     // The abandoned command is killed, not left running.
-    processes::wait_until_gone(
+    wait_until_gone(
         t,
         &format!("sleep {nonce}"),
         &format!("`sleep {nonce}` still runs after its timeout"),
@@ -363,7 +381,8 @@ pub async fn timeouts<T: Transport>(t: &T) {
     .await;
 }
 
-pub async fn concurrent_commands<T: Transport>(t: &T) {
+/// 32 commands at once each get their own output.
+pub async fn concurrent_commands<T: Transport + ?Sized>(t: &T) {
     let runs = (0..32).map(|i| {
         let cmd = Command::bash_script(
             r#"sleep 0.2; printf '%s' "$1"; printf 'e%s' "$1" >&2"#,
@@ -378,116 +397,92 @@ pub async fn concurrent_commands<T: Transport>(t: &T) {
     }
 }
 
-/// Generate one test per suite function for a transport made by `$make`.
-macro_rules! conformance {
-    ($module:ident, $make:expr) => {
+/// Every case in turn, for a transport that cannot be made once per case.
+pub async fn run_all<T: Transport + ?Sized>(t: &T) {
+    argv_fidelity(t).await;
+    large_stdin(t).await;
+    binary_output(t).await;
+    exit_codes_and_stderr(t).await;
+    reading_stdin_gets_eof(t).await;
+    no_state_leaks(t).await;
+    file_modes(t).await;
+    tail_of_large_file(t).await;
+    timeouts(t).await;
+    concurrent_commands(t).await;
+}
+
+/// Poll `pgrep -f ^COMMAND_LINE$` through `transport` until nothing matches (a command
+/// the transport abandoned is gone), or panic with `what` after ten seconds.
+pub async fn wait_until_gone<T: Transport + ?Sized>(transport: &T, command_line: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let pattern = format!("^{command_line}$");
+    loop {
+        let out = transport
+            .run(&Command::new("pgrep").arg("-f").arg(pattern.as_str()))
+            .await
+            .unwrap();
+        if out.status == 1 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Run one case to its end on a fresh multi-threaded runtime (two workers): what each
+/// test of [`transport_conformance!`](crate::transport_conformance) does, so the crate
+/// using the macro needs no tokio of its own.
+pub fn run_case<F: Future<Output = ()>>(case: F) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime for the conformance case")
+        .block_on(case);
+}
+
+/// One `#[test]` per case of the [Transport conformance
+/// suite](crate::testing::transport_suite), in a module `$module`, each on a transport
+/// made by `$make` (evaluated in the test's runtime, so it may `.await`; the module
+/// imports its parent's names):
+///
+/// ```no_run
+/// slurm_core::transport_conformance!(local, slurm_core::LocalTransport::new());
+/// ```
+#[macro_export]
+macro_rules! transport_conformance {
+    ($module:ident, $make:expr $(,)?) => {
+        $crate::transport_conformance!(
+            @cases $module, $make,
+            argv_fidelity
+            large_stdin
+            binary_output
+            exit_codes_and_stderr
+            reading_stdin_gets_eof
+            no_state_leaks
+            file_modes
+            tail_of_large_file
+            timeouts
+            concurrent_commands
+        );
+    };
+    (@cases $module:ident, $make:expr, $($case:ident)*) => {
         mod $module {
             #[allow(unused_imports)]
             use super::*;
 
-            macro_rules! case {
-                ($name:ident) => {
-                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                    async fn $name() {
-                        let t = $make;
-                        super::$name(&t).await;
-                    }
-                };
-            }
-
-            case!(argv_fidelity);
-            case!(large_stdin);
-            case!(binary_output);
-            case!(exit_codes_and_stderr);
-            case!(reading_stdin_gets_eof);
-            case!(no_state_leaks);
-            case!(file_modes);
-            case!(tail_of_large_file);
-            case!(timeouts);
-            case!(concurrent_commands);
+            $(
+                #[test]
+                fn $case() {
+                    $crate::testing::transport_suite::run_case(async {
+                        let transport = $make;
+                        $crate::testing::transport_suite::$case(&transport).await;
+                    });
+                }
+            )*
         }
     };
 }
 
-conformance!(local, slurm_core::transport::LocalTransport::new());
-conformance!(
-    local_framed_bash,
-    slurm_ssh::ProcessShellTransport::local_bash().unwrap()
-);
-
-#[cfg(feature = "testbed")]
-mod testbed_transports {
-    use super::testbed::{testbed_env, Master};
-    use super::*;
-    use slurm_ssh::{
-        OpenSshTransport, OpenSshTransportBuilder, Ssh2Transport, Ssh2TransportBuilder,
-    };
-
-    /// An Ssh2Transport on the test bed (no `~/.ssh/config`, key from the test bed).
-    pub fn ssh2() -> Ssh2Transport {
-        let tb = testbed_env();
-        let builder = Ssh2TransportBuilder::from_lookup(tb.lookup())
-            .unwrap()
-            .with_ssh_config(None);
-        Ssh2Transport::new(builder).unwrap()
-    }
-
-    /// An OpenSshTransport through a master the test starts (kept alive with the transport).
-    pub struct WithMaster {
-        transport: OpenSshTransport,
-        _master: Master,
-    }
-
-    impl std::fmt::Debug for WithMaster {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            self.transport.fmt(f)
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl Transport for WithMaster {
-        async fn run(&self, c: &Command) -> slurm_core::Result<slurm_core::transport::Output> {
-            self.transport.run(c).await
-        }
-    }
-
-    pub fn openssh() -> WithMaster {
-        let tb = testbed_env();
-        let master = Master::start(&tb);
-        let mut builder = OpenSshTransportBuilder::new(slurm_ssh::HostSpec::with_port(
-            "127.0.0.1",
-            tb.ssh_port(),
-        ))
-        .with_control_path(&master.socket)
-        .with_user(tb.get("SLURM_USER"))
-        .with_option("UserKnownHostsFile", tb.get("SSH_KNOWN_HOSTS"));
-        builder = builder.with_option("StrictHostKeyChecking", "yes");
-        WithMaster {
-            transport: OpenSshTransport::new(builder).unwrap(),
-            _master: master,
-        }
-    }
-
-    conformance!(ssh2, ssh2());
-    conformance!(openssh, openssh());
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn ssh2_runs_sacct_on_the_login_node() {
-        let t = ssh2();
-        let host = t.connect().await.unwrap();
-        assert_eq!(host, format!("[127.0.0.1]:{}", testbed_env().ssh_port()));
-        let out = t
-            .run(
-                &Command::new("sacct")
-                    .arg("-n")
-                    .arg("-X")
-                    .arg("-o")
-                    .arg("JobID"),
-            )
-            .await
-            .unwrap();
-        assert!(out.success(), "{}", out.stderr_text());
-        let out = t.run(&Command::new("whoami")).await.unwrap();
-        assert_eq!(out.stdout_text().trim(), testbed_env().get("SLURM_USER"));
-    }
-}
+#[cfg(test)]
+crate::transport_conformance!(local_transport, crate::transport::LocalTransport::new());

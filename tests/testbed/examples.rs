@@ -1,15 +1,9 @@
 //! The quickstart and the orchestrator examples against the local test bed: output and exit status.
-#![cfg(feature = "testbed")]
-
-#[path = "common/examples.rs"]
-mod examples;
-#[path = "common/testbed.rs"]
-mod testbed;
 
 use std::time::Duration;
 
-use examples::{example, run, Run};
-use testbed::testbed_env;
+use slurm_run_testsupport::examples::{example, run, Run};
+use slurm_run_testsupport::{cluster, testbed_env};
 
 /// Run example `name` with the test bed's environment (plus `extra`) and a fresh record folder.
 fn run_example(name: &str, args: &[&str], extra: &[(&str, &str)]) -> (Run, tempfile::TempDir) {
@@ -29,6 +23,7 @@ fn run_example(name: &str, args: &[&str], extra: &[(&str, &str)]) -> (Run, tempf
 
 #[test]
 fn quickstart_runs_a_two_node_job_to_complete() {
+    let _cluster = cluster::shared_blocking();
     let (out, state) = run_example("quickstart", &[], &[]);
     out.expect_code(0);
     let stdout = &out.stdout;
@@ -66,6 +61,7 @@ fn quickstart_runs_a_two_node_job_to_complete() {
 
 #[test]
 fn quickstart_exits_3_when_the_cluster_does_not_answer() {
+    let _cluster = cluster::shared_blocking();
     let (out, state) = run_example("quickstart", &[], &[("SLURM_HOSTNAME", "127.0.0.1:1")]);
     out.expect_code(3);
     assert!(out.stdout.contains("FAIL ssh"), "{}", out.stdout);
@@ -74,6 +70,7 @@ fn quickstart_exits_3_when_the_cluster_does_not_answer() {
 
 #[test]
 fn quickstart_exits_2_naming_a_missing_variable() {
+    let _cluster = cluster::shared_blocking();
     let (out, _state) = run_example("quickstart", &[], &[("SLURM_PARTITION", "")]);
     out.expect_code(2);
     assert!(out.stderr.contains("SLURM_PARTITION"), "{}", out.stderr);
@@ -81,6 +78,7 @@ fn quickstart_exits_2_naming_a_missing_variable() {
 
 #[test]
 fn orchestrator_on_slurm_retries_the_flaky_job_and_cancels_the_straggler() {
+    let _cluster = cluster::shared_blocking();
     let (out, _state) = run_example(
         "orchestrator",
         &["--backend", "slurm", "--interval", "0.5"],

@@ -1,0 +1,17 @@
+//! Every test that needs the local test bed (`--features testbed`; `testbed/up` starts
+//! it, and with the feature on the tests fail loudly, naming the fix, when it is down).
+//!
+//! One binary, one module per area. Its tests run on parallel threads against one
+//! cluster, so each holds the gate of `slurm_run_testsupport::cluster` for its whole
+//! body: shared, or exclusive for the scenarios that take the whole cluster
+//! (`cluster_scenarios`).
+
+mod backend;
+mod cluster_scenarios;
+mod examples;
+mod probe;
+mod render;
+mod slurmctl;
+mod smoke;
+mod ssh_faults;
+mod transports;
