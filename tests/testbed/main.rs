@@ -7,10 +7,12 @@
 //! (`cluster_scenarios`).
 
 mod backend;
+mod backend_conformance;
 mod cluster_scenarios;
 mod examples;
 mod probe;
 mod render;
+mod scripts;
 mod slurmctl;
 mod smoke;
 mod ssh_faults;

@@ -19,7 +19,8 @@ pub use quote::shell_quote;
 
 /// Where commands run: this host, or a login node over SSH.
 ///
-/// Implementations must pass the conformance suite in `tests/`. Only [`Transport::run`]
+/// Implementations must pass the Transport conformance suite (`testing::transport_suite`,
+/// feature `testing`: `transport_conformance!`). Only [`Transport::run`]
 /// is required; the file operations have default implementations built on it, which
 /// a transport may replace with something faster.
 #[async_trait]
