@@ -4,7 +4,7 @@
 //! the cluster says, through one [`Backend`] trait that orchestrators hold as
 //! `Arc<dyn Backend>`. [`SlurmBackend`] implements it for SLURM over a pluggable
 //! transport (where commands run: [`Ssh2Transport`], [`OpenSshTransport`], or
-//! [`LocalTransport`](core::transport::LocalTransport) on the login node itself) and a
+//! [`LocalTransport`] on the login node itself) and a
 //! pluggable renderer (how the batch script is written: [`HandlebarsRenderer`]).
 //!
 //! This facade only re-exports the workspace crates: [`core`] (the domain and the

@@ -34,6 +34,7 @@
 //! renderer.lint(&script, &SecretRegistry::new()).unwrap();
 //! ```
 #![deny(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod lint;
 mod renderer;

@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::classify::RetryPolicy;
 use crate::record::JobId;
 
-/// Options of [`Backend::submit`].
+/// Options of [`Backend::submit`](super::Backend::submit).
 #[derive(Clone, Default)]
 pub struct SubmitOptions {
     /// The record this submit retries (the new record links to it).
@@ -55,7 +55,7 @@ impl LogStream {
     }
 }
 
-/// Options of [`Backend::logs`].
+/// Options of [`Backend::logs`](super::Backend::logs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogOptions {
     /// Which file.
@@ -73,7 +73,7 @@ impl Default for LogOptions {
     }
 }
 
-/// Options of [`Backend::watch`].
+/// Options of [`Backend::watch`](super::Backend::watch).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchOptions {
     /// Time between two polls (each poll is one round trip for every watched job).

@@ -19,7 +19,7 @@ pub type KnobSet = BTreeMap<String, String>;
 pub enum NcclProbe {
     /// Probe when the job has a container image (the probe runs the container's
     /// torchrun) and the cluster's cached knobs were not probed at this shape
-    /// ([`ClusterKnobs::covers`]); otherwise submit with the cached knobs, if any.
+    /// ([`ClusterKnobs::covers`](super::ClusterKnobs::covers)); otherwise submit with the cached knobs, if any.
     #[default]
     Auto,
     /// Probe before every such job (and refresh the cache).
@@ -35,7 +35,7 @@ pub struct ProbeOptions {
     /// <all-reduce script>`; it runs in `bash -c`, inside the container when the job
     /// has an image, with `NODE_RANK`, `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`
     /// (nodes) and `NUM_GPU_PER_NODE` set on multi-node jobs. Rank 0 must print
-    /// [`PROBE_OK`] or [`PROBE_BAD`]. It always runs under `timeout`.
+    /// `NCCL_PROBE_OK` or `NCCL_PROBE_BAD`. It always runs under `timeout`.
     pub command: Option<String>,
     /// The time one probe may take before it counts as hung.
     pub timeout: Duration,

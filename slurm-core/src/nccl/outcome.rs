@@ -19,15 +19,15 @@ use crate::{Error, Result};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum ProbeOutcome {
-    /// Rank 0 printed [`PROBE_OK`]: the collective works with this env.
+    /// Rank 0 printed `PROBE_OK`: the collective works with this env.
     Ok,
-    /// Rank 0 printed [`PROBE_BAD`]: the collective finished with a wrong sum. A
+    /// Rank 0 printed `PROBE_BAD`: the collective finished with a wrong sum. A
     /// hard fault (fabric, driver), not a hang: no knob is tried.
     Bad {
         /// The marker line.
         detail: String,
     },
-    /// The probe did not finish in time ([`PROBE_TIMEOUT`], exit code 124, or the
+    /// The probe did not finish in time (`PROBE_TIMEOUT`, exit code 124, or the
     /// job's wall time).
     Hung {
         /// What showed the hang.

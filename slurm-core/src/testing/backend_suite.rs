@@ -1,8 +1,8 @@
 //! The Backend conformance suite: what every [`Backend`] must do, checked the same way
 //! for any backend through a [`BackendFixture`] that knows how to make jobs for it.
 //!
-//! Each case is a public async function taking the fixture; [`backend_conformance!`]
-//! (crate::backend_conformance) expands to one `#[tokio::test]` per case:
+//! Each case is a public async function taking the fixture; `backend_conformance!`
+//! expands to one `#[tokio::test]` per case:
 //!
 //! ```
 //! # mod demo {

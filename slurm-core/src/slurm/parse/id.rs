@@ -12,7 +12,7 @@ use crate::{Error, Result};
 ///
 /// Array tasks (`123_7`), pending array ranges (`123_[1-5]`), het components
 /// (`123+0`) and steps (`123.batch`, `123.0`) are not job ids; parse those with
-/// [`SlurmIdField::parse`].
+/// `SlurmIdField::parse`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "IdRepr", into = "IdRepr")]
 pub struct SlurmJobId(u64);
