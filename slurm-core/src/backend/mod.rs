@@ -14,6 +14,7 @@ mod preflight;
 mod watch;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -83,94 +84,56 @@ pub trait Backend: Send + Sync + fmt::Debug {
 #[allow(dead_code)]
 fn _backend_is_object_safe(_: Box<dyn Backend>) {}
 
-#[async_trait]
-impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
-    async fn preflight(&self, spec: Option<&JobSpec>) -> Result<PreflightReport> {
-        (**self).preflight(spec).await
-    }
-    async fn submit(&self, spec: &JobSpec, options: SubmitOptions) -> Result<JobRecord> {
-        (**self).submit(spec, options).await
-    }
-    async fn resubmit(&self, id: &JobId) -> Result<JobRecord> {
-        (**self).resubmit(id).await
-    }
-    async fn status(&self, id: &JobId) -> Result<JobStatus> {
-        (**self).status(id).await
-    }
-    async fn status_many(&self, ids: &[JobId]) -> Result<Vec<JobStatus>> {
-        (**self).status_many(ids).await
-    }
-    async fn logs(&self, id: &JobId, options: LogOptions) -> Result<String> {
-        (**self).logs(id, options).await
-    }
-    fn follow_logs(
-        &self,
-        id: &JobId,
-        stream: LogStream,
-        interval: Duration,
-    ) -> BoxStream<'static, Result<String>> {
-        (**self).follow_logs(id, stream, interval)
-    }
-    async fn cancel(&self, id: &JobId) -> Result<JobRecord> {
-        (**self).cancel(id).await
-    }
-    fn watch(
-        &self,
-        ids: &[JobId],
-        options: WatchOptions,
-    ) -> BoxStream<'static, Result<WatchEvent>> {
-        (**self).watch(ids, options)
-    }
-    fn record(&self, id: &JobId) -> Result<JobRecord> {
-        (**self).record(id)
-    }
-    fn records(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
-        (**self).records(filter)
-    }
+/// A `Backend` behind a smart pointer is a `Backend` (as object_store's `as_ref_impl!`).
+macro_rules! forward_backend {
+    ($pointer:ident) => {
+        #[async_trait]
+        impl<B: Backend + ?Sized> Backend for $pointer<B> {
+            async fn preflight(&self, spec: Option<&JobSpec>) -> Result<PreflightReport> {
+                (**self).preflight(spec).await
+            }
+            async fn submit(&self, spec: &JobSpec, options: SubmitOptions) -> Result<JobRecord> {
+                (**self).submit(spec, options).await
+            }
+            async fn resubmit(&self, id: &JobId) -> Result<JobRecord> {
+                (**self).resubmit(id).await
+            }
+            async fn status(&self, id: &JobId) -> Result<JobStatus> {
+                (**self).status(id).await
+            }
+            async fn status_many(&self, ids: &[JobId]) -> Result<Vec<JobStatus>> {
+                (**self).status_many(ids).await
+            }
+            async fn logs(&self, id: &JobId, options: LogOptions) -> Result<String> {
+                (**self).logs(id, options).await
+            }
+            fn follow_logs(
+                &self,
+                id: &JobId,
+                stream: LogStream,
+                interval: Duration,
+            ) -> BoxStream<'static, Result<String>> {
+                (**self).follow_logs(id, stream, interval)
+            }
+            async fn cancel(&self, id: &JobId) -> Result<JobRecord> {
+                (**self).cancel(id).await
+            }
+            fn watch(
+                &self,
+                ids: &[JobId],
+                options: WatchOptions,
+            ) -> BoxStream<'static, Result<WatchEvent>> {
+                (**self).watch(ids, options)
+            }
+            fn record(&self, id: &JobId) -> Result<JobRecord> {
+                (**self).record(id)
+            }
+            fn records(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
+                (**self).records(filter)
+            }
+        }
+    };
 }
 
-#[async_trait]
-impl<B: Backend + ?Sized> Backend for Box<B> {
-    async fn preflight(&self, spec: Option<&JobSpec>) -> Result<PreflightReport> {
-        (**self).preflight(spec).await
-    }
-    async fn submit(&self, spec: &JobSpec, options: SubmitOptions) -> Result<JobRecord> {
-        (**self).submit(spec, options).await
-    }
-    async fn resubmit(&self, id: &JobId) -> Result<JobRecord> {
-        (**self).resubmit(id).await
-    }
-    async fn status(&self, id: &JobId) -> Result<JobStatus> {
-        (**self).status(id).await
-    }
-    async fn status_many(&self, ids: &[JobId]) -> Result<Vec<JobStatus>> {
-        (**self).status_many(ids).await
-    }
-    async fn logs(&self, id: &JobId, options: LogOptions) -> Result<String> {
-        (**self).logs(id, options).await
-    }
-    fn follow_logs(
-        &self,
-        id: &JobId,
-        stream: LogStream,
-        interval: Duration,
-    ) -> BoxStream<'static, Result<String>> {
-        (**self).follow_logs(id, stream, interval)
-    }
-    async fn cancel(&self, id: &JobId) -> Result<JobRecord> {
-        (**self).cancel(id).await
-    }
-    fn watch(
-        &self,
-        ids: &[JobId],
-        options: WatchOptions,
-    ) -> BoxStream<'static, Result<WatchEvent>> {
-        (**self).watch(ids, options)
-    }
-    fn record(&self, id: &JobId) -> Result<JobRecord> {
-        (**self).record(id)
-    }
-    fn records(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
-        (**self).records(filter)
-    }
-}
+forward_backend!(Arc);
+forward_backend!(Box);

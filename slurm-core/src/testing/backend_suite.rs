@@ -127,7 +127,7 @@ fn states(record: &JobRecord) -> Vec<JobState> {
 }
 
 /// A job runs to COMPLETE: the submit answers with the scheduler's id and a state
-/// past SUBMITTING; the history starts SUBMITTING and ends COMPLETE; the stored
+/// past SUBMITTING (PENDING, RUNNING, or already ended); the history starts SUBMITTING and ends COMPLETE; the stored
 /// record is what status says.
 pub async fn submit_runs_a_job_to_complete<F: BackendFixture + ?Sized>(fixture: &F) {
     let _guard = fixture.enter(false).await;
@@ -141,8 +141,9 @@ pub async fn submit_runs_a_job_to_complete<F: BackendFixture + ?Sized>(fixture: 
         !native.is_empty(),
         "a submitted record names its job: {record:?}"
     );
+    // Past SUBMITTING: accepted by the scheduler (a fast job may even have ended).
     assert!(
-        matches!(record.state, JobState::Pending | JobState::Running),
+        !matches!(record.state, JobState::Submitting | JobState::Unknown),
         "{record:?}"
     );
     assert_eq!(record.attempt, 1);

@@ -8,6 +8,7 @@ pub mod round_trip;
 pub(crate) mod script;
 
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -75,34 +76,26 @@ pub trait Transport: Send + Sync + fmt::Debug {
 pub(crate) const WRITE_FILE: script::Script =
     script::Script::new("write-file", include_str!("write_file.sh"));
 
-#[async_trait]
-impl<T: Transport + ?Sized> Transport for std::sync::Arc<T> {
-    async fn run(&self, command: &Command) -> Result<Output> {
-        (**self).run(command).await
-    }
-    async fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<()> {
-        (**self).write_file(path, contents, mode).await
-    }
-    async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
-        (**self).read_file(path).await
-    }
-    async fn tail_file(&self, path: &str, lines: usize) -> Result<Vec<u8>> {
-        (**self).tail_file(path, lines).await
-    }
+/// A `Transport` behind a smart pointer is a `Transport`.
+macro_rules! forward_transport {
+    ($pointer:ident) => {
+        #[async_trait]
+        impl<T: Transport + ?Sized> Transport for $pointer<T> {
+            async fn run(&self, command: &Command) -> Result<Output> {
+                (**self).run(command).await
+            }
+            async fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<()> {
+                (**self).write_file(path, contents, mode).await
+            }
+            async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+                (**self).read_file(path).await
+            }
+            async fn tail_file(&self, path: &str, lines: usize) -> Result<Vec<u8>> {
+                (**self).tail_file(path, lines).await
+            }
+        }
+    };
 }
 
-#[async_trait]
-impl<T: Transport + ?Sized> Transport for Box<T> {
-    async fn run(&self, command: &Command) -> Result<Output> {
-        (**self).run(command).await
-    }
-    async fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<()> {
-        (**self).write_file(path, contents, mode).await
-    }
-    async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
-        (**self).read_file(path).await
-    }
-    async fn tail_file(&self, path: &str, lines: usize) -> Result<Vec<u8>> {
-        (**self).tail_file(path, lines).await
-    }
-}
+forward_transport!(Arc);
+forward_transport!(Box);
