@@ -268,3 +268,21 @@ fn list_filters_by_state_and_label() {
             .is_empty());
     }
 }
+
+#[test]
+fn records_written_with_a_numeric_slurm_job_id_still_read() {
+    let record = record(JobId::parse("hello-abcdef").unwrap());
+    let mut json = serde_json::to_value(&record).unwrap();
+    json["backend_ref"] = serde_json::json!({"slurm_job_id": 4242, "cluster": "c1"});
+    let read: JobRecord = serde_json::from_value(json).unwrap();
+    let backend_ref = read.backend_ref.unwrap();
+    assert_eq!(backend_ref.native_id, "4242");
+    assert_eq!(backend_ref.cluster.as_deref(), Some("c1"));
+    // Written back, the id is text under its neutral name.
+    let again = serde_json::to_value(JobRecord {
+        backend_ref: Some(backend_ref),
+        ..record
+    })
+    .unwrap();
+    assert_eq!(again["backend_ref"]["native_id"], "4242");
+}

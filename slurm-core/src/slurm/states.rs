@@ -414,6 +414,46 @@ mod tests {
     }
 
     #[test]
+    fn the_live_states_the_poll_script_gets_are_the_tables_pending_and_running_rows() {
+        let live = live_state_names();
+        let words: Vec<&str> = live.split(' ').collect();
+        for known in SlurmBaseState::all_known() {
+            let state = SlurmState::from_base(known.clone());
+            let alive = matches!(map_state(&state).0, J::Pending | J::Running);
+            assert_eq!(words.contains(&known.name()), alive, "{}", known.name());
+        }
+        // What the poll script's awk list held before it came from the table.
+        for name in [
+            "PENDING",
+            "RUNNING",
+            "COMPLETING",
+            "REQUEUE_HOLD",
+            "STAGE_OUT",
+        ] {
+            assert!(words.contains(&name), "{name}");
+        }
+    }
+
+    #[test]
+    fn endings_name_how_a_job_ended_for_the_classifier() {
+        use crate::classify::Ending;
+        let ending = |name: &str| SlurmState::parse(name).unwrap().base.ending(Some(3));
+        assert_eq!(ending("NODE_FAIL"), Ending::NodeFailure);
+        assert_eq!(ending("BOOT_FAIL"), Ending::BootFailure);
+        assert_eq!(ending("PREEMPTED"), Ending::Preempted);
+        assert_eq!(ending("TIMEOUT"), Ending::TimeLimit);
+        assert_eq!(ending("OUT_OF_MEMORY"), Ending::OutOfMemory);
+        assert_eq!(ending("DEADLINE"), Ending::Deadline);
+        for name in ["FAILED", "COMPLETED", "CANCELLED"] {
+            assert_eq!(
+                ending(name),
+                Ending::Failed { exit_code: Some(3) },
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
     fn annotated_truncated_and_short_forms() {
         let by = SlurmState::parse("CANCELLED by 12345").unwrap();
         assert_eq!(by.base, SlurmBaseState::Cancelled);
