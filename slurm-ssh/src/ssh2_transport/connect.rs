@@ -5,11 +5,11 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::Instant;
 
 use slurm_core::Error;
-use ssh2::{Channel, Session};
+use ssh2::{Channel, MethodType, Session};
 
 use super::shells::ShellPool;
 use crate::config::{resolve, Ssh2TransportBuilder, Target};
-use crate::known_hosts;
+use crate::known_hosts::{self, KnownHosts};
 
 /// An open, authenticated session and its shells, owned by one worker thread.
 pub(crate) struct Conn {
@@ -161,14 +161,32 @@ fn connect_one(settings: &Ssh2TransportBuilder, target: &Target) -> Result<Conn,
         Session::new().map_err(|e| fail(FailureKind::Connect, format!("libssh2: {e}")))?;
     session.set_tcp_stream(tcp);
     session.set_timeout(settings.connect_timeout.as_millis().min(u32::MAX as u128) as u32);
+    let known_hosts_path = settings.known_hosts_path();
+    let known = KnownHosts::load(&known_hosts_path).map_err(|e| {
+        fail(
+            FailureKind::HostKey,
+            format!(
+                "cannot read known_hosts file {}: {e}",
+                known_hosts_path.display()
+            ),
+        )
+    })?;
+    // Ask for the key types known_hosts lists for the host first, as OpenSSH does.
+    if let Ok(supported) = session.supported_algs(MethodType::HostKey) {
+        if let Some(preferred) =
+            known_hosts::preferred_algorithms(&known, &target.hostname, target.port, &supported)
+        {
+            let _ = session.method_pref(MethodType::HostKey, &preferred);
+        }
+    }
     session
         .handshake()
         .map_err(|e| fail(FailureKind::Connect, format!("SSH handshake failed: {e}")))?;
     known_hosts::check(
         &session,
+        &known,
         &target.hostname,
         target.port,
-        &settings.known_hosts_path(),
         settings.trust_on_first_use,
     )
     .map_err(|r| ConnectFailure::new(FailureKind::HostKey, &r.host, r.message))?;
