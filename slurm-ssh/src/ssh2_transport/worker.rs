@@ -116,6 +116,9 @@ impl Worker {
                 for waiter in self.waiters.drain(..) {
                     let _ = waiter.send(Ok(conn.host().to_string()));
                 }
+                if readable(conn.fd) {
+                    conn.shells.heard();
+                }
                 let mut done = Vec::new();
                 let max_channels = self.settings.max_channels;
                 match conn
@@ -256,6 +259,19 @@ impl Worker {
     }
 }
 
+/// Whether the server sent something not read yet: looked at before each step, so
+/// libssh2 has not consumed it (keepalive answers included).
+fn readable(fd: std::os::fd::RawFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n > 0 && pfd.revents & libc::POLLIN != 0
+}
+
 #[cfg(test)]
 mod tests {
     use std::net::TcpListener;
@@ -266,7 +282,7 @@ mod tests {
     use ssh2::Session;
 
     use super::super::connect::FailureKind;
-    use super::super::shells::ShellPool;
+    use super::super::shells::{Keepalive, ShellPool};
     use super::*;
     use crate::hosts::HostSpec;
 
@@ -361,7 +377,11 @@ mod tests {
         let reason = || ConnFailure::Read(std::io::Error::other("reset"));
         for (age, backs_off) in [(Duration::ZERO, true), (MIN_HEALTHY_LIFE, false)] {
             let (mut w, _tx) = worker();
-            let mut shells = ShellPool::new("login1".into(), 8, Duration::from_secs(30));
+            let keepalive = Keepalive {
+                interval: Duration::from_secs(30),
+                max_missed: 3,
+            };
+            let mut shells = ShellPool::new("login1".into(), 8, keepalive);
             shells.kills = vec![42];
             let conn = Conn {
                 session: Session::new().unwrap(),
