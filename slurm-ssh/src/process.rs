@@ -20,7 +20,7 @@ use slurm_core::transport::{Command, Output, Transport};
 use slurm_core::{Error, Result};
 use tokio::sync::oneshot;
 
-use crate::framing::{ShellEvent, ShellProtocol, SHELL_START_TIMEOUT};
+use crate::framing::{Orphan, ShellEvent, ShellProtocol, SHELL_START_TIMEOUT};
 
 /// How many bytes of a shell process's standard error are kept for error messages.
 const STDERR_TAIL: usize = 4096;
@@ -183,7 +183,7 @@ impl Transport for ProcessShellTransport {
 
 fn worker(config: Arc<ProcessShellConfig>, queue: Arc<Mutex<Receiver<Job>>>) {
     let mut shell: Option<ProcessShell> = None;
-    let mut kills: Vec<u32> = Vec::new();
+    let mut kills: Vec<Orphan> = Vec::new();
     loop {
         let job = {
             let Ok(rx) = queue.lock() else { return };
@@ -222,8 +222,8 @@ fn worker(config: Arc<ProcessShellConfig>, queue: Arc<Mutex<Receiver<Job>>>) {
         let result = current.run(&job.command, job.deadline);
         if let Err(e) = &result {
             if matches!(e, Error::Timeout { .. }) {
-                if let Some(pgid) = current.proto.running_pgid() {
-                    kills.push(pgid);
+                if let Some(orphan) = current.proto.running() {
+                    kills.push(orphan);
                 }
             }
         }
@@ -282,7 +282,7 @@ struct ProcessShell {
 }
 
 impl ProcessShell {
-    fn start(config: &ProcessShellConfig, kills: &[u32], deadline: Instant) -> Result<Self> {
+    fn start(config: &ProcessShellConfig, kills: &[Orphan], deadline: Instant) -> Result<Self> {
         if let Some(check) = &config.preflight {
             check()?;
         }

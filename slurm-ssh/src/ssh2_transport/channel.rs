@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use ssh2::{Channel, ErrorCode, ExtendedData, Session};
 
 use super::{Done, Job};
-use crate::framing::{ShellEvent, ShellProtocol, SHELL_START_TIMEOUT};
+use crate::framing::{Orphan, ShellEvent, ShellProtocol, SHELL_START_TIMEOUT};
 
 /// The session calls the shells make: libssh2's, or a fake in tests.
 pub(crate) trait SshSession {
@@ -165,7 +165,7 @@ pub(crate) struct Shell<C> {
 
 impl<C: SshChannel> Shell<C> {
     /// A shell to open; its set-up kills the process groups `kills`.
-    pub(crate) fn new(kills: &[u32], now: Instant) -> Self {
+    pub(crate) fn new(kills: &[Orphan], now: Instant) -> Self {
         Shell {
             stage: Stage::Opening,
             proto: ShellProtocol::new(kills),

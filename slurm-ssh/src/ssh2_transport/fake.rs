@@ -133,7 +133,7 @@ impl FakeChannel {
 
     /// Report the last request started in process group `pgid`.
     pub(crate) fn answer_started(&self, pgid: u32) {
-        self.push(&format!("{} P {pgid}\n", self.marker()));
+        self.push(&format!("{} P {pgid} 777 boot-1\n", self.marker()));
     }
 
     /// Report the last request ended with `stdout` and `status`.

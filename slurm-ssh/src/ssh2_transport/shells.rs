@@ -8,7 +8,7 @@ use slurm_core::Error;
 use super::backoff::Backoff;
 use super::channel::{would_block, ConnFailure, Shell, ShellFailure, SshChannel, SshSession};
 use super::{stopped, Done, Job};
-use crate::framing::SHELL_START_TIMEOUT;
+use crate::framing::{Orphan, SHELL_START_TIMEOUT};
 
 /// Shells failing to start in a row before waiting commands are failed.
 const MAX_SHELL_START_FAILURES: u32 = 3;
@@ -20,7 +20,7 @@ pub(crate) struct ShellPool<C> {
     shells: Vec<Shell<C>>,
     closing: Vec<Closing<C>>,
     /// Process groups of timed-out commands, killed by the next shell started.
-    pub(crate) kills: Vec<u32>,
+    pub(crate) kills: Vec<Orphan>,
     next_keepalive: Instant,
     keepalive: Keepalive,
     /// Lowered when the server refuses a channel (its MaxSessions is lower than ours).
@@ -87,12 +87,12 @@ impl<C: SshChannel> ShellPool<C> {
 
     /// The answers of the commands in flight on a connection that died (each says
     /// whether it may have run), and the process groups of commands still running remotely.
-    pub(crate) fn abandon(self, reason: &ConnFailure) -> (Done, Vec<u32>) {
+    pub(crate) fn abandon(self, reason: &ConnFailure) -> (Done, Vec<Orphan>) {
         let mut kills = self.kills;
         let mut done = Vec::new();
         for mut shell in self.shells {
-            if let Some(pgid) = shell.proto.running_pgid() {
-                kills.push(pgid);
+            if let Some(orphan) = shell.proto.running() {
+                kills.push(orphan);
             }
             let may_have_run = shell.proto.request_delivered();
             if let Some(job) = shell.job.take() {
@@ -228,8 +228,8 @@ impl<C: SshChannel> ShellPool<C> {
             if let Some(job) = &shell.job {
                 if Instant::now() >= job.deadline {
                     let job = shell.job.take().expect("job present");
-                    if let Some(pgid) = shell.proto.running_pgid() {
-                        self.kills.push(pgid);
+                    if let Some(orphan) = shell.proto.running() {
+                        self.kills.push(orphan);
                     }
                     let result = Err(Error::Timeout {
                         what: format!("`{}` on {}", job.command.label(), self.host),
@@ -449,7 +449,8 @@ mod tests {
         step(&mut pool, &session, &mut queue);
         ch.answer_started(4242);
         step(&mut pool, &session, &mut queue);
-        assert_eq!(pool.shells[0].proto.running_pgid(), Some(4242));
+        let orphan = pool.shells[0].proto.running().expect("started");
+        assert_eq!((orphan.pgid, orphan.start.as_str()), (4242, "777"));
         pool.shells[0].job.as_mut().unwrap().deadline = Instant::now();
         let err = only_error(step(&mut pool, &session, &mut queue));
         assert_eq!(err.kind(), ErrorKind::Timeout);
@@ -460,7 +461,7 @@ mod tests {
         assert!(pool.shell_failure.is_none());
         assert_eq!(
             (pool.start_failures, pool.kills.as_slice()),
-            (0, &[4242][..])
+            (0, &[orphan.clone()][..])
         );
         // With nothing queued, a shell still opens to kill the process group.
         step(&mut pool, &session, &mut queue);
@@ -468,7 +469,8 @@ mod tests {
         next.answer_sync();
         step(&mut pool, &session, &mut queue);
         step(&mut pool, &session, &mut queue);
-        assert!(next.written_text().contains("kill -s KILL -- -4242"));
+        let kill = format!("__sr_kill 4242 777 boot-1 {}\n", orphan.marker);
+        assert!(next.written_text().contains(&kill));
         assert!(pool.kills.is_empty());
     }
 
@@ -502,7 +504,10 @@ mod tests {
         next.answer_sync();
         step_capped(&mut pool, &session, &mut queue, 1);
         step_capped(&mut pool, &session, &mut queue, 1);
-        assert!(next.written_text().contains("-4242"), "the kill was sent");
+        assert!(
+            next.written_text().contains("__sr_kill 4242 777 boot-1"),
+            "the kill was sent"
+        );
         next.answer_ready();
         step_capped(&mut pool, &session, &mut queue, 1);
         step_capped(&mut pool, &session, &mut queue, 1);
@@ -535,7 +540,8 @@ mod tests {
                 ),
                 "{err}"
             );
-            assert_eq!(kills, if delivered { vec![77] } else { vec![] });
+            let pgids: Vec<u32> = kills.iter().map(|o| o.pgid).collect();
+            assert_eq!(pgids, if delivered { vec![77] } else { vec![] });
         }
     }
 

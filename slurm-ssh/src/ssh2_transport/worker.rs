@@ -20,6 +20,7 @@ use super::channel::ConnFailure;
 use super::connect::{connect, Conn, ConnectFailure};
 use super::{Done, Job, Msg, WorkerHandle};
 use crate::config::Ssh2TransportBuilder;
+use crate::framing::Orphan;
 
 /// A connection that dies sooner than this after it opened counts as a failed connect.
 const MIN_HEALTHY_LIFE: Duration = Duration::from_secs(5);
@@ -60,7 +61,7 @@ struct Worker {
     backoff: Backoff,
     last_failure: Option<ConnectFailure>,
     /// Process groups of commands a lost connection left running, and their host.
-    orphans: Option<(String, Vec<u32>)>,
+    orphans: Option<(String, Vec<Orphan>)>,
 }
 
 impl Worker {
@@ -382,7 +383,13 @@ mod tests {
                 max_missed: 3,
             };
             let mut shells = ShellPool::new("login1".into(), 8, keepalive);
-            shells.kills = vec![42];
+            let orphan = Orphan {
+                pgid: 42,
+                start: "7".into(),
+                boot: "b".into(),
+                marker: "SRM1".into(),
+            };
+            shells.kills = vec![orphan.clone()];
             let conn = Conn {
                 session: Session::new().unwrap(),
                 fd: -1,
@@ -392,7 +399,7 @@ mod tests {
             let mut done = Vec::new();
             w.lost(conn, reason(), &mut done);
             assert!(done.is_empty(), "no command was in flight");
-            assert_eq!(w.orphans, Some(("login1".to_string(), vec![42])));
+            assert_eq!(w.orphans, Some(("login1".to_string(), vec![orphan])));
             assert_eq!(!w.backoff.allows(Instant::now()), backs_off, "age {age:?}");
         }
     }
