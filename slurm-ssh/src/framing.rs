@@ -779,7 +779,7 @@ mod tests {
         );
         assert!(pid_alive(ours.pgid), "killed from another host");
         // The real thing: our command's group, from a new shell on this host.
-        let _ = Bash::start_killing(&[ours.clone()]).run(&Command::new("true"));
+        let _ = Bash::start_killing(std::slice::from_ref(&ours)).run(&Command::new("true"));
         assert!(!pid_alive(ours.pgid), "the timed-out command still runs");
         other.kill().unwrap();
         kill_pid(foreign);
