@@ -71,6 +71,7 @@ async fn a_silent_connection_is_dropped_and_replaced_within_the_keepalive_bound(
 
     let err = in_flight.await.unwrap().unwrap_err();
     let detected = silenced.elapsed();
+    eprintln!("the silent connection was dropped {detected:?} after the silence began");
     assert_eq!(err.kind(), ErrorKind::Transport, "{err}");
     assert!(err.may_have_run(), "the command was running: {err}");
     assert!(err.is_transient(), "{err}");
