@@ -50,7 +50,7 @@ use serde_json::{json, Value};
 use slurm_run::core::backend::{NativeStatus, PreflightCheck};
 use slurm_run::core::slurm::default_state_dir;
 use slurm_run::prelude::*;
-use slurm_run::ssh::{HostSpec, OpenSshTransport, OpenSshTransportBuilder};
+use slurm_run::ssh::{OpenSshTransport, OpenSshTransportBuilder};
 use slurm_run::{CheckKind, Error};
 
 /// The concrete backend slurmctl drives: any transport, the built-in templates, records in a folder.
@@ -533,20 +533,8 @@ impl Global {
         let transport: Arc<dyn Transport> = match self.ssh {
             SshKind::Ssh2 => Arc::new(Ssh2TransportBuilder::from_lookup(lookup)?.build()?),
             SshKind::Openssh => {
-                let hosts = self.lookup("SLURM_HOSTNAME").ok_or_else(|| {
-                    Error::config(
-                        "SLURM_HOSTNAME",
-                        "not set; set it (or --host) to the login host as ~/.ssh/config names it",
-                    )
-                })?;
-                let host: HostSpec = HostSpec::parse_list(&hosts)?.remove(0);
-                let mut builder = OpenSshTransportBuilder::new(host);
-                if let Some(user) = self.lookup("SLURM_USER") {
-                    builder = builder.with_user(user);
-                }
-                if let Some(path) = self.lookup("SLURM_SSH_CONTROL_PATH") {
-                    builder = builder.with_control_path(path);
-                }
+                // Every host of SLURM_HOSTNAME, tried in order (each with its own master).
+                let builder = OpenSshTransportBuilder::from_lookup(lookup)?;
                 Arc::new(OpenSshTransport::new(builder)?)
             }
         };

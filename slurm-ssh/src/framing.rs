@@ -13,8 +13,13 @@
 //!    its input in blocks cannot swallow later lines.
 //! 2. *Init.* A short script makes a private temporary folder (umask 077), turns on
 //!    job control (so each command gets its own process group, which a timeout can
-//!    kill), defines the function `__sr_run`, kills the process groups of commands
-//!    that timed out in an earlier shell, and prints `SRREADY_TOKEN2`.
+//!    kill), defines the functions `__sr_run` and `__sr_kill`, kills the process groups
+//!    of commands that timed out (or were cut off) in an earlier shell, and prints
+//!    `SRREADY_TOKEN2`. A process group is killed only when it is provably the one that
+//!    ran the command ([`Orphan`]): same host (its boot id), and a leader with the
+//!    recorded start time, or, once the leader has ended, only the processes of the
+//!    group that carry the command's marker in their environment (`__SR_JOB`). So a
+//!    reused pid, or a shell that landed on another host behind the same name, is never hit.
 //! 3. *A command.* One line `__sr_run MARKER N 'QUOTED COMMAND LINE'`, then exactly
 //!    `N` raw stdin bytes (read by `head -c N` into a file), then the line `MARKER`.
 //!    Output goes to files named per command (a background process a command left
@@ -24,7 +29,8 @@
 //!    request cut short by a lost connection never runs (not even with truncated
 //!    input). The command runs as `( eval LINE ) <stdin-file-or-/dev/null >out 2>err &`,
 //!    in a subshell (no `cd`/`export` leaks), never reading the framing stream.
-//! 4. *The answer.* `MARKER P PGID\n` when the command started; when it ended, the
+//! 4. *The answer.* `MARKER P PGID START BOOT\n` when the command started (its process
+//!    group, the leader's start time in clock ticks since boot, the host's boot id); when it ended, the
 //!    stdout file, `MARKER O`, the stderr file, `MARKER E STATUS\n`. The marker is
 //!    128 random bits per command, so no output can contain it by accident; the
 //!    streams are copied byte for byte (any bytes, no trailing newline needed).
@@ -47,18 +53,37 @@ __sr_d=$(mktemp -d "${TMPDIR:-/tmp}/slurm-run-shell.XXXXXXXX") || exit 97
 trap 'rm -rf -- "$__sr_d"' EXIT
 exec 2>/dev/null
 cd || exit 96
+__sr_boot=-
+read -r __sr_boot < /proc/sys/kernel/random/boot_id
 __sr_n=0
+__sr_kill() {
+  local g=$1 t=$2 b=$3 m=$4 f p e
+  if [ "$b" = - ] || [ "$b" != "$__sr_boot" ]; then return; fi
+  if read -r f < "/proc/$g/stat"; then
+    read -r -a f <<< "${f##*) }"
+    if [ "${f[2]}" = "$g" ] && [ "${f[19]}" = "$t" ]; then kill -s KILL -- "-$g"; fi
+    return
+  fi
+  for p in /proc/[0-9]*; do
+    read -r f < "$p/stat" || continue
+    read -r -a f <<< "${f##*) }"
+    [ "${f[2]}" = "$g" ] || continue
+    e=$(tr '\0' '\n' < "$p/environ") || continue
+    case $'\n'"$e"$'\n' in *$'\n'"__SR_JOB=$m"$'\n'*) kill -s KILL "${p#/proc/}";; esac
+  done
+}
 __sr_run() {
-  local m=$1 n=$2 ok src=/dev/null s p o e
+  local m=$1 n=$2 ok src=/dev/null s p o e t=- f
   __sr_n=$((__sr_n + 1))
   if [ $((__sr_n % 64)) -eq 0 ]; then rm -f -- "$__sr_d"/[oei].*; fi
   o=$__sr_d/o.$__sr_n e=$__sr_d/e.$__sr_n
   if [ "$n" -gt 0 ]; then src=$__sr_d/i.$__sr_n; head -c "$n" > "$src"; fi
   IFS= read -r ok
   if [ "$ok" != "$m" ]; then printf '%s X\n' "$m"; return; fi
-  ( umask "$__sr_um"; eval "$3" ) < "$src" > "$o" 2> "$e" &
+  ( umask "$__sr_um"; export __SR_JOB="$m"; eval "$3" ) < "$src" > "$o" 2> "$e" &
   p=$!
-  printf '%s P %d\n' "$m" "$p"
+  if read -r f < "/proc/$p/stat"; then read -r -a f <<< "${f##*) }"; t=${f[19]}; fi
+  printf '%s P %d %s %s\n' "$m" "$p" "$t" "$__sr_boot"
   wait "$p"; s=$?
   if [ "$n" -gt 0 ]; then : > "$src"; fi
   if [ -s "$o" ] || [ -s "$e" ]; then
@@ -78,6 +103,20 @@ const MAX_STATUS_LINE: usize = 64;
 /// A random token of 32 hex digits.
 fn token() -> String {
     format!("{:032x}", rand::random::<u128>())
+}
+
+/// A command's process group as the shell that ran it reported it: enough to kill it
+/// later from another shell without hitting anything else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Orphan {
+    /// The process group (the pid of its leader).
+    pub(crate) pgid: u32,
+    /// The leader's start time (clock ticks since boot), `-` when unknown.
+    pub(crate) start: String,
+    /// The boot id of the host that ran it, `-` when unknown (then it is never killed).
+    pub(crate) boot: String,
+    /// The command's marker, also in its environment as `__SR_JOB`.
+    pub(crate) marker: String,
 }
 
 /// Something the shell told us.
@@ -130,7 +169,7 @@ enum State {
     Busy {
         marker: String,
         phase: Phase,
-        pgid: Option<u32>,
+        pgid: Option<Orphan>,
         stdout: Vec<u8>,
         stderr: Vec<u8>,
     },
@@ -155,17 +194,28 @@ pub(crate) struct ShellProtocol {
 }
 
 impl ShellProtocol {
-    /// A new shell's protocol. `kill_pgids` are process groups of commands that timed
-    /// out in an earlier shell on the same host; the init script kills them.
-    pub(crate) fn new(kill_pgids: &[u32]) -> Self {
+    /// A new shell's protocol. `kills` are the process groups of commands that timed
+    /// out or were cut off in an earlier shell; the init script kills those that are
+    /// provably theirs on this host.
+    pub(crate) fn new(kills: &[Orphan]) -> Self {
         let sync = token();
         let ready = token();
         let bootstrap = format!(
             "exec bash --noprofile --norc -c 'printf \"%s_%s\\n\" SRSYNC \"$1\"; exec bash --noprofile --norc' slurm-run {sync}\n"
         );
         let mut init = INIT_SCRIPT.to_string();
-        for pgid in kill_pgids {
-            init.push_str(&format!("kill -s KILL -- -{pgid} 2>/dev/null\n"));
+        for o in kills {
+            // Each word was read from the shell's own report: digits, hex, dashes.
+            let safe = |w: &str| w.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+            if [o.start.as_str(), &o.boot, &o.marker]
+                .iter()
+                .all(|w| safe(w))
+            {
+                init.push_str(&format!(
+                    "__sr_kill {} {} {} {}\n",
+                    o.pgid, o.start, o.boot, o.marker
+                ));
+            }
         }
         init.push_str(&format!("printf '%s_%s\\n' SRREADY {ready}\n"));
         ShellProtocol {
@@ -218,9 +268,9 @@ impl ShellProtocol {
     }
 
     /// The process group of the running command, once the shell reported it.
-    pub(crate) fn running_pgid(&self) -> Option<u32> {
+    pub(crate) fn running(&self) -> Option<Orphan> {
         match &self.state {
-            State::Busy { pgid, .. } => *pgid,
+            State::Busy { pgid, .. } => pgid.clone(),
             _ => None,
         }
     }
@@ -377,17 +427,18 @@ impl ShellProtocol {
                             self.scan_from = i;
                             return Ok(Step::Wait);
                         };
-                        let digits = String::from_utf8_lossy(&rest[..nl]).into_owned();
-                        let Ok(pgid) = digits.parse::<u32>() else {
-                            return Err(self.broken(format!("bad process group {digits:?}")));
+                        let words = String::from_utf8_lossy(&rest[..nl]).into_owned();
+                        let Some(orphan) = parse_started(&words, &marker) else {
+                            return Err(self.broken(format!("bad process group {words:?}")));
                         };
+                        let pgid = orphan.pgid;
                         self.input.drain(..i + started.len() + nl + 1);
                         if let State::Busy {
                             phase, pgid: slot, ..
                         } = &mut self.state
                         {
                             *phase = Phase::Stdout;
-                            *slot = Some(pgid);
+                            *slot = Some(orphan);
                         }
                         Ok(Step::Event(ShellEvent::Started { pgid }))
                     }
@@ -445,6 +496,23 @@ impl ShellProtocol {
     }
 }
 
+/// Parse `PGID START BOOT` of a `P` line.
+fn parse_started(words: &str, marker: &str) -> Option<Orphan> {
+    let mut words = words.split(' ');
+    let pgid = words.next()?.parse::<u32>().ok()?;
+    let start = words.next()?.to_string();
+    let boot = words.next()?.to_string();
+    if words.next().is_some() || start.is_empty() || boot.is_empty() {
+        return None;
+    }
+    Some(Orphan {
+        pgid,
+        start,
+        boot,
+        marker: marker.to_string(),
+    })
+}
+
 /// How long a new shell may take to print its sync and ready lines (a heavy
 /// `.bashrc` on a busy login node can take seconds).
 pub(crate) const SHELL_START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -463,6 +531,10 @@ mod tests {
 
     impl Bash {
         fn start() -> Bash {
+            Bash::start_killing(&[])
+        }
+
+        fn start_killing(kills: &[Orphan]) -> Bash {
             let child = std::process::Command::new("bash")
                 .args(["--noprofile", "--norc"])
                 .stdin(Stdio::piped())
@@ -472,7 +544,7 @@ mod tests {
                 .unwrap();
             let mut bash = Bash {
                 child,
-                proto: ShellProtocol::new(&[]),
+                proto: ShellProtocol::new(kills),
             };
             // Banner text before the sync line must be skipped.
             let banner = b"echo 'Welcome! SRSYNC_not-the-token'; printf 'motd without newline'\n";
@@ -611,6 +683,106 @@ mod tests {
         let out = bash.run(&cmd);
         assert_eq!(out.status, 0);
         assert!(flag.exists());
+    }
+
+    /// A process group of its own, not ours: `sleep` as its leader.
+    fn unrelated_group() -> Child {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("sleep")
+            .arg("300")
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    }
+
+    fn alive(child: &mut Child) -> bool {
+        child.try_wait().unwrap().is_none()
+    }
+
+    /// `bash -c 'sleep N & echo $!'` as a process group of its own whose leader ends at
+    /// once, leaving the sleep (its pid returned) with `__SR_JOB=marker`.
+    fn leaderless_group(marker: &str) -> (u32, u32) {
+        use std::os::unix::process::CommandExt;
+        let out = std::process::Command::new("bash")
+            .args(["-c", "sleep 300 >/dev/null 2>&1 & echo $$ $!"])
+            .env("__SR_JOB", marker)
+            .process_group(0)
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let mut ids = text.split_whitespace().map(|w| w.parse::<u32>().unwrap());
+        (ids.next().unwrap(), ids.next().unwrap())
+    }
+
+    /// Whether process `pid` runs (exists and is not a zombie).
+    fn pid_alive(pid: u32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => !stat[stat.rfind(')').unwrap()..].starts_with(") Z"),
+            Err(_) => false,
+        }
+    }
+
+    fn kill_pid(pid: u32) {
+        // SAFETY: a process this test started.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    }
+
+    #[test]
+    fn orphan_kills_hit_only_the_group_that_ran_the_command_on_this_host() {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+        let boot = boot.trim().to_string();
+        // A running command reports its group, its start time and this host.
+        let mut bash = Bash::start();
+        bash.proto.send(&Command::new("sleep").arg("300")).unwrap();
+        let events = bash.pump_until(|e| !e.is_empty());
+        assert!(matches!(events[0], ShellEvent::Started { .. }));
+        let ours = bash.proto.running().expect("started");
+        assert_eq!(ours.boot, boot);
+        assert!(ours.start.parse::<u64>().is_ok(), "{ours:?}");
+        // A live group whose pid was reused (another start time), and our own group
+        // seen from another host: left alone.
+        let mut other = unrelated_group();
+        let reused = Orphan {
+            pgid: other.id(),
+            start: "1".into(),
+            ..ours.clone()
+        };
+        let elsewhere = Orphan {
+            boot: "another-host".into(),
+            ..ours.clone()
+        };
+        // A group whose leader ended: only its processes that carry the marker die.
+        let (marked_group, marked) = leaderless_group("SRMours");
+        let (foreign_group, foreign) = leaderless_group("SRMtheirs");
+        let leaderless = |pgid| Orphan {
+            pgid,
+            start: "1".into(),
+            boot: boot.clone(),
+            marker: "SRMours".into(),
+        };
+        let kills = [
+            reused,
+            elsewhere,
+            leaderless(marked_group),
+            leaderless(foreign_group),
+        ];
+        let mut killer = Bash::start_killing(&kills);
+        let _ = killer.run(&Command::new("true"));
+        assert!(alive(&mut other), "an unrelated process group was killed");
+        assert!(
+            pid_alive(foreign),
+            "a process without the marker was killed"
+        );
+        assert!(
+            !pid_alive(marked),
+            "the marked process of a leaderless group lives"
+        );
+        assert!(pid_alive(ours.pgid), "killed from another host");
+        // The real thing: our command's group, from a new shell on this host.
+        let _ = Bash::start_killing(std::slice::from_ref(&ours)).run(&Command::new("true"));
+        assert!(!pid_alive(ours.pgid), "the timed-out command still runs");
+        other.kill().unwrap();
+        kill_pid(foreign);
     }
 
     #[test]

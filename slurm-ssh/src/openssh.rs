@@ -3,12 +3,13 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use slurm_core::transport::{Command, Output, Transport};
-use slurm_core::{Error, Result};
+use slurm_core::{Error, ErrorKind, Result};
 
 use crate::hosts::HostSpec;
 use crate::process::{ProcessShellConfig, ProcessShellTransport};
@@ -19,7 +20,7 @@ pub(crate) const DEFAULT_CONTROL_PATH: &str = "~/.ssh/slurm-run-%r@%h:%p";
 /// Settings of an [`OpenSshTransport`].
 #[derive(Debug, Clone)]
 pub struct OpenSshTransportBuilder {
-    host: HostSpec,
+    hosts: Vec<HostSpec>,
     user: Option<String>,
     control_path: String,
     options: Vec<(String, String)>,
@@ -32,7 +33,7 @@ impl OpenSshTransportBuilder {
     /// A builder for `host` (an alias from `~/.ssh/config`, or a name or address).
     pub fn new(host: HostSpec) -> Self {
         OpenSshTransportBuilder {
-            host,
+            hosts: vec![host],
             user: None,
             control_path: DEFAULT_CONTROL_PATH.to_string(),
             options: Vec::new(),
@@ -42,23 +43,30 @@ impl OpenSshTransportBuilder {
         }
     }
 
-    /// Read the first host of `SLURM_HOSTNAME`, `SLURM_USER`, and the ControlPath from
-    /// `SLURM_SSH_CONTROL_PATH` (default `~/.ssh/slurm-run-%r@%h:%p`).
+    /// Read the login hosts of `SLURM_HOSTNAME` (tried in order), `SLURM_USER`, and the
+    /// ControlPath from `SLURM_SSH_CONTROL_PATH` (default `~/.ssh/slurm-run-%r@%h:%p`).
     pub fn from_env() -> Result<Self> {
-        let hosts = std::env::var("SLURM_HOSTNAME").unwrap_or_default();
-        let host = HostSpec::parse_list(&hosts)?.remove(0);
-        let mut b = OpenSshTransportBuilder::new(host);
-        if let Ok(user) = std::env::var("SLURM_USER") {
-            if !user.is_empty() {
-                b.user = Some(user);
-            }
-        }
-        if let Ok(path) = std::env::var("SLURM_SSH_CONTROL_PATH") {
-            if !path.is_empty() {
-                b.control_path = path;
-            }
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Like [`OpenSshTransportBuilder::from_env`], reading variables through `lookup`.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let non_empty = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let hosts = HostSpec::parse_list(&non_empty("SLURM_HOSTNAME").unwrap_or_default())?;
+        let mut b = OpenSshTransportBuilder::new(hosts[0].clone()).with_hosts(hosts);
+        b.user = non_empty("SLURM_USER");
+        if let Some(path) = non_empty("SLURM_SSH_CONTROL_PATH") {
+            b.control_path = path;
         }
         Ok(b)
+    }
+
+    /// Replace the login hosts. Each needs its own ControlMaster (the ControlPath's
+    /// `%h` and `%p` tell them apart); a command goes to the host that last worked,
+    /// and to the next in order when no shell can start there (no master, host down).
+    pub fn with_hosts(mut self, hosts: Vec<HostSpec>) -> Self {
+        self.hosts = hosts;
+        self
     }
 
     /// The remote user (else what `~/.ssh/config` says).
@@ -98,9 +106,9 @@ impl OpenSshTransportBuilder {
         OpenSshTransport::new(self)
     }
 
-    /// The arguments every `ssh` call gets before the host: the master socket, no
-    /// master of its own, never a prompt.
-    fn common_args(&self) -> Vec<String> {
+    /// The arguments every `ssh` call to `host` gets before the host name: the master
+    /// socket, no master of its own, never a prompt.
+    fn common_args(&self, host: &HostSpec) -> Vec<String> {
         let mut args = vec![
             "-S".to_string(),
             self.control_path.clone(),
@@ -109,7 +117,7 @@ impl OpenSshTransportBuilder {
             "-o".into(),
             "BatchMode=yes".into(),
         ];
-        if let Some(port) = self.host.port {
+        if let Some(port) = host.port {
             args.push("-p".into());
             args.push(port.to_string());
         }
@@ -124,17 +132,17 @@ impl OpenSshTransportBuilder {
         args
     }
 
-    /// The command that starts a master for this host (for messages).
-    fn master_hint(&self) -> String {
+    /// The command that starts a master for `host` (for messages).
+    fn master_hint(&self, host: &HostSpec) -> String {
         let mut hint = format!("ssh -M -S {} -fN", self.control_path);
-        if let Some(port) = self.host.port {
+        if let Some(port) = host.port {
             hint.push_str(&format!(" -p {port}"));
         }
         if let Some(user) = &self.user {
             hint.push_str(&format!(" -l {user}"));
         }
         hint.push(' ');
-        hint.push_str(&self.host.host);
+        hint.push_str(&host.host);
         hint
     }
 }
@@ -146,7 +154,10 @@ impl OpenSshTransportBuilder {
 /// `~/.ssh/config` as usual (ProxyJump included).
 pub struct OpenSshTransport {
     builder: OpenSshTransportBuilder,
-    inner: ProcessShellTransport,
+    /// One set of shells per login host, in the order given.
+    hosts: Vec<(HostSpec, ProcessShellTransport)>,
+    /// The host that last worked, tried first.
+    current: AtomicUsize,
 }
 
 impl fmt::Debug for OpenSshTransport {
@@ -160,18 +171,29 @@ impl fmt::Debug for OpenSshTransport {
 impl OpenSshTransport {
     /// Build the transport (shells start on first use, after checking the master).
     pub fn new(builder: OpenSshTransportBuilder) -> Result<Self> {
-        let mut args = builder.common_args();
-        args.push("-T".into());
-        args.push(builder.host.host.clone());
-        let mut config = ProcessShellConfig::new(builder.ssh_program.clone(), args);
-        config.shells = builder.shells;
-        config.label = builder.host.to_string();
-        config.start_timeout = builder.start_timeout;
-        let check = builder.clone();
-        config.preflight = Some(Arc::new(move || check_master(&check)));
+        if builder.hosts.is_empty() {
+            return Err(Error::config(
+                "SLURM_HOSTNAME",
+                "no login host given; set SLURM_HOSTNAME or call with_hosts",
+            ));
+        }
+        let mut hosts = Vec::new();
+        for host in &builder.hosts {
+            let mut args = builder.common_args(host);
+            args.push("-T".into());
+            args.push(host.host.clone());
+            let mut config = ProcessShellConfig::new(builder.ssh_program.clone(), args);
+            config.shells = builder.shells;
+            config.label = host.to_string();
+            config.start_timeout = builder.start_timeout;
+            let (check, checked) = (builder.clone(), host.clone());
+            config.preflight = Some(Arc::new(move || check_master(&check, &checked)));
+            hosts.push((host.clone(), ProcessShellTransport::new(config)?));
+        }
         Ok(OpenSshTransport {
-            inner: ProcessShellTransport::new(config)?,
             builder,
+            hosts,
+            current: AtomicUsize::new(0),
         })
     }
 
@@ -180,26 +202,49 @@ impl OpenSshTransport {
         OpenSshTransportBuilder::from_env()?.build()
     }
 
-    /// Whether the master is up (`ssh -O check`); the error says how to start one.
+    /// Whether the master of the first login host is up (`ssh -O check`); the error
+    /// says how to start one.
     pub async fn check_master(&self) -> Result<()> {
         let builder = self.builder.clone();
-        tokio::task::spawn_blocking(move || check_master(&builder))
+        let host = self.hosts[0].0.clone();
+        tokio::task::spawn_blocking(move || check_master(&builder, &host))
             .await
             .map_err(|e| Error::io("check the ControlMaster", std::io::Error::other(e)))?
     }
 }
 
-fn check_master(builder: &OpenSshTransportBuilder) -> Result<()> {
-    let mut args = builder.common_args();
+/// Whether a failed command never reached a shell on its host, so the next host may run it.
+fn fails_over(e: &Error) -> bool {
+    matches!(e.kind(), ErrorKind::Connect | ErrorKind::Auth) && !e.may_have_run()
+}
+
+/// One error for a command no login host could take: each host's reason, in order.
+fn every_host_failed(failures: Vec<(String, Error)>) -> Error {
+    let hosts: Vec<&str> = failures.iter().map(|(h, _)| h.as_str()).collect();
+    let host = format!("every login host ({})", hosts.join(", "));
+    let message = failures
+        .iter()
+        .map(|(h, e)| format!("{h}: {e}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if failures.iter().all(|(_, e)| e.kind() == ErrorKind::Auth) {
+        Error::Auth { host, message }
+    } else {
+        Error::Connect { host, message }
+    }
+}
+
+fn check_master(builder: &OpenSshTransportBuilder, host: &HostSpec) -> Result<()> {
+    let mut args = builder.common_args(host);
     args.push("-O".into());
     args.push("check".into());
-    args.push(builder.host.host.clone());
+    args.push(host.host.clone());
     let output = std::process::Command::new(&builder.ssh_program)
         .args(&args)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| Error::Connect {
-            host: builder.host.to_string(),
+            host: host.to_string(),
             message: format!(
                 "cannot run `{}`: {e}; install the OpenSSH client",
                 builder.ssh_program
@@ -210,11 +255,11 @@ fn check_master(builder: &OpenSshTransportBuilder) -> Result<()> {
     }
     let said = String::from_utf8_lossy(&output.stderr).trim().to_string();
     Err(Error::Auth {
-        host: builder.host.to_string(),
+        host: host.to_string(),
         message: format!(
             "no SSH ControlMaster is up at {} (ssh -O check: {said}); authenticate once and start one with: {}",
             builder.control_path,
-            builder.master_hint()
+            builder.master_hint(host)
         ),
     })
 }
@@ -222,7 +267,26 @@ fn check_master(builder: &OpenSshTransportBuilder) -> Result<()> {
 #[async_trait]
 impl Transport for OpenSshTransport {
     async fn run(&self, command: &Command) -> Result<Output> {
-        self.inner.run(command).await
+        let first = self.current.load(Ordering::Relaxed);
+        let mut failures = Vec::new();
+        for k in 0..self.hosts.len() {
+            let i = (first + k) % self.hosts.len();
+            let (host, shells) = &self.hosts[i];
+            match shells.run(command).await {
+                Err(e) if fails_over(&e) => {
+                    tracing::warn!(%host, error = %e, "no shell on this login host; trying the next");
+                    failures.push((host.to_string(), e));
+                }
+                answer => {
+                    self.current.store(i, Ordering::Relaxed);
+                    return answer;
+                }
+            }
+        }
+        Err(match failures.len() {
+            1 => failures.remove(0).1,
+            _ => every_host_failed(failures),
+        })
     }
 }
 

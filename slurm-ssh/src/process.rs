@@ -20,7 +20,7 @@ use slurm_core::transport::{Command, Output, Transport};
 use slurm_core::{Error, Result};
 use tokio::sync::oneshot;
 
-use crate::framing::{ShellEvent, ShellProtocol, SHELL_START_TIMEOUT};
+use crate::framing::{Orphan, ShellEvent, ShellProtocol, SHELL_START_TIMEOUT};
 
 /// How many bytes of a shell process's standard error are kept for error messages.
 const STDERR_TAIL: usize = 4096;
@@ -183,7 +183,7 @@ impl Transport for ProcessShellTransport {
 
 fn worker(config: Arc<ProcessShellConfig>, queue: Arc<Mutex<Receiver<Job>>>) {
     let mut shell: Option<ProcessShell> = None;
-    let mut kills: Vec<u32> = Vec::new();
+    let mut kills: Vec<Orphan> = Vec::new();
     loop {
         let job = {
             let Ok(rx) = queue.lock() else { return };
@@ -195,6 +195,9 @@ fn worker(config: Arc<ProcessShellConfig>, queue: Arc<Mutex<Receiver<Job>>>) {
         if job.reply.is_closed() {
             continue;
         }
+        let Some(job) = unexpired(&config, job) else {
+            continue;
+        };
         if shell.as_ref().is_none_or(|s| !s.usable()) {
             shell = None;
             let start_deadline = Instant::now() + config.start_timeout;
@@ -212,11 +215,15 @@ fn worker(config: Arc<ProcessShellConfig>, queue: Arc<Mutex<Receiver<Job>>>) {
         let Some(current) = shell.as_mut() else {
             continue;
         };
+        // Starting the shell may have taken the rest of its time.
+        let Some(job) = unexpired(&config, job) else {
+            continue;
+        };
         let result = current.run(&job.command, job.deadline);
         if let Err(e) = &result {
             if matches!(e, Error::Timeout { .. }) {
-                if let Some(pgid) = current.proto.running_pgid() {
-                    kills.push(pgid);
+                if let Some(orphan) = current.proto.running() {
+                    kills.push(orphan);
                 }
             }
         }
@@ -233,6 +240,24 @@ fn worker(config: Arc<ProcessShellConfig>, queue: Arc<Mutex<Receiver<Job>>>) {
         }
         let _ = job.reply.send(result);
     }
+}
+
+/// Answer `job` with a timeout when its deadline passed before it could be sent (it
+/// never reached a shell, so it did not run); else give it back.
+fn unexpired(config: &ProcessShellConfig, job: Job) -> Option<Job> {
+    if Instant::now() < job.deadline {
+        return Some(job);
+    }
+    let _ = job.reply.send(Err(Error::Timeout {
+        what: format!(
+            "`{}` on {} (waiting for a free shell; it was never sent)",
+            job.command.label(),
+            config.label
+        ),
+        after: job.command.effective_timeout(),
+        may_have_run: false,
+    }));
+    None
 }
 
 enum Event {
@@ -257,7 +282,7 @@ struct ProcessShell {
 }
 
 impl ProcessShell {
-    fn start(config: &ProcessShellConfig, kills: &[u32], deadline: Instant) -> Result<Self> {
+    fn start(config: &ProcessShellConfig, kills: &[Orphan], deadline: Instant) -> Result<Self> {
         if let Some(check) = &config.preflight {
             check()?;
         }
@@ -532,6 +557,45 @@ mod tests {
                 t.run(&Command::new("true")).await.unwrap();
             }
             eprintln!("per trivial command: {:?}", start.elapsed() / 50);
+        });
+    }
+
+    #[test]
+    fn a_command_whose_deadline_passed_in_the_queue_is_never_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let flag = dir.path().join("ran");
+        rt().block_on(async {
+            let mut config = ProcessShellConfig::new("bash", ["--noprofile", "--norc"]);
+            config.shells = 1;
+            let t = ProcessShellTransport::new(config).unwrap();
+            // The framing shell: the parent of the subshell that runs the command.
+            let shell_pid = || {
+                let script = r#"read -r _ _ _ p _ < "/proc/$PPID/stat"; echo "$p""#;
+                Command::bash_script(script, Vec::<String>::new())
+            };
+            let before = t.run(&shell_pid()).await.unwrap().stdout_text();
+            // The one shell is busy for 1.5 s; the second command may wait 0.3 s.
+            let busy = Command::new("sleep").arg("1.5");
+            let late = Command::new("touch")
+                .arg(flag.display().to_string())
+                .timeout(Duration::from_millis(300));
+            let (busy, late) = tokio::join!(t.run(&busy), async {
+                // Queued behind the sleep (which is sent first).
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                t.run(&late).await
+            });
+            assert_eq!(busy.unwrap().status, 0);
+            let err = late.unwrap_err();
+            assert_eq!(err.kind(), slurm_core::ErrorKind::Timeout, "{err}");
+            assert!(!err.may_have_run(), "it never left the queue: {err}");
+            assert!(
+                err.to_string().contains("waiting for a free shell"),
+                "{err}"
+            );
+            assert!(!flag.exists(), "the expired command ran");
+            // The shell was not killed over it.
+            let after = t.run(&shell_pid()).await.unwrap().stdout_text();
+            assert_eq!(before, after, "the shell was replaced");
         });
     }
 

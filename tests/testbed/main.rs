@@ -10,6 +10,8 @@ mod backend;
 mod backend_conformance;
 mod cluster_scenarios;
 mod examples;
+mod half_open;
+mod host_keys;
 mod probe;
 mod render;
 mod scripts;

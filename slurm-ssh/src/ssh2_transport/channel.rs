@@ -1,12 +1,12 @@
 //! One long-lived framed shell on one SSH channel: its stages, the step that moves it without blocking, and the typed reasons it fails.
 
 use std::io::{self, Read, Write};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ssh2::{Channel, ErrorCode, ExtendedData, Session};
 
 use super::{Done, Job};
-use crate::framing::{ShellEvent, ShellProtocol, SHELL_START_TIMEOUT};
+use crate::framing::{Orphan, ShellEvent, ShellProtocol, SHELL_START_TIMEOUT};
 
 /// The session calls the shells make: libssh2's, or a fake in tests.
 pub(crate) trait SshSession {
@@ -125,6 +125,13 @@ pub(crate) enum ShellFailure {
 pub(crate) enum ConnFailure {
     #[error("keepalive failed: {0}")]
     Keepalive(ssh2::Error),
+    /// Keepalives went unanswered: the connection is half-open (a NAT mapping that
+    /// expired, a host that died without a reset).
+    #[error(
+        "the server answered none of the last {missed} keepalives, sent {interval:?} apart: \
+         the connection went silent (a NAT or firewall timeout, or the login host is down)"
+    )]
+    Silent { missed: u32, interval: Duration },
     #[error("opening a channel failed: {0}")]
     OpenChannel(ssh2::Error),
     #[error("requesting a shell failed: {0}")]
@@ -158,7 +165,7 @@ pub(crate) struct Shell<C> {
 
 impl<C: SshChannel> Shell<C> {
     /// A shell to open; its set-up kills the process groups `kills`.
-    pub(crate) fn new(kills: &[u32], now: Instant) -> Self {
+    pub(crate) fn new(kills: &[Orphan], now: Instant) -> Self {
         Shell {
             stage: Stage::Opening,
             proto: ShellProtocol::new(kills),

@@ -5,11 +5,12 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::Instant;
 
 use slurm_core::Error;
-use ssh2::{Channel, Session};
+use socket2::{SockRef, TcpKeepalive};
+use ssh2::{Channel, MethodType, Session};
 
-use super::shells::ShellPool;
+use super::shells::{Keepalive, ShellPool};
 use crate::config::{resolve, Ssh2TransportBuilder, Target};
-use crate::known_hosts;
+use crate::known_hosts::{self, KnownHosts};
 
 /// An open, authenticated session and its shells, owned by one worker thread.
 pub(crate) struct Conn {
@@ -156,23 +157,45 @@ fn connect_one(settings: &Ssh2TransportBuilder, target: &Target) -> Result<Conn,
     }
     let tcp = tcp.ok_or_else(|| fail(FailureKind::Connect, last))?;
     let _ = tcp.set_nodelay(true);
+    if let Err(e) = tune_socket(&tcp, settings) {
+        tracing::debug!(error = %e, "could not set TCP keepalive or user timeout");
+    }
     let fd = tcp.as_raw_fd();
     let mut session =
         Session::new().map_err(|e| fail(FailureKind::Connect, format!("libssh2: {e}")))?;
     session.set_tcp_stream(tcp);
     session.set_timeout(settings.connect_timeout.as_millis().min(u32::MAX as u128) as u32);
+    let known_hosts_path = settings.known_hosts_path();
+    let known = KnownHosts::load(&known_hosts_path).map_err(|e| {
+        fail(
+            FailureKind::HostKey,
+            format!(
+                "cannot read known_hosts file {}: {e}",
+                known_hosts_path.display()
+            ),
+        )
+    })?;
+    // Ask for the key types known_hosts lists for the host first, as OpenSSH does.
+    if let Ok(supported) = session.supported_algs(MethodType::HostKey) {
+        if let Some(preferred) =
+            known_hosts::preferred_algorithms(&known, &target.hostname, target.port, &supported)
+        {
+            let _ = session.method_pref(MethodType::HostKey, &preferred);
+        }
+    }
     session
         .handshake()
         .map_err(|e| fail(FailureKind::Connect, format!("SSH handshake failed: {e}")))?;
     known_hosts::check(
         &session,
+        &known,
         &target.hostname,
         target.port,
-        &settings.known_hosts_path(),
         settings.trust_on_first_use,
     )
     .map_err(|r| ConnectFailure::new(FailureKind::HostKey, &r.host, r.message))?;
     authenticate(settings, target, &session).map_err(|(kind, m)| fail(kind, m))?;
+    // Keepalives that ask for an answer: the answers are how a silent connection shows.
     session.set_keepalive(
         true,
         settings.keepalive.as_secs().clamp(1, u32::MAX as u64) as u32,
@@ -183,8 +206,31 @@ fn connect_one(settings: &Ssh2TransportBuilder, target: &Target) -> Result<Conn,
         session,
         fd,
         opened: Instant::now(),
-        shells: ShellPool::new(label, settings.max_channels, settings.keepalive),
+        shells: ShellPool::new(
+            label,
+            settings.max_channels,
+            Keepalive {
+                interval: settings.keepalive,
+                max_missed: settings.keepalive_max_missed,
+            },
+        ),
     })
+}
+
+/// TCP keepalive probes at the SSH keepalive's pace, and a user timeout at the silence
+/// bound, so the kernel too gives up on a peer that stopped acknowledging (instead of
+/// retransmitting for ~15 minutes).
+fn tune_socket(tcp: &TcpStream, settings: &Ssh2TransportBuilder) -> std::io::Result<()> {
+    let socket = SockRef::from(tcp);
+    let probes = TcpKeepalive::new()
+        .with_time(settings.keepalive)
+        .with_interval(settings.keepalive);
+    #[cfg(any(target_os = "linux", target_os = "macos", target_os = "freebsd"))]
+    let probes = probes.with_retries(settings.keepalive_max_missed);
+    socket.set_tcp_keepalive(&probes)?;
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    socket.set_tcp_user_timeout(Some(settings.silence_bound()))?;
+    Ok(())
 }
 
 fn authenticate(
@@ -277,6 +323,33 @@ mod tests {
         ]);
         assert_eq!(mixed.kind, FailureKind::Connect);
         assert_eq!(mixed.message, "a: a said no; b: b said no; c: c said no");
+    }
+
+    #[test]
+    fn sockets_get_keepalive_probes_and_a_user_timeout_at_the_silence_bound() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let tcp = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let settings = Ssh2TransportBuilder::new()
+            .with_keepalive(Duration::from_secs(7))
+            .with_keepalive_max_missed(2);
+        tune_socket(&tcp, &settings).unwrap();
+        let socket = SockRef::from(&tcp);
+        assert!(socket.keepalive().unwrap());
+        assert_eq!(socket.tcp_keepalive_time().unwrap(), Duration::from_secs(7));
+        assert_eq!(
+            socket.tcp_keepalive_interval().unwrap(),
+            Duration::from_secs(7)
+        );
+        assert_eq!(socket.tcp_keepalive_retries().unwrap(), 2);
+        assert_eq!(
+            socket.tcp_user_timeout().unwrap(),
+            Some(Duration::from_secs(21))
+        );
+        // With the defaults: 40 s.
+        assert_eq!(
+            Ssh2TransportBuilder::new().silence_bound(),
+            Duration::from_secs(40)
+        );
     }
 
     #[test]

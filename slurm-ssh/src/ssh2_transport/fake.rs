@@ -89,6 +89,8 @@ struct Wire {
     room: Option<usize>,
     broken: bool,
     closed: bool,
+    /// Closing would block (the server never answers the close).
+    close_held: bool,
 }
 
 /// One channel; the test reads what the shell side wrote and pushes the remote's answers.
@@ -131,7 +133,7 @@ impl FakeChannel {
 
     /// Report the last request started in process group `pgid`.
     pub(crate) fn answer_started(&self, pgid: u32) {
-        self.push(&format!("{} P {pgid}\n", self.marker()));
+        self.push(&format!("{} P {pgid} 777 boot-1\n", self.marker()));
     }
 
     /// Report the last request ended with `stdout` and `status`.
@@ -153,6 +155,11 @@ impl FakeChannel {
     /// Accept only `bytes` more bytes; writes then would block.
     pub(crate) fn limit_writes(&self, bytes: usize) {
         self.wire.borrow_mut().room = Some(bytes);
+    }
+
+    /// From now on, closing the channel would block (the server never confirms it).
+    pub(crate) fn hold_close(&self) {
+        self.wire.borrow_mut().close_held = true;
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -215,7 +222,11 @@ impl SshChannel for FakeChannel {
     }
 
     fn close(&mut self) -> Result<(), ssh2::Error> {
-        self.wire.borrow_mut().closed = true;
+        let mut wire = self.wire.borrow_mut();
+        if wire.close_held {
+            return Err(error(EAGAIN));
+        }
+        wire.closed = true;
         Ok(())
     }
 }

@@ -8,7 +8,7 @@ use slurm_core::Error;
 use super::backoff::Backoff;
 use super::channel::{would_block, ConnFailure, Shell, ShellFailure, SshChannel, SshSession};
 use super::{stopped, Done, Job};
-use crate::framing::SHELL_START_TIMEOUT;
+use crate::framing::{Orphan, SHELL_START_TIMEOUT};
 
 /// Shells failing to start in a row before waiting commands are failed.
 const MAX_SHELL_START_FAILURES: u32 = 3;
@@ -18,27 +18,49 @@ pub(crate) struct ShellPool<C> {
     /// The login host, for messages.
     pub(crate) host: String,
     shells: Vec<Shell<C>>,
-    closing: Vec<C>,
+    closing: Vec<Closing<C>>,
     /// Process groups of timed-out commands, killed by the next shell started.
-    pub(crate) kills: Vec<u32>,
+    pub(crate) kills: Vec<Orphan>,
     next_keepalive: Instant,
+    keepalive: Keepalive,
     /// Lowered when the server refuses a channel (its MaxSessions is lower than ours).
     channel_limit: usize,
     /// Why the last shell failed (other than by a timeout), until a shell is ready.
     pub(crate) shell_failure: Option<ShellFailure>,
+    /// Keepalives sent since the server was last heard from.
+    unanswered: u32,
     /// Shells that failed to start in a row, and when the next may be opened.
     start_failures: u32,
     shell_backoff: Backoff,
 }
 
+/// A retired shell's channel being closed.
+struct Closing<C> {
+    channel: C,
+    /// Whether it counts against the channel cap: not when its command timed out (the
+    /// server confirms the close only once that command ends, which may be never).
+    counted: bool,
+}
+
+/// How often keepalives go out and how many may go unanswered.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Keepalive {
+    /// The interval between keepalives.
+    pub(crate) interval: Duration,
+    /// Keepalives that may go unanswered before the connection counts as dead.
+    pub(crate) max_missed: u32,
+}
+
 impl<C: SshChannel> ShellPool<C> {
-    pub(crate) fn new(host: String, max_channels: usize, keepalive: Duration) -> Self {
+    pub(crate) fn new(host: String, max_channels: usize, keepalive: Keepalive) -> Self {
         ShellPool {
             host,
             shells: Vec::new(),
             closing: Vec::new(),
             kills: Vec::new(),
-            next_keepalive: Instant::now() + keepalive,
+            next_keepalive: Instant::now() + keepalive.interval,
+            keepalive,
+            unanswered: 0,
             channel_limit: max_channels,
             shell_failure: None,
             start_failures: 0,
@@ -65,12 +87,12 @@ impl<C: SshChannel> ShellPool<C> {
 
     /// The answers of the commands in flight on a connection that died (each says
     /// whether it may have run), and the process groups of commands still running remotely.
-    pub(crate) fn abandon(self, reason: &ConnFailure) -> (Done, Vec<u32>) {
+    pub(crate) fn abandon(self, reason: &ConnFailure) -> (Done, Vec<Orphan>) {
         let mut kills = self.kills;
         let mut done = Vec::new();
         for mut shell in self.shells {
-            if let Some(pgid) = shell.proto.running_pgid() {
-                kills.push(pgid);
+            if let Some(orphan) = shell.proto.running() {
+                kills.push(orphan);
             }
             let may_have_run = shell.proto.request_delivered();
             if let Some(job) = shell.job.take() {
@@ -106,10 +128,30 @@ impl<C: SshChannel> ShellPool<C> {
         Ok(progress)
     }
 
+    /// The server was heard from (its socket had data): no keepalive is unanswered.
+    pub(crate) fn heard(&mut self) {
+        self.unanswered = 0;
+    }
+
+    /// Send a keepalive when one is due; the connection is dead (silent) when a
+    /// keepalive is due and `max_missed` sent since the server was last heard from
+    /// went unanswered.
     fn keepalive<S: SshSession>(&mut self, session: &S, now: Instant) -> Result<(), ConnFailure> {
         if now >= self.next_keepalive {
+            if self.unanswered >= self.keepalive.max_missed {
+                return Err(ConnFailure::Silent {
+                    missed: self.unanswered,
+                    interval: self.keepalive.interval,
+                });
+            }
             match session.keepalive_send() {
-                Ok(secs) => self.next_keepalive = now + Duration::from_secs(u64::from(secs.max(1))),
+                Ok(secs) => {
+                    // libssh2 sends one (and answers the full interval) only when due by its clock.
+                    if u64::from(secs) >= self.keepalive.interval.as_secs() {
+                        self.unanswered += 1;
+                    }
+                    self.next_keepalive = now + Duration::from_secs(u64::from(secs.max(1)));
+                }
                 Err(e) if would_block(&e) => self.next_keepalive = now + Duration::from_secs(1),
                 Err(e) => return Err(ConnFailure::Keepalive(e)),
             }
@@ -145,7 +187,7 @@ impl<C: SshChannel> ShellPool<C> {
     /// Open another shell when commands wait (or timed-out ones must be killed) and the cap allows.
     fn open_more(&mut self, queue: &VecDeque<Job>, max_channels: usize, now: Instant) -> bool {
         let starting = self.shells.iter().filter(|s| !s.proto.is_ready()).count();
-        let in_use = self.shells.len() + self.closing.len();
+        let in_use = self.shells.len() + self.closing.iter().filter(|c| c.counted).count();
         let want_more = queue.len() > starting || (!self.kills.is_empty() && starting == 0);
         if want_more
             && in_use < self.channel_limit.min(max_channels)
@@ -186,8 +228,8 @@ impl<C: SshChannel> ShellPool<C> {
             if let Some(job) = &shell.job {
                 if Instant::now() >= job.deadline {
                     let job = shell.job.take().expect("job present");
-                    if let Some(pgid) = shell.proto.running_pgid() {
-                        self.kills.push(pgid);
+                    if let Some(orphan) = shell.proto.running() {
+                        self.kills.push(orphan);
                     }
                     let result = Err(Error::Timeout {
                         what: format!("`{}` on {}", job.command.label(), self.host),
@@ -246,11 +288,13 @@ impl<C: SshChannel> ShellPool<C> {
                     self.start_failures = 0;
                 }
             }
-            if !matches!(reason, ShellFailure::TimedOut) {
+            let timed_out = matches!(reason, ShellFailure::TimedOut);
+            if !timed_out {
                 self.shell_failure = Some(reason);
             }
-            if let Some(ch) = shell.into_channel() {
-                self.closing.push(ch);
+            if let Some(channel) = shell.into_channel() {
+                let counted = !timed_out;
+                self.closing.push(Closing { channel, counted });
             }
         }
         self.shells = kept;
@@ -266,9 +310,9 @@ impl<C: SshChannel> ShellPool<C> {
     fn finish_closing(&mut self) -> bool {
         let mut progress = false;
         let mut still = Vec::new();
-        for mut ch in self.closing.drain(..) {
-            match ch.close() {
-                Err(e) if would_block(&e) => still.push(ch),
+        for mut closing in self.closing.drain(..) {
+            match closing.channel.close() {
+                Err(e) if would_block(&e) => still.push(closing),
                 _ => progress = true,
             }
         }
@@ -306,8 +350,13 @@ mod tests {
     }
 
     fn pool() -> ShellPool<FakeChannel> {
-        ShellPool::new("login1".into(), 8, Duration::from_secs(30))
+        ShellPool::new("login1".into(), 8, KEEPALIVE)
     }
+
+    const KEEPALIVE: Keepalive = Keepalive {
+        interval: Duration::from_secs(30),
+        max_missed: 3,
+    };
 
     /// One step with a cap of `max` channels; the answers it produced.
     fn step_capped(
@@ -400,7 +449,8 @@ mod tests {
         step(&mut pool, &session, &mut queue);
         ch.answer_started(4242);
         step(&mut pool, &session, &mut queue);
-        assert_eq!(pool.shells[0].proto.running_pgid(), Some(4242));
+        let orphan = pool.shells[0].proto.running().expect("started");
+        assert_eq!((orphan.pgid, orphan.start.as_str()), (4242, "777"));
         pool.shells[0].job.as_mut().unwrap().deadline = Instant::now();
         let err = only_error(step(&mut pool, &session, &mut queue));
         assert_eq!(err.kind(), ErrorKind::Timeout);
@@ -411,7 +461,7 @@ mod tests {
         assert!(pool.shell_failure.is_none());
         assert_eq!(
             (pool.start_failures, pool.kills.as_slice()),
-            (0, &[4242][..])
+            (0, &[orphan.clone()][..])
         );
         // With nothing queued, a shell still opens to kill the process group.
         step(&mut pool, &session, &mut queue);
@@ -419,8 +469,50 @@ mod tests {
         next.answer_sync();
         step(&mut pool, &session, &mut queue);
         step(&mut pool, &session, &mut queue);
-        assert!(next.written_text().contains("kill -s KILL -- -4242"));
+        let kill = format!("__sr_kill 4242 777 boot-1 {}\n", orphan.marker);
+        assert!(next.written_text().contains(&kill));
         assert!(pool.kills.is_empty());
+    }
+
+    #[test]
+    fn a_timed_out_channel_that_never_closes_leaves_room_for_the_next_shell() {
+        let (session, mut pool) = (FakeSession::default(), pool());
+        let (mut queue, _callers) = queued(&["sleep", "next"]);
+        // One channel at most: the first shell runs `sleep`, `next` waits.
+        assert!(step_capped(&mut pool, &session, &mut queue, 1).is_empty());
+        let ch = session.channel(0);
+        ch.answer_sync();
+        step_capped(&mut pool, &session, &mut queue, 1);
+        step_capped(&mut pool, &session, &mut queue, 1);
+        ch.answer_ready();
+        step_capped(&mut pool, &session, &mut queue, 1);
+        step_capped(&mut pool, &session, &mut queue, 1);
+        ch.answer_started(4242);
+        step_capped(&mut pool, &session, &mut queue, 1);
+        assert_eq!(queue.len(), 1, "`next` waits for a channel");
+        // `sleep` times out, and the server never confirms closing its channel.
+        ch.hold_close();
+        pool.shells[0].job.as_mut().unwrap().deadline = Instant::now();
+        let err = only_error(step_capped(&mut pool, &session, &mut queue, 1));
+        assert_eq!(err.kind(), ErrorKind::Timeout);
+        // The next shell opens all the same, kills `sleep` and takes `next`.
+        for _ in 0..3 {
+            step_capped(&mut pool, &session, &mut queue, 1);
+        }
+        assert_eq!(session.channels_opened(), 2, "a second shell was opened");
+        let next = session.channel(1);
+        next.answer_sync();
+        step_capped(&mut pool, &session, &mut queue, 1);
+        step_capped(&mut pool, &session, &mut queue, 1);
+        assert!(
+            next.written_text().contains("__sr_kill 4242 777 boot-1"),
+            "the kill was sent"
+        );
+        next.answer_ready();
+        step_capped(&mut pool, &session, &mut queue, 1);
+        step_capped(&mut pool, &session, &mut queue, 1);
+        assert!(queue.is_empty(), "`next` was handed to the new shell");
+        assert!(!ch.is_closed());
     }
 
     #[test]
@@ -448,7 +540,8 @@ mod tests {
                 ),
                 "{err}"
             );
-            assert_eq!(kills, if delivered { vec![77] } else { vec![] });
+            let pgids: Vec<u32> = kills.iter().map(|o| o.pgid).collect();
+            assert_eq!(pgids, if delivered { vec![77] } else { vec![] });
         }
     }
 
@@ -521,6 +614,33 @@ mod tests {
             assert!(text.contains("check the login files"), "{text}");
         }
         assert!(session.channel(0).is_closed());
+    }
+
+    #[test]
+    fn a_connection_is_silent_once_max_missed_keepalives_went_unanswered() {
+        let (session, mut pool) = (FakeSession::default(), pool());
+        let mut queue = VecDeque::new();
+        let mut send_due = |pool: &mut ShellPool<FakeChannel>| {
+            pool.next_keepalive = Instant::now();
+            pool.step(&session, &mut queue, 8, &mut Vec::new())
+        };
+        // An answer in between keeps the connection alive.
+        for _ in 0..KEEPALIVE.max_missed {
+            send_due(&mut pool).unwrap();
+        }
+        pool.heard();
+        for _ in 0..KEEPALIVE.max_missed {
+            send_due(&mut pool).unwrap();
+        }
+        // The next one is due with three unanswered: the connection is dead.
+        let err = send_due(&mut pool).unwrap_err();
+        assert!(
+            matches!(err, ConnFailure::Silent { missed: 3, .. }),
+            "{err}"
+        );
+        assert!(err
+            .to_string()
+            .contains("answered none of the last 3 keepalives"));
     }
 
     #[test]

@@ -20,6 +20,7 @@ use super::channel::ConnFailure;
 use super::connect::{connect, Conn, ConnectFailure};
 use super::{Done, Job, Msg, WorkerHandle};
 use crate::config::Ssh2TransportBuilder;
+use crate::framing::Orphan;
 
 /// A connection that dies sooner than this after it opened counts as a failed connect.
 const MIN_HEALTHY_LIFE: Duration = Duration::from_secs(5);
@@ -60,7 +61,7 @@ struct Worker {
     backoff: Backoff,
     last_failure: Option<ConnectFailure>,
     /// Process groups of commands a lost connection left running, and their host.
-    orphans: Option<(String, Vec<u32>)>,
+    orphans: Option<(String, Vec<Orphan>)>,
 }
 
 impl Worker {
@@ -115,6 +116,9 @@ impl Worker {
             if let Some(conn) = self.conn.as_mut() {
                 for waiter in self.waiters.drain(..) {
                     let _ = waiter.send(Ok(conn.host().to_string()));
+                }
+                if readable(conn.fd) {
+                    conn.shells.heard();
                 }
                 let mut done = Vec::new();
                 let max_channels = self.settings.max_channels;
@@ -256,6 +260,19 @@ impl Worker {
     }
 }
 
+/// Whether the server sent something not read yet: looked at before each step, so
+/// libssh2 has not consumed it (keepalive answers included).
+fn readable(fd: std::os::fd::RawFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n > 0 && pfd.revents & libc::POLLIN != 0
+}
+
 #[cfg(test)]
 mod tests {
     use std::net::TcpListener;
@@ -266,7 +283,7 @@ mod tests {
     use ssh2::Session;
 
     use super::super::connect::FailureKind;
-    use super::super::shells::ShellPool;
+    use super::super::shells::{Keepalive, ShellPool};
     use super::*;
     use crate::hosts::HostSpec;
 
@@ -361,8 +378,18 @@ mod tests {
         let reason = || ConnFailure::Read(std::io::Error::other("reset"));
         for (age, backs_off) in [(Duration::ZERO, true), (MIN_HEALTHY_LIFE, false)] {
             let (mut w, _tx) = worker();
-            let mut shells = ShellPool::new("login1".into(), 8, Duration::from_secs(30));
-            shells.kills = vec![42];
+            let keepalive = Keepalive {
+                interval: Duration::from_secs(30),
+                max_missed: 3,
+            };
+            let mut shells = ShellPool::new("login1".into(), 8, keepalive);
+            let orphan = Orphan {
+                pgid: 42,
+                start: "7".into(),
+                boot: "b".into(),
+                marker: "SRM1".into(),
+            };
+            shells.kills = vec![orphan.clone()];
             let conn = Conn {
                 session: Session::new().unwrap(),
                 fd: -1,
@@ -372,7 +399,7 @@ mod tests {
             let mut done = Vec::new();
             w.lost(conn, reason(), &mut done);
             assert!(done.is_empty(), "no command was in flight");
-            assert_eq!(w.orphans, Some(("login1".to_string(), vec![42])));
+            assert_eq!(w.orphans, Some(("login1".to_string(), vec![orphan])));
             assert_eq!(!w.backoff.allows(Instant::now()), backs_off, "age {age:?}");
         }
     }

@@ -9,12 +9,14 @@
 //! - [`backend`]: a `SlurmBackend` on the test bed over counting and fault-injecting
 //!   layers ([`harness`]), [`small_spec`], and polls with deadlines;
 //! - [`examples`]: the example programs, built once and run with a deadline;
+//! - [`proxy`]: [`SilentProxy`](proxy::SilentProxy), a TCP proxy that goes silent on demand;
 //! - [`wait_until_gone`]: the wait for a remote process a transport abandoned (from the
 //!   Transport conformance suite).
 
 pub mod backend;
 pub mod cluster;
 pub mod examples;
+pub mod proxy;
 pub mod testbed;
 pub mod transports;
 
