@@ -254,6 +254,50 @@ mod tests {
         assert!(status.to_string().contains("no line for authn.nvidia.com"));
     }
 
+    /// The merge keeps other registries' lines, replaces this registry's, writes both NGC
+    /// lines, mode 600 (the old remedy wrote only `nvcr.io`, with `cat >` over the file).
+    #[test]
+    fn install_merges_under_umask_077_and_remove_keeps_the_others() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(".credentials");
+        std::fs::write(&file, "machine other.example login o password keep-me\nmachine nvcr.io login old password stale\n").unwrap();
+        let run = |args: &[&str], stdin: &str| {
+            let command = CREDENTIALS.command(args.iter().copied());
+            let mut child = std::process::Command::new(command.program())
+                .args(command.get_args())
+                .env("ENROOT_CONFIG_PATH", dir.path())
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
+            assert!(child.wait_with_output().unwrap().status.success());
+        };
+        let machines = credential_machines("nvcr.io").unwrap();
+        let lines: String = machines
+            .iter()
+            .map(|m| format!("machine {m} login $oauthtoken password nvapi-new\n"))
+            .collect();
+        let mut args = vec!["install"];
+        args.extend(machines.iter().map(String::as_str));
+        run(&args, &lines);
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(
+            text,
+            "machine other.example login o password keep-me\nmachine nvcr.io login $oauthtoken password nvapi-new\nmachine authn.nvidia.com login $oauthtoken password nvapi-new\n"
+        );
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        run(&["remove", "nvcr.io", "authn.nvidia.com"], "");
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            "machine other.example login o password keep-me\n"
+        );
+    }
+
     #[test]
     fn netrc_words_are_checked() {
         assert!(check_netrc_word("user", "$oauthtoken").is_ok());

@@ -35,6 +35,8 @@ mod states;
 mod submit;
 
 #[cfg(test)]
+mod container_tests;
+#[cfg(test)]
 mod tests;
 
 use crate::nccl::{NcclProbe, ProbeOptions};
