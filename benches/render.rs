@@ -21,6 +21,8 @@ fn context() -> ScriptContext {
         child_timeout_minutes: 228,
         log_dir: "/lustre/users/me/logs".into(),
         results_dir: "/lustre/users/me/results/cosmos-train-00ff11".into(),
+
+        results_dir_in_job: "/lustre/users/me/results/cosmos-train-00ff11".into(),
         image: Some("/lustre/images/nvcr.io_nvidia_cosmos_1.0.sqsh".into()),
         container_mounts: vec![
             "/lustre/data:/data:ro".into(),

@@ -9,6 +9,11 @@
 //! slurmctl cancel ID...              cancel (a finished job is left as it is)
 //! slurmctl records [--state S]       the local job records (no remote call)
 //! slurmctl render SPEC               the batch script a submit would write (secrets never shown)
+//! slurmctl credentials install REGISTRY --user USER [--password-env VAR]
+//!                                    enroot credentials for a private registry, once per
+//!                                    cluster and user (the secret on stdin, or in VAR)
+//! slurmctl credentials check REGISTRY   present (exit 0) or absent (exit 2)
+//! slurmctl credentials remove REGISTRY
 //! ```
 //!
 //! Configuration comes from the environment (`SLURM_HOSTNAME`, `SLURM_USER`,
@@ -79,8 +84,9 @@ struct Global {
     /// Login host(s): host, host:port, comma-separated [env: SLURM_HOSTNAME].
     #[arg(long, global = true, value_name = "HOST")]
     host: Option<String>,
-    /// Remote user [env: SLURM_USER].
-    #[arg(long, global = true)]
+    /// Remote user [env: SLURM_USER]. Before the command only: after `credentials
+    /// install`, `--user` is the registry login.
+    #[arg(long)]
     user: Option<String>,
     /// Private key file [env: SSH_KEY_PATH].
     #[arg(long, global = true, value_name = "PATH")]
@@ -180,6 +186,38 @@ enum Cmd {
     Render {
         /// A job spec (.yaml, .yml or .json).
         spec: PathBuf,
+    },
+    /// enroot's credentials for a private registry on the cluster (once per cluster and user).
+    Credentials {
+        #[command(subcommand)]
+        action: CredentialsCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CredentialsCmd {
+    /// Install (or replace) REGISTRY's credentials, keeping other registries' lines. The
+    /// secret is read from stdin (one line), or from the environment variable
+    /// --password-env names: never from the command line.
+    Install {
+        /// The registry as images name it: nvcr.io, or host:port.
+        registry: String,
+        /// The registry login (`$oauthtoken` for nvcr.io).
+        #[arg(long = "user", id = "registry_user", value_name = "USER")]
+        user: String,
+        /// Read the secret from this environment variable instead of stdin.
+        #[arg(long = "password-env", value_name = "VAR")]
+        password_env: Option<String>,
+    },
+    /// Whether REGISTRY's credentials are installed (exit 2 when absent); never shows the secret.
+    Check {
+        /// The registry as images name it.
+        registry: String,
+    },
+    /// Remove REGISTRY's credentials, keeping other registries' lines.
+    Remove {
+        /// The registry as images name it.
+        registry: String,
     },
 }
 
@@ -374,6 +412,32 @@ async fn run(cli: &Cli, out: &Out) -> slurm_run::Result<u8> {
             out.jobs(records.iter().map(|r| (r, None)));
             Ok(0)
         }
+        Cmd::Credentials { action } => {
+            let backend = global.backend()?;
+            let progress = Progress::start("credentials");
+            let status = match action {
+                CredentialsCmd::Install {
+                    registry,
+                    user,
+                    password_env,
+                } => {
+                    let secret = read_secret(password_env.as_deref())?;
+                    backend.install_credentials(registry, user, &secret).await?
+                }
+                CredentialsCmd::Check { registry } => backend.check_credentials(registry).await?,
+                CredentialsCmd::Remove { registry } => backend.remove_credentials(registry).await?,
+            };
+            progress.finish();
+            if out.json {
+                let mut object = json!(status);
+                object["ok"] = json!(status.is_present());
+                out.line(&object.to_string());
+            } else {
+                out.line(&status.to_string());
+            }
+            let absent = matches!(action, CredentialsCmd::Check { .. }) && !status.is_present();
+            Ok(if absent { 2 } else { 0 })
+        }
         Cmd::Render { spec } => {
             let spec = JobSpec::from_path(spec)?;
             let backend = global.backend()?;
@@ -490,6 +554,43 @@ fn summary(latest: &BTreeMap<JobId, JobRecord>) -> String {
     }
     let parts: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
     format!("watching {} job(s): {}", latest.len(), parts.join(", "))
+}
+
+/// The registry secret: from the environment variable `var`, else one line on stdin
+/// (never from the command line, never from a terminal: nothing would hide it).
+fn read_secret(var: Option<&str>) -> slurm_run::Result<String> {
+    let secret = match var {
+        Some(var) => std::env::var(var).map_err(|_| {
+            Error::config(
+                var,
+                format!("--password-env names {var}, which is not set; export it, or pipe the secret on stdin"),
+            )
+        })?,
+        None => {
+            let stdin = std::io::stdin();
+            if stdin.is_terminal() {
+                return Err(Error::invalid(
+                    "password",
+                    "stdin is a terminal; pipe the secret in (e.g. from a password manager) or use --password-env VAR",
+                ));
+            }
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut stdin.lock(), &mut text)
+                .map_err(|e| Error::io("reading the secret from stdin", e))?;
+            text
+        }
+    };
+    let secret = secret
+        .strip_suffix('\n')
+        .map(|s| s.strip_suffix('\r').unwrap_or(s))
+        .unwrap_or(&secret);
+    if secret.is_empty() || secret.contains('\n') {
+        return Err(Error::invalid(
+            "password",
+            "give exactly one non-empty line (stdin or --password-env)",
+        ));
+    }
+    Ok(secret.to_string())
 }
 
 fn parse_ids(ids: &[String]) -> slurm_run::Result<Vec<JobId>> {

@@ -74,8 +74,13 @@ pub struct ScriptContext {
     pub child_timeout_minutes: u32,
     /// Absolute folder holding `<job_name>-<slurm id>/main.out` and `main.err`.
     pub log_dir: String,
-    /// Absolute results folder, made before launch.
+    /// Absolute results folder (the job folder), made before launch.
     pub results_dir: String,
+    /// The job folder as the command sees it: where it is mounted inside the container
+    /// (the same path unless configured), else `results_dir`. The command's working
+    /// directory, exported as `SLURM_RUN_RESULTS_DIR` (with `SLURM_RUN_SPEC` and
+    /// `SLURM_RUN_FILES_DIR` under it).
+    pub results_dir_in_job: String,
     /// The container image as a `.sqsh` path (Pyxis form), or none for a plain `srun`.
     pub image: Option<String>,
     /// Container mounts, each `SRC[:DST[:FLAGS]]` with absolute paths.

@@ -19,7 +19,8 @@
 //! (a wall-time form), `datasets` (storage URIs), `supporting_files`,
 //! `extra_sbatch` (options such as `--qos=high`), `extra_env`, `labels`
 //! (`{arch: ..., action: ...}`), `completion_check` (`exit_code` or
-//! `status_json`) and `allow_registry_image`. Unknown keys are an error.
+//! `status_json`), `allow_registry_image` and `force_reconvert_latest` (convert a
+//! `:latest` image again on this submit). Unknown keys are an error.
 //!
 //! # Resolving GPUs and nodes ([`JobSpec::resolve`])
 //! - `gpus_per_node` given: that many per node (at most the per-node maximum);
@@ -79,6 +80,10 @@ pub struct JobSpec {
     /// Allow a registry image to reach a GPU job (Pyxis then pulls inside the allocation).
     #[serde(default, skip_serializing_if = "is_false")]
     pub allow_registry_image: bool,
+    /// Convert a floating registry image (`:latest`, or no tag) again on this submit
+    /// although a converted `.sqsh` is there; without it the `.sqsh` is reused.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub force_reconvert_latest: bool,
     /// Container mounts, `SRC[:DST[:FLAGS]]`, SRC a URI or absolute path.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mounts: Vec<String>,
@@ -249,6 +254,7 @@ impl JobSpec {
             command: command.into(),
             image: None,
             allow_registry_image: false,
+            force_reconvert_latest: false,
             mounts: Vec::new(),
             env: BTreeMap::new(),
             secrets: Vec::new(),
@@ -351,8 +357,29 @@ impl JobSpec {
                 format!("{dup} is listed twice; list it once"),
             ));
         }
-        if let Some(img) = &self.image {
-            ImageRef::parse(img)?;
+        let image = self.image.as_deref().map(ImageRef::parse).transpose()?;
+        if self.force_reconvert_latest {
+            match image {
+                Some(image) if image.is_latest() && !self.allow_registry_image => {}
+                Some(image) if image.is_latest() => {
+                    return Err(Error::invalid(
+                        "force_reconvert_latest",
+                        "the image is not converted at all (allow_registry_image is set); drop one of the two",
+                    ))
+                }
+                Some(image) => {
+                    return Err(Error::invalid(
+                        "force_reconvert_latest",
+                        format!("`{image}` is not a floating (`:latest`) registry image, so its .sqsh is never converted again; remove the key, or name the :latest tag"),
+                    ))
+                }
+                None => {
+                    return Err(Error::invalid(
+                        "force_reconvert_latest",
+                        "the spec names no image; remove the key or set `image`",
+                    ))
+                }
+            }
         }
         for m in &self.mounts {
             MountSpec::parse(m)?;

@@ -59,6 +59,8 @@ pub fn example_context() -> slurm_core::render::ScriptContext {
         child_timeout_minutes: 228,
         log_dir: "/lustre/users/me/logs".into(),
         results_dir: "/lustre/users/me/results/resnet-train-a1b2c3".into(),
+
+        results_dir_in_job: "/lustre/users/me/results/resnet-train-a1b2c3".into(),
         image: None,
         container_mounts: Vec::new(),
         command: "echo hello".into(),

@@ -115,6 +115,7 @@ pub fn validate_context(kind: TemplateKind, context: &ScriptContext) -> Result<(
         ));
     }
     check_path("results_dir", &c.results_dir)?;
+    check_path("results_dir_in_job", &c.results_dir_in_job)?;
     if let Some(env_file) = &c.env_file {
         check_path("env_file", env_file)?;
     }

@@ -111,6 +111,8 @@ fn snapshot_custom_template_dir() {
     assert!(renderer.template_origin(TemplateKind::MultiNode).is_none());
     let context = ScriptContext {
         results_dir: "/lustre/my results/x".into(),
+
+        results_dir_in_job: "/lustre/my results/x".into(),
         ..example_context()
     };
     let script = renderer.render(TemplateKind::SingleNode, &context).unwrap();
@@ -451,6 +453,8 @@ fn invalid_contexts_are_refused_with_the_field() {
             TemplateKind::SingleNode,
             ScriptContext {
                 results_dir: "/r\n/x".into(),
+
+                results_dir_in_job: "/r\n/x".into(),
                 ..example_context()
             },
             "results_dir",

@@ -9,6 +9,7 @@
 mod backend;
 mod backend_conformance;
 mod cluster_scenarios;
+mod containers;
 mod examples;
 mod half_open;
 mod host_keys;

@@ -231,6 +231,8 @@ fn submit_job(
         child_timeout_minutes: 5,
         log_dir: format!("{dir}/logs"),
         results_dir: format!("{dir}/results"),
+
+        results_dir_in_job: format!("{dir}/results"),
         image: None,
         container_mounts: Vec::new(),
         command: command.into(),

@@ -199,9 +199,14 @@ pub struct JobRecord {
     pub name: String,
     /// SHA-256 of the canonical spec ([`JobSpec::digest`]).
     pub spec_digest: String,
-    /// The image as the job runs it (Pyxis form), if any.
+    /// The image as the spec asked for it (Pyxis form: a `.sqsh` path, or `registry#image:tag`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// What `srun --container-image=` received: the converted `.sqsh` of a registry
+    /// image (a registry reference here means the pull happened on the GPUs: only with
+    /// `allow_registry_image`). `None` in records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_image: Option<String>,
     /// The spec's labels.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
@@ -243,6 +248,7 @@ impl JobRecord {
             name: spec.name.clone(),
             spec_digest: spec.digest(),
             image,
+            container_image: None,
             labels: spec.labels.clone(),
             results_dir,
             backend_ref: None,

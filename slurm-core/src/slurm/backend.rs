@@ -1,6 +1,6 @@
 //! `SlurmBackend`: the `Backend` for SLURM over any `Transport`, `Renderer` and `RecordStore`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -95,6 +95,9 @@ pub(super) struct Cache {
     pub(super) accounting: Option<bool>,
     /// The cluster's `ClusterName` (the key of the NCCL knob cache).
     pub(super) cluster_name: Option<String>,
+    /// Registries (their credential machines) and conversion partition whose
+    /// conversion checks passed (the submit gate of a conversion).
+    pub(super) conversion_ready: HashSet<String>,
 }
 
 impl<T, R, S> fmt::Debug for SlurmBackend<T, R, S>

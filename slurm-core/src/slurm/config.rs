@@ -24,6 +24,10 @@ pub const ENV_VARS: &[(&str, &str)] = &[
         "container mounts added to every job, `SRC:DST[,SRC:DST]` (optional)",
     ),
     (
+        "SLURM_CONTAINER_RESULTS_DIR",
+        "where the job folder is mounted inside the container (optional: default the same path as on the cluster)",
+    ),
+    (
         "SLURM_RUN_STATE_DIR",
         "local folder of job records (optional: default `~/.slurm-run/jobs`)",
     ),
@@ -47,6 +51,8 @@ pub struct SlurmConfig {
     pub convert_partition: String,
     /// Mounts added to every container job.
     pub container_mounts: Vec<String>,
+    /// Where the job folder is mounted inside the container; `None`: the same path.
+    pub container_results_dir: Option<String>,
     /// Local folder of job records.
     pub state_dir: PathBuf,
     /// Default interval between polls of `watch`.
@@ -71,6 +77,7 @@ impl fmt::Debug for SlurmConfig {
             .field("account", &self.account)
             .field("convert_partition", &self.convert_partition)
             .field("container_mounts", &self.container_mounts)
+            .field("container_results_dir", &self.container_results_dir)
             .field("state_dir", &self.state_dir)
             .field("poll_interval", &self.poll_interval)
             .field("nccl_socket_ifname", &self.nccl_socket_ifname)
@@ -101,6 +108,7 @@ pub struct SlurmConfigBuilder {
     account: Option<String>,
     convert_partition: Option<String>,
     container_mounts: Vec<String>,
+    container_results_dir: Option<String>,
     state_dir: Option<PathBuf>,
     poll_interval: Option<Duration>,
     reconcile_wait: Option<Duration>,
@@ -131,6 +139,9 @@ impl SlurmConfigBuilder {
                 .map(|s| s.trim().to_string())
                 .filter(|s| !s.is_empty())
                 .collect();
+        }
+        if let Some(v) = get("SLURM_CONTAINER_RESULTS_DIR") {
+            self.container_results_dir = Some(v.trim().to_string());
         }
         if let Some(v) = get("SLURM_RUN_STATE_DIR") {
             self.state_dir = Some(PathBuf::from(v));
@@ -168,6 +179,12 @@ impl SlurmConfigBuilder {
     /// Mounts added to every container job.
     pub fn with_container_mounts(mut self, mounts: Vec<String>) -> Self {
         self.container_mounts = mounts;
+        self
+    }
+
+    /// Where the job folder is mounted inside the container (default: the same path).
+    pub fn with_container_results_dir(mut self, dir: impl Into<String>) -> Self {
+        self.container_results_dir = Some(dir.into());
         self
     }
 
@@ -229,6 +246,20 @@ impl SlurmConfigBuilder {
         if let Some(account) = &self.account {
             crate::names::validate_safe_name("SLURM_ACCOUNT", account)?;
         }
+        if let Some(dir) = &self.container_results_dir {
+            let plain = dir.starts_with('/')
+                && dir.len() > 1
+                && !dir.split('/').any(|c| c == "..")
+                && dir
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c));
+            if !plain {
+                return Err(Error::config(
+                    "SLURM_CONTAINER_RESULTS_DIR",
+                    format!("`{dir}` must be an absolute path inside the container (letters, digits, `/._-`, no `..`), e.g. /results"),
+                ));
+            }
+        }
         let convert_partition = self
             .convert_partition
             .unwrap_or_else(|| "cpu_long".to_string());
@@ -259,6 +290,9 @@ impl SlurmConfigBuilder {
             account: self.account,
             convert_partition,
             container_mounts: self.container_mounts,
+            container_results_dir: self
+                .container_results_dir
+                .map(|d| d.trim_end_matches('/').to_string()),
             state_dir,
             poll_interval: self.poll_interval.unwrap_or(Duration::from_secs(10)),
             reconcile_wait: self.reconcile_wait.unwrap_or(Duration::from_secs(20)),
@@ -308,8 +342,10 @@ mod tests {
             ("SLURM_BASE_RESULTS_DIR", "/lustre/results/"),
             ("SLURM_ACCOUNT", "proj"),
             ("SLURM_CONTAINER_MOUNTS", "/a:/a, /b:/c"),
+            ("SLURM_CONTAINER_RESULTS_DIR", "/results/"),
         ])
         .unwrap();
+        assert_eq!(config.container_results_dir.as_deref(), Some("/results"));
         assert_eq!(config.partition, "gpu,gpu2");
         assert_eq!(config.results_root.as_deref(), Some("/lustre/results"));
         assert_eq!(config.account.as_deref(), Some("proj"));
@@ -335,6 +371,21 @@ mod tests {
             err.to_string().contains("SLURM_NCCL_SOCKET_IFNAME"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn container_results_dir_must_be_a_plain_absolute_path() {
+        for bad in ["results", "/", "/a/../b", "/a b", "/a:b"] {
+            let err = from(&[
+                ("SLURM_PARTITION", "gpu"),
+                ("SLURM_CONTAINER_RESULTS_DIR", bad),
+            ])
+            .unwrap_err();
+            assert!(
+                err.to_string().contains("SLURM_CONTAINER_RESULTS_DIR"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -1,21 +1,46 @@
-//! Container images on shared storage: a `.sqsh` checked by its magic, a registry image
-//! converted once on the CPU partition (never on the GPU allocation) and reused; never a
-//! fall back to pulling the registry image inside the job.
+//! Container images on shared storage: a `.sqsh` checked whole (magic and size), a
+//! registry image converted once on the CPU partition (never on the GPU allocation) and
+//! reused, a `:latest` converted again only on request; never a fall back to pulling the
+//! registry image inside the job. Before anything is queued, the gate checks what a
+//! conversion needs: enroot, credentials for the registry, the conversion partition.
 
 use std::time::Duration;
 
 use super::backend::SlurmBackend;
-use super::scripts::CONVERT_IMAGE;
+use super::commands;
+use super::credentials::{credential_machines, install_hint, CredentialsStatus};
+use super::preflight::parse_partition;
+use super::scripts::{CheckSqshExit, ConvertExit, CHECK_SQSH, CONVERT_IMAGE, ENROOT};
+use crate::error::CheckKind;
 use crate::image::ImageRef;
 use crate::record::RecordStore;
 use crate::render::Renderer;
 use crate::spec::JobSpec;
-use crate::transport::{Command, Transport};
+use crate::storage::RemotePath;
+use crate::transport::{round_trip, Transport};
 use crate::{Error, Result};
 
-/// The first four bytes of `path`: `hsqs` for a squashfs image.
-fn image_magic(path: &str) -> Command {
-    Command::new("head").args(["-c", "4", "--"]).arg(path)
+/// How many of enroot's lines an error carries.
+const ENROOT_LINES: usize = 15;
+
+/// A registry image a submit converts to a `.sqsh` first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Conversion {
+    /// The image as asked.
+    pub(super) image: ImageRef,
+    /// The `.sqsh` it becomes (`<results root>/images/<cache name>`).
+    pub(super) path: String,
+    /// Convert again although a whole image is there (a `:latest` asked anew).
+    pub(super) force: bool,
+}
+
+/// What a conversion did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Converted {
+    /// A whole image was there already (made by an earlier or a concurrent submit).
+    Present,
+    /// The SLURM job that converted it.
+    ByJob(String),
 }
 
 impl<T, R, S> SlurmBackend<T, R, S>
@@ -24,7 +49,7 @@ where
     R: Renderer + 'static,
     S: RecordStore + 'static,
 {
-    /// Make sure `image` is a `.sqsh` file on shared storage and return its path: a
+    /// Make sure `image` is a whole `.sqsh` on shared storage and return its path: a
     /// `.sqsh` path is checked, a registry image is converted once on the CPU partition
     /// (`SLURM_CONVERT_PARTITION`, never the GPU allocation) and reused afterwards. A
     /// failed conversion is an error; there is never a fall back to the registry.
@@ -32,57 +57,272 @@ where
         let parsed = ImageRef::parse(image)?;
         if parsed.is_sqsh() {
             let path = parsed.pyxis();
-            let command = image_magic(&path);
+            let command = CHECK_SQSH.command([path.clone()]);
             let output = self.inner.transport.run(&command).await?;
-            if output.stdout != b"hsqs" {
+            if CheckSqshExit::from_status(output.status) == Some(CheckSqshExit::NotWhole) {
                 return Err(Error::invalid(
                     "image",
-                    format!("{path} is missing or not a squashfs image; convert it again"),
+                    format!(
+                        "{}; convert it again or give a whole .sqsh",
+                        output.stderr_text().trim()
+                    ),
                 ));
+            }
+            if !output.success() {
+                return Err(Error::Remote {
+                    command: command.label(),
+                    status: output.status,
+                    stderr: output.stderr_text(),
+                    transient: false,
+                });
             }
             return Ok(path);
         }
-        let root = self
-            .ensure_ready(&JobSpec::new("stage-image", "true"))
-            .await?;
-        let file = parsed.cache_file_name().ok_or_else(|| {
-            Error::invalid(
-                "image",
-                "cannot derive a cache file name; give a .sqsh path",
-            )
-        })?;
-        let path = root.join("images")?.join(&file)?;
-        self.convert_image(&parsed, path.as_str()).await?;
-        Ok(path.as_str().to_string())
+        let mut spec = JobSpec::new("stage-image", "true");
+        spec.image = Some(image.to_string());
+        let root = self.ensure_ready(&spec).await?;
+        let conversion = Conversion {
+            path: image_path(&root, &parsed)?,
+            image: parsed,
+            force: false,
+        };
+        self.gate_conversion(&conversion).await?;
+        self.convert_image(&conversion).await?;
+        Ok(conversion.path)
     }
 
-    pub(super) async fn convert_image(&self, image: &ImageRef, path: &str) -> Result<()> {
+    /// The image `--container-image` receives for `spec`, and the conversion that
+    /// makes it when it is a registry image (unless the spec allows the registry form).
+    pub(super) fn container_image(
+        &self,
+        spec: &JobSpec,
+        root: &RemotePath,
+    ) -> Result<Option<(String, Option<Conversion>)>> {
+        let Some(image) = spec.image_ref()? else {
+            return Ok(None);
+        };
+        if self.pyxis_present() == Some(false) {
+            return Err(Error::Preflight {
+                kind: CheckKind::Containers,
+                check: "pyxis (srun --container-image)".into(),
+                message: "the spec names an image but srun has no --container-image".into(),
+                remedy: "ask the cluster admins for the Pyxis SPANK plugin, or remove `image`"
+                    .into(),
+            });
+        }
+        if image.is_sqsh() || spec.allow_registry_image {
+            return Ok(Some((image.pyxis(), None)));
+        }
+        let path = image_path(root, &image)?;
+        let conversion = Conversion {
+            image,
+            path: path.clone(),
+            force: spec.force_reconvert_latest,
+        };
+        Ok(Some((path, Some(conversion))))
+    }
+
+    /// The submit gate of a conversion, before anything is queued: a whole `.sqsh` that
+    /// need not be made again passes; otherwise enroot must be on PATH (the conversion
+    /// step inherits the login environment), credentials for the image's registry must
+    /// be installed, and the conversion partition must exist and be up. One round trip;
+    /// a pass of the conversion checks is remembered per registry.
+    pub(super) async fn gate_conversion(&self, conversion: &Conversion) -> Result<()> {
+        let machines = match conversion.image.registry() {
+            Some(registry) => credential_machines(registry)?,
+            // Docker Hub: anonymous pulls need no credentials.
+            None => Vec::new(),
+        };
+        let partition = &self.inner.config.convert_partition;
+        let key = format!("{} @ {partition}", machines.join(" "));
+        let ready = || {
+            let cache = self.inner.cache.lock().expect("cache lock");
+            cache.conversion_ready.contains(&key)
+        };
+        if ready() {
+            return Ok(());
+        }
+        let commands = [
+            CHECK_SQSH.command([conversion.path.clone()]),
+            ENROOT.command(machines.clone()),
+            commands::scontrol_show_partition(partition),
+        ];
+        let output = self
+            .inner
+            .transport
+            .run(&round_trip::join(&commands))
+            .await?;
+        let [sqsh, enroot, part]: [_; 3] =
+            round_trip::split(&output, commands.len())?
+                .try_into()
+                .map_err(|_| Error::parse("image gate", "three answers expected"))?;
+        if sqsh.success() && !conversion.force {
+            return Ok(());
+        }
+        if enroot.stdout_text().lines().any(|l| l == "enroot") {
+            return Err(Error::Preflight {
+                kind: CheckKind::Containers,
+                check: "enroot".into(),
+                message: "enroot is not on PATH of the login shell (the conversion step inherits it)".into(),
+                remedy: "install enroot on the login node and the conversion partition's nodes, or stage a .sqsh and give its path as `image`".into(),
+            });
+        }
+        let registry = conversion.image.registry().unwrap_or_default();
+        let credentials = CredentialsStatus::from_enroot_output(registry, &machines, &enroot);
+        if !credentials.is_present() {
+            return Err(Error::Preflight {
+                kind: CheckKind::Credentials,
+                check: "enroot credentials".into(),
+                message: format!(
+                    "{credentials}: enroot would pull {} anonymously and a private registry refuses that",
+                    conversion.image
+                ),
+                remedy: format!("install them once: {}", install_hint(registry)),
+            });
+        }
+        match parse_partition(&part) {
+            Some(info) if info.up => {}
+            found => {
+                let state = if found.is_some() {
+                    "is not UP"
+                } else {
+                    "does not exist"
+                };
+                return Err(Error::Preflight {
+                    kind: CheckKind::Partition,
+                    check: format!("conversion partition {partition}"),
+                    message: format!("{state}; registry images are converted there, off the GPUs"),
+                    remedy: "set SLURM_CONVERT_PARTITION to a CPU partition that exists and is up (sinfo -s), or stage a .sqsh and give its path as `image`".into(),
+                });
+            }
+        }
+        self.inner
+            .cache
+            .lock()
+            .expect("cache lock")
+            .conversion_ready
+            .insert(key);
+        Ok(())
+    }
+
+    /// Convert once on the CPU partition (the script holds a lock per image: a submit
+    /// that waited finds the image made). Failures name their fix and carry enroot's lines.
+    pub(super) async fn convert_image(&self, conversion: &Conversion) -> Result<Converted> {
+        let image = &conversion.image;
         let uri = image
             .import_uri()
             .ok_or_else(|| Error::invalid("image", "not a registry image; give a .sqsh path"))?;
-        let minutes = self.inner.config.convert_minutes;
-        tracing::info!(image = %uri, %path, "converting the image once on the CPU partition");
+        let config = &self.inner.config;
+        let minutes = config.convert_minutes;
+        tracing::info!(image = %uri, path = %conversion.path, force = conversion.force, "converting the image on the CPU partition");
         let command = CONVERT_IMAGE
             .command([
-                self.inner.config.convert_partition.clone(),
+                config.convert_partition.clone(),
                 minutes.to_string(),
-                path.to_string(),
+                conversion.path.clone(),
                 uri.clone(),
+                if conversion.force { "force" } else { "reuse" }.to_string(),
             ])
             .timeout(Duration::from_secs(u64::from(minutes) * 60 + 600))
             .display_as(format!("convert {uri}"));
         let output = self.inner.transport.run(&command).await?;
-        if !output.success() {
-            return Err(Error::Remote {
-                command: command.label(),
-                status: output.status,
-                stderr: format!(
-                    "{} (the job is not submitted: slurm-run never falls back to pulling the registry image inside the GPU allocation; fix the conversion and submit again)",
-                    output.stderr_text().trim()
-                ),
-                transient: false,
+        let stdout = output.stdout_text();
+        if output.success() {
+            return Ok(match stdout.trim().strip_prefix("converted ") {
+                Some(job) => Converted::ByJob(job.trim().to_string()),
+                None => Converted::Present,
             });
         }
-        Ok(())
+        let lines = enroot_lines(&output.stderr_text());
+        let never = "the job is not submitted: slurm-run never falls back to pulling the registry image inside the GPU allocation";
+        let registry = image.registry().unwrap_or("docker.io");
+        let (kind, message, remedy) = match ConvertExit::from_status(output.status) {
+            Some(ConvertExit::RegistryRefused) => (
+                CheckKind::Credentials,
+                format!("registry {registry} refused or was unreachable; check `credentials check {registry}` (enroot sent the installed credentials and exited without a message: a wrong password or user, or no access to {image})"),
+                format!("slurmctl credentials check {registry}; if the password changed: {}", install_hint(registry)),
+            ),
+            Some(ConvertExit::AnonymousRefused) => (
+                CheckKind::Credentials,
+                format!("registry {registry} refused or was unreachable; check `credentials check {registry}` (enroot found no credentials for it and pulled anonymously)"),
+                format!("install them once: {}", install_hint(registry)),
+            ),
+            Some(ConvertExit::NoEnroot) => (
+                CheckKind::Containers,
+                format!("enroot is not on PATH on the conversion node of partition {}", config.convert_partition),
+                "install enroot on the conversion partition's nodes, or set SLURM_CONVERT_PARTITION to one that has it".to_string(),
+            ),
+            Some(ConvertExit::JobFailed) => (
+                CheckKind::Partition,
+                format!("the conversion job did not start on partition {}", config.convert_partition),
+                "set SLURM_CONVERT_PARTITION to a CPU partition you may use (sinfo -s; its limits allow 4 CPUs, 7200M and the conversion time)".to_string(),
+            ),
+            Some(ConvertExit::NotAnImage | ConvertExit::ConvertFailed) | None => (
+                CheckKind::Containers,
+                format!("converting {image} failed"),
+                "fix what enroot says on the conversion partition, then submit again".to_string(),
+            ),
+        };
+        Err(Error::Preflight {
+            kind,
+            check: "image conversion".into(),
+            message: format!("{message}; {never}; enroot said: {lines}"),
+            remedy,
+        })
+    }
+}
+
+/// Where the converted `image` lives: `<root>/images/<cache name>`.
+fn image_path(root: &RemotePath, image: &ImageRef) -> Result<String> {
+    let file = image.cache_file_name().ok_or_else(|| {
+        Error::invalid(
+            "image",
+            "cannot derive a cache file name; give a .sqsh path",
+        )
+    })?;
+    Ok(root.join("images")?.join(&file)?.as_str().to_string())
+}
+
+/// enroot's and srun's own lines of a failed conversion (the last few), on one line.
+fn enroot_lines(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            [
+                "[INFO]",
+                "[WARN]",
+                "[ERROR]",
+                "srun:",
+                "curl:",
+                "slurm-run-no-enroot",
+                "the conversion",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p))
+        })
+        .collect();
+    let start = lines.len().saturating_sub(ENROOT_LINES);
+    if lines.is_empty() {
+        "(nothing)".to_string()
+    } else {
+        lines[start..].join(" | ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enroot_lines_keep_its_own_words_only() {
+        let stderr = "Parallel noise\n[INFO] Querying registry for permission grant\n[INFO] Authenticating with user: u\nsquashfs chatter\nsrun: error: task 0: Exited with exit code 1\n";
+        assert_eq!(
+            enroot_lines(stderr),
+            "[INFO] Querying registry for permission grant | [INFO] Authenticating with user: u | srun: error: task 0: Exited with exit code 1"
+        );
+        assert_eq!(enroot_lines(""), "(nothing)");
+        let many: String = (0..40).map(|i| format!("[INFO] line {i}\n")).collect();
+        assert!(enroot_lines(&many).starts_with("[INFO] line 25 |"));
     }
 }

@@ -10,7 +10,8 @@
 //! |---|---|
 //! | `backend.rs` | [`SlurmBackend`] and its `Backend` impl |
 //! | `config.rs` | [`SlurmConfig`] from the environment or a builder |
-//! | `submit.rs`, `reconcile.rs`, `images.rs` | exactly-once submit, reconcile by job name, `.sqsh` staging |
+//! | `submit.rs`, `reconcile.rs`, `images.rs` | exactly-once submit, reconcile by job name, `.sqsh` staging, the conversion gate |
+//! | `credentials.rs` | enroot's registry credentials on the cluster: install, check, remove |
 //! | `poll.rs`, `observe.rs` | one-round-trip status; the pure decisions from squeue/sacct/scontrol rows |
 //! | `preflight.rs`, `cancel.rs`, `logs.rs` | the other operations |
 //! | `nccl.rs` | probe jobs and the submit hook of the NCCL knob cache |
@@ -20,6 +21,7 @@ mod backend;
 mod cancel;
 mod commands;
 mod config;
+mod credentials;
 mod images;
 mod logs;
 mod nccl;
@@ -33,12 +35,15 @@ mod states;
 mod submit;
 
 #[cfg(test)]
+mod container_tests;
+#[cfg(test)]
 mod tests;
 
 use crate::nccl::{NcclProbe, ProbeOptions};
 
 pub use backend::SlurmBackend;
 pub use config::{default_state_dir, SlurmConfig, SlurmConfigBuilder, ENV_VARS};
+pub use credentials::{credential_machines, CredentialsStatus};
 pub use parse::SlurmJobId;
 pub use states::{map_state, SlurmBaseState, SlurmState};
 

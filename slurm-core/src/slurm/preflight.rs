@@ -2,6 +2,7 @@
 
 use super::backend::{PartitionInfo, SlurmBackend};
 use super::commands;
+use super::credentials::{credential_machines, install_hint, CredentialsStatus};
 use super::parse::is_accounting_disabled;
 use super::scripts;
 use crate::backend::{CheckKind, PreflightReport};
@@ -23,7 +24,8 @@ enum Query {
     Accounting,
     Partition(String),
     Pyxis,
-    Enroot,
+    Enroot(String, Vec<String>),
+    ConvertPartition(String),
     ResultsRoot,
     Datasets(Vec<String>),
     ClusterName,
@@ -90,9 +92,18 @@ where
         commands.push(commands::srun_help());
         let needs_conversion = image.as_ref().is_some_and(ImageRef::is_registry)
             && !spec.is_some_and(|s| s.allow_registry_image);
-        if needs_conversion {
-            queries.push(Query::Enroot);
-            commands.push(scripts::ENROOT.command(Vec::<String>::new()));
+        if let Some(image) = image.as_ref().filter(|_| needs_conversion) {
+            // Docker Hub (no registry named) takes anonymous pulls: no credentials needed.
+            let registry = image.registry().unwrap_or_default().to_string();
+            let machines = match image.registry() {
+                Some(r) => credential_machines(r).unwrap_or_default(),
+                None => Vec::new(),
+            };
+            queries.push(Query::Enroot(registry, machines.clone()));
+            commands.push(scripts::ENROOT.command(machines));
+            let partition = config.convert_partition.clone();
+            commands.push(commands::scontrol_show_partition(&partition));
+            queries.push(Query::ConvertPartition(partition));
         }
         queries.push(Query::ResultsRoot);
         commands
@@ -226,10 +237,8 @@ where
                         "ask the cluster admins for the Pyxis SPANK plugin, or run the job without `image`",
                     );
                 }
-                Query::Enroot => {
-                    let text = out.stdout_text();
-                    let no_enroot = text.lines().any(|l| l == "enroot");
-                    let no_credentials = text.lines().find(|l| l.starts_with("credentials "));
+                Query::Enroot(registry, machines) => {
+                    let no_enroot = out.stdout_text().lines().any(|l| l == "enroot");
                     report.push(
                         CheckKind::Containers,
                         "enroot",
@@ -237,15 +246,30 @@ where
                         if no_enroot { "enroot is not on PATH".to_string() } else { "present".to_string() },
                         "install enroot on the login node and the conversion partition, or stage a .sqsh image and give its path as `image`",
                     );
+                    if !machines.is_empty() {
+                        let status =
+                            CredentialsStatus::from_enroot_output(&registry, &machines, &out);
+                        report.push(
+                            CheckKind::Credentials,
+                            "enroot credentials",
+                            status.is_present(),
+                            status.to_string(),
+                            format!("install them once: {}", install_hint(&registry)),
+                        );
+                    }
+                }
+                Query::ConvertPartition(name) => {
+                    let info = parse_partition(&out);
                     report.push(
-                        CheckKind::Credentials,
-                        "enroot credentials",
-                        no_credentials.is_none(),
-                        match no_credentials {
-                            Some(line) => format!("{} is missing or empty", line.trim_start_matches("credentials ")),
-                            None => "present".to_string(),
+                        CheckKind::Partition,
+                        format!("conversion partition {name}"),
+                        info.as_ref().is_some_and(|i| i.up),
+                        match info {
+                            Some(i) if i.up => "UP".to_string(),
+                            Some(_) => "is not UP".to_string(),
+                            None => first_line(&out.stderr_text(), "not found"),
                         },
-                        "install them once: printf 'machine nvcr.io login $oauthtoken password %s\\n' \"$NGC_KEY\" | ssh LOGIN 'umask 077; mkdir -p ~/.config/enroot; cat > ~/.config/enroot/.credentials'",
+                        "set SLURM_CONVERT_PARTITION to a CPU partition that exists and is up (sinfo -s), or stage a .sqsh and give its path as `image`",
                     );
                 }
                 Query::ResultsRoot => {
@@ -349,7 +373,7 @@ where
     }
 }
 
-fn parse_partition(out: &Output) -> Option<PartitionInfo> {
+pub(super) fn parse_partition(out: &Output) -> Option<PartitionInfo> {
     if !out.success() {
         return None;
     }

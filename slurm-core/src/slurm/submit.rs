@@ -6,11 +6,11 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use super::backend::SlurmBackend;
+use super::images::{Conversion, Converted};
 use super::parse::{parse_sbatch_parsable, SbatchOutcome};
 use super::scripts::{SubmitExit, SUBMIT};
 use super::SlurmSubmitOptions;
 use crate::backend::SubmitOptions;
-use crate::error::CheckKind;
 use crate::image::{check_gpu_image, ImageRef};
 use crate::names::validate_safe_name;
 use crate::nccl::KnobSet;
@@ -43,7 +43,7 @@ struct Prepared {
     record: JobRecord,
     payload: Vec<u8>,
     params: Vec<String>,
-    conversion: Option<(ImageRef, String)>,
+    conversion: Option<Conversion>,
 }
 
 impl<T, R, S> SlurmBackend<T, R, S>
@@ -65,6 +65,10 @@ where
             None => None,
         };
         let root = self.ensure_ready(spec).await?;
+        // What converting the image needs, before anything (an NCCL probe too) is queued.
+        if let Some((_, Some(conversion))) = self.container_image(spec, &root)? {
+            self.gate_conversion(&conversion).await?;
+        }
         // The cluster's NCCL knobs (cached, or found by a probe job first).
         let knobs = self.nccl_knobs_for(spec, &slurm).await?;
         let prepared = self.prepare(spec, &secrets, &root, previous.as_ref(), &knobs)?;
@@ -162,40 +166,15 @@ where
         root: &RemotePath,
         with_sidecar: bool,
         knobs: &KnobSet,
-    ) -> Result<(ScriptContext, Option<(ImageRef, String)>)> {
+    ) -> Result<(ScriptContext, Option<Conversion>)> {
         let config = &self.inner.config;
         let resources = self.resources(spec)?;
 
-        let mut conversion = None;
-        let image = match spec.image_ref()? {
-            None => None,
-            Some(image) => {
-                // A registry image never reaches the GPU job unless the spec opts in:
-                // it is converted to a .sqsh first (below).
-                if self.pyxis_present() == Some(false) {
-                    return Err(Error::Preflight {
-                        kind: CheckKind::Containers,
-                        check: "pyxis (srun --container-image)".into(),
-                        message: "the spec names an image but srun has no --container-image".into(),
-                        remedy:
-                            "ask the cluster admins for the Pyxis SPANK plugin, or remove `image`"
-                                .into(),
-                    });
-                }
-                if image.is_sqsh() || spec.allow_registry_image {
-                    Some(image.pyxis())
-                } else {
-                    let file = image.cache_file_name().ok_or_else(|| {
-                        Error::invalid(
-                            "image",
-                            "cannot derive a cache file name; give a .sqsh path",
-                        )
-                    })?;
-                    let path = root.join("images")?.join(&file)?;
-                    conversion = Some((image, path.as_str().to_string()));
-                    Some(path.as_str().to_string())
-                }
-            }
+        // A registry image never reaches the GPU job unless the spec opts in: it is
+        // converted to a .sqsh first.
+        let (image, conversion) = match self.container_image(spec, root)? {
+            Some((image, conversion)) => (Some(image), conversion),
+            None => (None, None),
         };
         if let Some(final_image) = &image {
             // The invariant this function keeps: what reaches the GPU job is a .sqsh,
@@ -206,12 +185,19 @@ where
                 spec.allow_registry_image,
             )?;
         }
-        let mut mounts: Vec<String> = config.container_mounts.clone();
-        for mount in spec.mount_specs()? {
-            mounts.push(mount.to_pyxis());
-        }
-        if image.is_none() {
-            mounts.clear();
+        // Inside a container the job folder is mounted (at the same path unless
+        // configured) and is the working directory.
+        let results_dir_in_job = match (&image, &config.container_results_dir) {
+            (Some(_), Some(dir)) => dir.clone(),
+            _ => job_dir.as_str().to_string(),
+        };
+        let mut mounts: Vec<String> = Vec::new();
+        if image.is_some() {
+            mounts.push(format!("{}:{results_dir_in_job}", job_dir.as_str()));
+            mounts.extend(config.container_mounts.iter().cloned());
+            for mount in spec.mount_specs()? {
+                mounts.push(mount.to_pyxis());
+            }
         }
         let env_var = |(name, value): (&String, &String)| EnvVar {
             name: name.clone(),
@@ -229,6 +215,7 @@ where
             child_timeout_minutes: resources.child_timeout_minutes,
             log_dir: job_dir.join("logs")?.as_str().to_string(),
             results_dir: job_dir.as_str().to_string(),
+            results_dir_in_job,
             image,
             container_mounts: mounts,
             command: spec.command.clone(),
@@ -320,6 +307,7 @@ where
         let payload = build_payload(id.as_str(), &files)?;
 
         let mut record = JobRecord::new(id.clone(), spec, job_dir.clone())?;
+        record.container_image = context.image.clone();
         if let Some(previous) = previous {
             record = record.retry_of(previous);
         }
@@ -354,16 +342,25 @@ where
             .timeout(SUBMIT_TIMEOUT)
             .display_as(format!("submit {id}"));
         let mut converted = false;
+        let mut accepted = "sbatch accepted the job".to_string();
+        // A `:latest` asked anew is converted before the first send.
+        if let Some(conversion) = prepared.conversion.as_ref().filter(|c| c.force) {
+            accepted.push_str(&conversion_note(
+                conversion,
+                &self.convert_image(conversion).await?,
+            ));
+            converted = true;
+        }
         let mut resent_unsent = false;
         let mut attempted_after_reconcile = false;
         loop {
             let answer = self.send(&command).await;
             let reason = match answer {
-                Answer::Submitted(backend_ref) => return self.mark_submitted(id, backend_ref, "sbatch accepted the job"),
+                Answer::Submitted(backend_ref) => return self.mark_submitted(id, backend_ref, &accepted),
                 Answer::Refused(error) => return Err(error),
                 Answer::ImageMissing(detail) => match (&prepared.conversion, converted) {
-                    (Some((image, path)), false) => {
-                        self.convert_image(image, path).await?;
+                    (Some(conversion), false) => {
+                        accepted.push_str(&conversion_note(conversion, &self.convert_image(conversion).await?));
                         converted = true;
                         continue;
                     }
@@ -484,6 +481,20 @@ where
                 .message(message)
                 .backend_ref(backend_ref),
         )
+    }
+}
+
+/// What the PENDING mark says of the image a submit converted (or found converted).
+fn conversion_note(conversion: &Conversion, converted: &Converted) -> String {
+    match converted {
+        Converted::ByJob(job) => format!(
+            "; image {} converted to {} by SLURM job {job}",
+            conversion.image, conversion.path
+        ),
+        Converted::Present => format!(
+            "; image {} found converted at {} (a concurrent submit made it)",
+            conversion.image, conversion.path
+        ),
     }
 }
 

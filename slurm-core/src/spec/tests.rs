@@ -453,3 +453,29 @@ fn unquoted_yaml_times_are_read_as_slurm_times() {
         180
     );
 }
+
+#[test]
+fn force_reconvert_latest_is_for_floating_registry_images_only() {
+    let mut spec = JobSpec::new("j", "true");
+    spec.force_reconvert_latest = true;
+    for (image, ok) in [
+        (None, false),
+        (Some("nvcr.io/nvidia/tao:5"), false),
+        (Some("/lustre/img.sqsh"), false),
+        (Some("nvcr.io/nvidia/tao:latest"), true),
+        (Some("registry.example.com:5000/team/img"), true),
+    ] {
+        spec.image = image.map(str::to_string);
+        let result = spec.validate();
+        assert_eq!(result.is_ok(), ok, "{image:?}: {result:?}");
+        if let Err(err) = result {
+            assert!(err.to_string().contains("force_reconvert_latest"), "{err}");
+        }
+    }
+    spec.image = Some("nvcr.io/nvidia/tao:latest".into());
+    spec.allow_registry_image = true;
+    assert!(spec.validate().is_err());
+    let yaml =
+        "name: j\ncommand: 'true'\nimage: nvcr.io/x/y:latest\nforce_reconvert_latest: true\n";
+    assert!(JobSpec::from_yaml_str(yaml).unwrap().force_reconvert_latest);
+}

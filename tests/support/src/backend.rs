@@ -34,6 +34,12 @@ pub struct Harness {
 
 /// A backend on the test bed with its own record folder.
 pub fn harness() -> Harness {
+    harness_in(None)
+}
+
+/// [`harness`] with its own results root (a folder of the test bed's results root named
+/// `folder`): its image cache (`<root>/images`) starts empty.
+pub fn harness_in(folder: Option<&str>) -> Harness {
     let testbed = testbed_env();
     let ssh = Ssh2Transport::new(
         Ssh2TransportBuilder::from_lookup(testbed.lookup()).expect("test bed ssh settings"),
@@ -41,8 +47,14 @@ pub fn harness() -> Harness {
     .expect("ssh2 transport");
     let transport: Stack = Arc::new(CountingTransport::new(FaultTransport::new(ssh)));
     let records = tempfile::tempdir().unwrap();
-    let config = SlurmConfig::builder()
-        .with_env_from(testbed.lookup())
+    let mut builder = SlurmConfig::builder().with_env_from(testbed.lookup());
+    if let Some(folder) = folder {
+        builder = builder.with_results_root(format!(
+            "{}/{folder}",
+            testbed.get("SLURM_BASE_RESULTS_DIR")
+        ));
+    }
+    let config = builder
         .with_state_dir(records.path())
         .with_poll_interval(Duration::from_millis(500))
         .with_reconcile_wait(Duration::from_secs(15))

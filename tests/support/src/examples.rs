@@ -74,11 +74,26 @@ impl Run {
 /// Run `program` with a clean environment holding `PATH`, `HOME` and `env`, stdin
 /// closed; kill it and fail after `deadline`.
 pub fn run(program: &PathBuf, args: &[&str], env: &[(String, String)], deadline: Duration) -> Run {
+    run_input(program, args, env, None, deadline)
+}
+
+/// [`run`] with `input` on stdin (then closed), or stdin closed when `None`.
+pub fn run_input(
+    program: &PathBuf,
+    args: &[&str],
+    env: &[(String, String)],
+    input: Option<&[u8]>,
+    deadline: Duration,
+) -> Run {
     let mut command = Command::new(program);
     command
         .args(args)
         .env_clear()
-        .stdin(Stdio::null())
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for name in ["PATH", "HOME", "USER", "LANG"] {
@@ -92,6 +107,13 @@ pub fn run(program: &PathBuf, args: &[&str], env: &[(String, String)], deadline:
     let mut child = command
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
+    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+        use std::io::Write;
+        let input = input.to_vec();
+        thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+    }
     let mut out = child.stdout.take().expect("piped stdout");
     let mut err = child.stderr.take().expect("piped stderr");
     let out = thread::spawn(move || {
@@ -126,4 +148,50 @@ pub fn run(program: &PathBuf, args: &[&str], env: &[(String, String)], deadline:
         stdout: out.join().expect("stdout reader"),
         stderr: err.join().expect("stderr reader"),
     }
+}
+
+/// Watches every process's argv on this host (`/proc/*/cmdline`: the test bed's login
+/// node is this host, so both sides of a command) for a string, until stopped.
+pub struct ArgvWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    scanner: thread::JoinHandle<(usize, Vec<String>)>,
+}
+
+impl ArgvWatch {
+    /// Start scanning for `needle` (as fast as the host allows).
+    pub fn start(needle: &str) -> ArgvWatch {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let needle = needle.as_bytes().to_vec();
+        let scanner = thread::spawn(move || {
+            let mut scans = 0;
+            let mut hits = Vec::new();
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                scans += 1;
+                let Ok(entries) = std::fs::read_dir("/proc") else {
+                    break;
+                };
+                for entry in entries.flatten() {
+                    let Ok(argv) = std::fs::read(entry.path().join("cmdline")) else {
+                        continue;
+                    };
+                    if memchr_find(&argv, &needle) {
+                        hits.push(String::from_utf8_lossy(&argv).replace('\0', " "));
+                    }
+                }
+            }
+            (scans, hits)
+        });
+        ArgvWatch { stop, scanner }
+    }
+
+    /// Stop; (how many full scans ran, the argvs that held the string).
+    pub fn stop(self) -> (usize, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.scanner.join().expect("the argv scanner")
+    }
+}
+
+fn memchr_find(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
 }

@@ -23,6 +23,9 @@ const NAMES: &[&str] = &[
     "SLURM_BASE_RESULTS_DIR",
     "SLURM_CONVERT_PARTITION",
     "SLURM_RUN_TESTBED_DIR",
+    "SLURM_RUN_TEST_REGISTRY",
+    "SLURM_RUN_TEST_REGISTRY_USER",
+    "SLURM_RUN_TEST_REGISTRY_PASSWORD",
 ];
 
 /// The test bed environment: taken from the process environment when

@@ -1,23 +1,48 @@
 # shellcheck shell=bash
-# Converts a registry image to a .sqsh once, on the CPU partition, never on the GPU
-# allocation: $1 partition, $2 minutes, $3 the .sqsh path, $4 the docker:// URI.
-# Writes under a temporary name and renames, so a partial file is never mistaken for
-# an image; a result without the squashfs magic is refused.
-set -euo pipefail
-part=$1 minutes=$2 out=$3 uri=$4
-mkdir -p -- "$(dirname -- "$out")"
-if [ "$(head -c 4 -- "$out" 2>/dev/null)" = hsqs ]; then exit 0; fi
+# Converts a registry image to a .sqsh on the CPU partition, never on the GPU
+# allocation: $1 partition, $2 minutes, $3 the .sqsh path, $4 the docker:// URI,
+# $5 `force` to convert again although a whole image is there (a `:latest` asked
+# anew), else `reuse`. One conversion per image at a time (a lock beside it): a
+# submit that waited finds the image made and converts nothing. enroot writes to a
+# temporary name on node-local temp paths, then the result is checked whole
+# (sqsh_whole) and renamed. Prints `present` or `converted JOBID`; enroot's own
+# lines go to stderr. Exit statuses: ConvertExit.
+set -uo pipefail
+part=$1 minutes=$2 out=$3 uri=$4 mode=$5
+mkdir -p -- "$(dirname -- "$out")" || exit "$EXIT_CONVERT_FAILED"
+exec 9>"$out.lock"
+flock 9
+if [ "$mode" != force ] && sqsh_whole "$out"; then echo present; exit 0; fi
 tmp="$out.tmp-$$"
-rm -f -- "$tmp"
+log="$out.log-$$"
+rm -f -- "$tmp" "$log"
+trap 'rm -f -- "$tmp" "$log"' EXIT
 # shellcheck disable=SC2016 # the inner script expands its own variables on the node
 srun --chdir=/tmp -n1 -c4 --mem=7200M -p "$part" -t "$minutes" --job-name=slurm-run-convert \
-  bash -c 'set -euo pipefail
+  bash -c 'echo "slurm-run-convert-job $SLURM_JOB_ID"
+    if ! command -v enroot >/dev/null 2>&1; then
+      echo "slurm-run-no-enroot on $(hostname)"; exit 127
+    fi
+    set -euo pipefail
     export TMPDIR=/tmp ENROOT_TEMP_PATH="/tmp/enroot-slurm-run-$SLURM_JOB_ID"
     export SLURM_ENROOT_TEMP_PATH="$ENROOT_TEMP_PATH"
     mkdir -p "$ENROOT_TEMP_PATH"
+    trap '\''rm -rf "$ENROOT_TEMP_PATH"'\'' EXIT
     cd /tmp
-    enroot import -o "$1" "$2"' slurm-run-convert "$tmp" "$uri" >&2
-if [ "$(head -c 4 -- "$tmp" 2>/dev/null)" != hsqs ]; then
-  rm -f -- "$tmp"; echo "the conversion produced no squashfs image" >&2; exit 1
+    enroot import -o "$1" "$2"' slurm-run-convert "$tmp" "$uri" >"$log" 2>&1
+status=$?
+job=$(sed -n 's/^slurm-run-convert-job \([0-9]*\).*/\1/p' "$log" | head -n 1)
+grep -v '^slurm-run-convert-job ' "$log" >&2
+if [ "$status" -ne 0 ]; then
+  if [ -z "$job" ]; then exit "$EXIT_JOB_FAILED"; fi
+  if grep -q '^slurm-run-no-enroot ' "$log"; then exit "$EXIT_NO_ENROOT"; fi
+  if grep -q '\[ERROR\]' "$log"; then exit "$EXIT_CONVERT_FAILED"; fi
+  # enroot exits 1 with no error line when the registry refuses it or cannot be reached.
+  if grep -q 'Authenticating with user: <anonymous>' "$log"; then exit "$EXIT_ANONYMOUS_REFUSED"; fi
+  exit "$EXIT_REGISTRY_REFUSED"
 fi
-mv -f -- "$tmp" "$out"
+if ! sqsh_whole "$tmp"; then
+  echo "the conversion (job $job) produced no whole squashfs image" >&2; exit "$EXIT_NOT_AN_IMAGE"
+fi
+mv -f -- "$tmp" "$out" || exit "$EXIT_CONVERT_FAILED"
+echo "converted $job"

@@ -27,6 +27,34 @@ exit_statuses! {
 }
 
 exit_statuses! {
+    /// How the conversion script ([`CONVERT_IMAGE`]) fails.
+    pub(crate) enum ConvertExit {
+        /// The conversion job never started (srun refused it: a partition, a limit).
+        JobFailed = 70 => "EXIT_JOB_FAILED",
+        /// enroot is not on PATH on the conversion node.
+        NoEnroot = 71 => "EXIT_NO_ENROOT",
+        /// enroot said why it failed (an `[ERROR]` line), or the file could not be placed.
+        ConvertFailed = 72 => "EXIT_CONVERT_FAILED",
+        /// enroot failed silently after authenticating with credentials from the file:
+        /// the registry refused them (a wrong password) or could not be reached.
+        RegistryRefused = 73 => "EXIT_REGISTRY_REFUSED",
+        /// enroot failed silently as `<anonymous>`: no credentials for the registry were
+        /// found, and the registry refused an anonymous pull or could not be reached.
+        AnonymousRefused = 74 => "EXIT_ANONYMOUS_REFUSED",
+        /// The result is not a whole squashfs image.
+        NotAnImage = 75 => "EXIT_NOT_AN_IMAGE",
+    }
+}
+
+exit_statuses! {
+    /// How the image check ([`CHECK_SQSH`]) fails.
+    pub(crate) enum CheckSqshExit {
+        /// The file is missing, truncated or no squashfs image.
+        NotWhole = 66 => "EXIT_NOT_WHOLE",
+    }
+}
+
+exit_statuses! {
     /// How the log reader ([`READ_FROM`]) fails.
     pub(crate) enum ReadFromExit {
         /// The log file does not exist (yet).
@@ -36,12 +64,26 @@ exit_statuses! {
 
 /// Check the datasets and the image, unpack the staged job folder from stdin, verify
 /// its checksums, `sbatch --parsable`: a steady-state submit in one round trip.
-pub(crate) const SUBMIT: Script =
-    Script::new("submit", include_str!("submit.sh")).with_exits(SubmitExit::VARS);
+pub(crate) const SUBMIT: Script = Script::new("submit", include_str!("submit.sh"))
+    .with_exits(SubmitExit::VARS)
+    .with_library(SQSH_LIBRARY, &[]);
 
-/// Convert a registry image to a `.sqsh` on the CPU partition, once.
+/// `sqsh_whole FILE`: the squashfs magic and a size at least the superblock's.
+const SQSH_LIBRARY: &str = include_str!("sqsh.sh");
+
+/// Convert a registry image to a `.sqsh` on the CPU partition, once per image at a time.
 pub(crate) const CONVERT_IMAGE: Script =
-    Script::new("convert-image", include_str!("convert_image.sh"));
+    Script::new("convert-image", include_str!("convert_image.sh"))
+        .with_exits(ConvertExit::VARS)
+        .with_library(SQSH_LIBRARY, &[]);
+
+/// Whether a `.sqsh` is a whole squashfs image.
+pub(crate) const CHECK_SQSH: Script = Script::new("check-sqsh", include_str!("check_sqsh.sh"))
+    .with_exits(CheckSqshExit::VARS)
+    .with_library(SQSH_LIBRARY, &[]);
+
+/// Install or remove enroot registry credentials (the secret on stdin only).
+pub(crate) const CREDENTIALS: Script = Script::new("credentials", include_str!("credentials.sh"));
 
 /// squeue for every tracked job, then sacct for the ones squeue cannot settle, framed.
 pub(crate) const POLL: Script = framed(Script::new("poll", include_str!("poll.sh")));
@@ -61,7 +103,7 @@ pub(crate) const MISSING_TOOLS: Script =
 pub(crate) const RESULTS_ROOT: Script =
     Script::new("results-root", include_str!("results_root.sh"));
 
-/// Whether enroot and its credentials are there.
+/// Whether enroot is on PATH, and which credential machines have no line.
 pub(crate) const ENROOT: Script = Script::new("enroot", include_str!("enroot.sh"));
 
 /// The cluster's `ClusterName`.
@@ -74,10 +116,12 @@ pub(crate) const MISSING_PATHS: Script =
 
 /// Every script of the SLURM backend.
 #[cfg(any(test, feature = "testing"))]
-pub(crate) fn all() -> [Script; 10] {
+pub(crate) fn all() -> [Script; 12] {
     [
         SUBMIT,
         CONVERT_IMAGE,
+        CHECK_SQSH,
+        CREDENTIALS,
         POLL,
         TAIL_LOGS,
         READ_FROM,

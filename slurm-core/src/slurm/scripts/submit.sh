@@ -12,8 +12,8 @@ for p in "$@"; do [ -e "$p" ] || missing="$missing $p"; done
 if [ -n "$missing" ]; then
   echo "datasets missing on the cluster:$missing" >&2; cat >/dev/null; exit "$EXIT_DATASETS_MISSING"
 fi
-if [ -n "$image" ] && [ "$(head -c 4 -- "$image" 2>/dev/null)" != hsqs ]; then
-  echo "image $image is missing or not a squashfs file" >&2; cat >/dev/null; exit "$EXIT_IMAGE_MISSING"
+if [ -n "$image" ] && ! sqsh_whole "$image"; then
+  echo "image $image is missing, truncated or not a squashfs file" >&2; cat >/dev/null; exit "$EXIT_IMAGE_MISSING"
 fi
 tar -x -m -C "$root" -f - || exit "$EXIT_UNPACK_FAILED"
 cd -- "$root/$name" || exit "$EXIT_NO_JOB_FOLDER"

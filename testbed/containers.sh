@@ -1,0 +1,205 @@
+# Containers on the test bed (sourced by testbed/up and testbed/env, after lib.sh): real
+# enroot and Pyxis built from the vendored release archives, their configuration, a
+# private registry with basic auth on 127.0.0.1, and the TEST-BED FIXTURE images pushed
+# to it. Everything per instance lives under $TB_DIR/containers and $TB_DIR/registry;
+# the host-global paths enroot and Pyxis need (/run/enroot, /var/tmp/enroot, /run/pyxis,
+# /dev/fuse) are shared and per-user safe (each test bed has its own job user).
+# Facts behind each choice: ../shared/reference/PYXIS-TESTBED.md.
+
+# The release archives: found through SLURM_RUN_VENDOR_DIR, by default the `shared/vendor`
+# folder beside the checkout; their sha256 are pinned in testbed/vendor.sha256.
+TB_VENDOR_DIR=${SLURM_RUN_VENDOR_DIR:-$(cd "$here/../.." && pwd)/shared/vendor}
+TB_ENROOT_VERSION=4.1.2
+TB_PYXIS_VERSION=0.24.0
+TB_CONTAINERS="$TB_DIR/containers"
+TB_ENROOT_PREFIX="$TB_CONTAINERS/enroot"
+TB_PYXIS_PREFIX="$TB_CONTAINERS/pyxis"
+TB_PLUGSTACK="$TB_DIR/etc/plugstack.conf"
+TB_REGISTRY_DIR="$TB_DIR/registry"
+TB_REGISTRY_USER=slurm-run-test
+# The fixture images: each holds /etc/slurm-run-image with its own name:tag.
+TB_IMAGES=(slurm-run/tiny:1 slurm-run/tiny:latest)
+
+# Packages enroot, Pyxis, the registry and the image build need (Debian 12 names).
+containers_packages() {
+  local pkg
+  for pkg in gcc make libc6-dev libbsd-dev linux-libc-dev makeself libcap2-bin curl gawk jq \
+    parallel passwd squashfs-tools zstd pigz bsdmainutils squashfuse fuse3 fuse-overlayfs \
+    libslurm-dev docker-registry skopeo umoci apache2-utils; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || printf '%s\n' "$pkg"
+  done
+}
+
+# The pinned archives, verified; fails naming the upstream releases when one is missing.
+containers_verify_archives() {
+  local pins="$here/vendor.sha256" name
+  while read -r _ name; do
+    [ -f "$TB_VENDOR_DIR/$name" ] || die "missing $TB_VENDOR_DIR/$name: the test bed builds NVIDIA enroot $TB_ENROOT_VERSION (release v$TB_ENROOT_VERSION, enroot-$TB_ENROOT_VERSION.tar.gz) and NVIDIA Pyxis $TB_PYXIS_VERSION (release v$TB_PYXIS_VERSION, pyxis-$TB_PYXIS_VERSION.tar.gz) from their source archives; put both in $TB_VENDOR_DIR or point SLURM_RUN_VENDOR_DIR at the folder holding them"
+  done < "$pins"
+  (cd "$TB_VENDOR_DIR" && sha256sum --quiet --strict -c "$pins") >&2 ||
+    die "an archive in $TB_VENDOR_DIR does not match its sha256 pinned in $pins"
+}
+
+# Build enroot and Pyxis once into the state folder; a stamp names the pinned archives.
+containers_build() {
+  local stamp="$TB_CONTAINERS/built.sha256" build multiarch
+  if [ -f "$stamp" ] && cmp -s "$stamp" "$here/vendor.sha256" &&
+    [ -x "$TB_ENROOT_PREFIX/bin/enroot" ] && [ -f "$TB_PYXIS_PREFIX/lib/slurm/spank_pyxis.so" ]; then
+    return 0
+  fi
+  containers_verify_archives
+  log "building enroot $TB_ENROOT_VERSION and Pyxis $TB_PYXIS_VERSION"
+  rm -rf "$TB_CONTAINERS" && mkdir -p "$TB_CONTAINERS"
+  # Outside any git work tree: enroot's make runs git in its deps folders.
+  build="$TB_CONTAINERS/build"
+  mkdir -p "$build"
+  tar -xzf "$TB_VENDOR_DIR/enroot-$TB_ENROOT_VERSION.tar.gz" -C "$build"
+  tar -xzf "$TB_VENDOR_DIR/pyxis-$TB_PYXIS_VERSION.tar.gz" -C "$build"
+  multiarch=$(gcc -print-multiarch)
+  (
+    cd "$build/enroot-$TB_ENROOT_VERSION"
+    # The release archive holds no submodules: Debian's makeself and kernel headers stand in.
+    mkdir -p deps/dist/makeself/bin deps/dist/linux/include deps/makeself deps/linux-headers
+    cp /usr/bin/makeself deps/dist/makeself/bin/enroot-makeself
+    touch deps/makeself/.stamp deps/linux-headers/.stamp
+    export FORCE_GLIBC=1 LOADLIBES="/usr/lib/$multiarch/libbsd.a"
+    export CPPFLAGS="-D_GNU_SOURCE= -include bsd/string.h"
+    make prefix="$TB_ENROOT_PREFIX" && make install prefix="$TB_ENROOT_PREFIX" &&
+      make setcap prefix="$TB_ENROOT_PREFIX"
+  ) >"$TB_DIR/log/enroot-build.log" 2>&1 || die "enroot did not build (see $TB_DIR/log/enroot-build.log)"
+  (
+    cd "$build/pyxis-$TB_PYXIS_VERSION"
+    make && make install prefix="$TB_PYXIS_PREFIX"
+  ) >"$TB_DIR/log/pyxis-build.log" 2>&1 || die "Pyxis did not build (see $TB_DIR/log/pyxis-build.log)"
+  rm -rf "$build"
+  cp "$here/vendor.sha256" "$stamp"
+}
+
+# enroot's configuration, Pyxis's plugstack line, the shared runtime folders: before slurmd starts.
+containers_configure() {
+  mkdir -p "$TB_ENROOT_PREFIX/etc/enroot/enroot.conf.d"
+  # Evaluated per call, as the calling user: one folder per user keeps test beds apart.
+  cat > "$TB_ENROOT_PREFIX/etc/enroot/enroot.conf.d/slurm-run-testbed.conf" <<'EOF'
+# slurm-run test bed: per-user runtime, data and cache paths (the defaults are not
+# writable by users), a per-node data path (two slurmd share this host), plain HTTP
+# for the test registry on loopback.
+ENROOT_RUNTIME_PATH /run/enroot/user-$(id -u)
+ENROOT_DATA_PATH /var/tmp/enroot/data/user-$(id -u)${SLURM_TOPOLOGY_ADDR:+-$SLURM_TOPOLOGY_ADDR}
+ENROOT_CACHE_PATH /var/tmp/enroot/cache/user-$(id -u)
+ENROOT_ALLOW_HTTP yes
+EOF
+  install -d -m 1777 /run/enroot /var/tmp/enroot /var/tmp/enroot/data /var/tmp/enroot/cache
+  install -d -m 755 /run/pyxis
+  # squashfuse runs as the job user (no udev here: reapplied on every up).
+  chmod 0666 /dev/fuse
+  printf 'required %s runtime_path=/run/pyxis use_squashfuse=1 use_enroot_load=1\n' \
+    "$TB_PYXIS_PREFIX/lib/slurm/spank_pyxis.so" > "$TB_PLUGSTACK"
+  chmod 644 "$TB_PLUGSTACK"
+}
+
+# Whether a running slurmd (by pid file) has enroot on its PATH (Pyxis runs slurmd's enroot).
+slurmd_sees_enroot() {
+  local pid
+  pid=$(tr -dc '0-9' < "$1" 2>/dev/null) || return 1
+  [ -n "$pid" ] && tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -q "^PATH=.*$TB_ENROOT_PREFIX/bin"
+}
+
+registry_url() { printf 'http://127.0.0.1:%s' "$TB_REGISTRY_PORT"; }
+
+registry_answers() {
+  [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 "$(registry_url)/v2/")" = 401 ]
+}
+
+# The registry: basic auth (bcrypt htpasswd), storage and config under $TB_REGISTRY_DIR.
+registry_start() {
+  mkdir -p "$TB_REGISTRY_DIR/data"
+  chmod 700 "$TB_REGISTRY_DIR"
+  if [ ! -s "$TB_REGISTRY_DIR/password" ]; then
+    (umask 077; head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$TB_REGISTRY_DIR/password")
+  fi
+  if [ ! -s "$TB_REGISTRY_DIR/htpasswd" ]; then
+    # The password on stdin, never in argv.
+    htpasswd -B -i -c "$TB_REGISTRY_DIR/htpasswd" "$TB_REGISTRY_USER" < "$TB_REGISTRY_DIR/password" 2>/dev/null
+  fi
+  cat > "$TB_REGISTRY_DIR/config.yml" <<EOF
+# slurm-run test bed: a private registry (TEST-BED FIXTURE) on loopback with basic auth.
+version: 0.1
+log:
+  level: info
+storage:
+  filesystem:
+    rootdirectory: $TB_REGISTRY_DIR/data
+http:
+  addr: 127.0.0.1:$TB_REGISTRY_PORT
+auth:
+  htpasswd:
+    realm: slurm-run-testbed
+    path: $TB_REGISTRY_DIR/htpasswd
+EOF
+  if ! pid_alive "$TB_DIR/run/registry.pid" docker-registry; then
+    rm -f "$TB_DIR/run/registry.pid"
+    setsid docker-registry serve "$TB_REGISTRY_DIR/config.yml" </dev/null >>"$TB_DIR/log/registry.log" 2>&1 &
+    echo $! > "$TB_DIR/run/registry.pid"
+    wait_for "the registry" 30 registry_answers || die "the registry did not start (see $TB_DIR/log/registry.log)"
+  fi
+}
+
+# A root filesystem with bash and coreutils copied from this host, and their libraries.
+image_rootfs() {
+  local root=$1 name=$2 bin lib
+  mkdir -p "$root"/{usr/bin,usr/lib,lib64,etc,tmp,proc,sys,dev,root}
+  ln -s usr/bin "$root/bin"
+  ln -s usr/lib "$root/lib"
+  for bin in /usr/bin/bash $(dpkg -L coreutils | grep -E '^/(usr/)?bin/[^/]+$'); do
+    [ -f "$bin" ] && cp -L "$bin" "$root/usr/bin/"
+  done
+  ln -s bash "$root/usr/bin/sh"
+  for lib in $(ldd "$root"/usr/bin/* 2>/dev/null | grep -oE '/[^ ]+\.so[^ ]*' | sort -u); do
+    case $lib in
+      /lib64/*) cp -L "$lib" "$root/lib64/" ;;
+      *) mkdir -p "$root/usr$(dirname "${lib#/usr}")" && cp -L "$lib" "$root/usr${lib#/usr}" ;;
+    esac
+  done
+  printf 'root:x:0:0:root:/root:/bin/sh\n' > "$root/etc/passwd"
+  printf 'root:x:0:\n' > "$root/etc/group"
+  printf '%s\n' "$name" > "$root/etc/slurm-run-image"
+}
+
+# Build each fixture image offline and push it (v2s2: enroot cannot read an OCI manifest).
+images_push() {
+  local recipe stamp="$TB_REGISTRY_DIR/images.stamp" work image tag auth
+  recipe=$(printf '%s\n' "${TB_IMAGES[@]}" "$(declare -f image_rootfs images_push)" | sha256sum)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$recipe" ]; then
+    return 0
+  fi
+  log "building and pushing the fixture images: ${TB_IMAGES[*]}"
+  work=$(mktemp -d /var/tmp/slurm-run-images.XXXXXX)
+  # Credentials for skopeo in a mode-600 auth file, never in argv.
+  auth="$work/auth.json"
+  (umask 077; printf '{"auths":{"127.0.0.1:%s":{"auth":"%s"}}}\n' "$TB_REGISTRY_PORT" \
+    "$(printf '%s:%s' "$TB_REGISTRY_USER" "$(cat "$TB_REGISTRY_DIR/password")" | base64 -w0)" > "$auth")
+  (
+    set -e
+    umoci init --layout "$work/oci"
+    for image in "${TB_IMAGES[@]}"; do
+      tag=${image##*:}
+      umoci new --image "$work/oci:$tag"
+      umoci unpack --image "$work/oci:$tag" "$work/bundle-$tag"
+      image_rootfs "$work/bundle-$tag/rootfs" "$image"
+      umoci repack --image "$work/oci:$tag" "$work/bundle-$tag"
+      umoci config --image "$work/oci:$tag" --config.cmd /bin/sh
+      skopeo copy --quiet --format v2s2 --dest-tls-verify=false --dest-authfile "$auth" \
+        "oci:$work/oci:$tag" "docker://127.0.0.1:$TB_REGISTRY_PORT/$image"
+    done
+  ) >"$TB_DIR/log/images.log" 2>&1 || { rm -rf "$work"; die "the fixture images were not pushed (see $TB_DIR/log/images.log)"; }
+  rm -rf "$work"
+  printf '%s\n' "$recipe" > "$stamp"
+}
+
+containers_healthy() {
+  [ -x "$TB_ENROOT_PREFIX/bin/enroot" ] && [ -s "$TB_PLUGSTACK" ] &&
+    [ "$(stat -c %a /dev/fuse 2>/dev/null)" = 666 ] && [ -d /run/enroot ] &&
+    slurmd_sees_enroot "$TB_DIR/run/slurmd-n1.pid" && slurmd_sees_enroot "$TB_DIR/run/slurmd-n2.pid" &&
+    pid_alive "$TB_DIR/run/registry.pid" docker-registry && registry_answers &&
+    [ -s "$TB_REGISTRY_DIR/images.stamp" ]
+}
