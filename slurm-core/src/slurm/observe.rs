@@ -107,23 +107,27 @@ pub(super) fn merge(
             (None, sacct) => sacct,
         };
         if let Some(observation) = observation {
-            // squeue's COMPLETED is confirmed by sacct's steps. While accounting lags
-            // behind (no row yet, or a row that has not ended), the job is not called
-            // COMPLETE: terminal states are final, so it waits a poll.
+            // A job squeue says has ended is told by accounting how: its exit code and
+            // its steps (a COMPLETED job with a failed step did not finish; exit 124 is
+            // the child timeout). While accounting lags behind (no row yet, or a row
+            // that has not ended), the job is not called terminal: terminal states are
+            // final, so it waits a poll.
+            let ended =
+                observation.source == "squeue" && map_state(&observation.state).0.is_terminal();
             let settled =
                 observe_sacct(&sacct_rows, *id).filter(|s| map_state(&s.state).0.is_terminal());
-            let observation = match (&observation.state.base, settled) {
-                (SlurmBaseState::Completed, Some(sacct)) if observation.source == "squeue" => sacct,
-                (SlurmBaseState::Completed, None)
-                    if observation.source == "squeue" && accounting =>
-                {
-                    Observation {
-                        state: SlurmState::from_base(SlurmBaseState::Completing),
-                        reason: Some("ended; waiting for accounting to confirm its steps".into()),
-                        ..observation
-                    }
-                }
-                (_, _) => observation,
+            let observation = match settled {
+                Some(sacct) if ended => sacct,
+                None if ended && accounting => Observation {
+                    reason: Some(format!(
+                        "ended {}; waiting for accounting to confirm its exit code and steps",
+                        observation.state.raw
+                    )),
+                    state: SlurmState::from_base(SlurmBaseState::Completing),
+                    exit_code: None,
+                    ..observation
+                },
+                _ => observation,
             };
             observations.insert(*id, observation);
         }
@@ -382,6 +386,42 @@ mod tests {
 
     fn rows(text: &str) -> Vec<SacctRow> {
         parse_sacct(text).unwrap()
+    }
+
+    #[test]
+    fn a_failure_squeue_reports_waits_for_accounting_to_give_its_exit_code() {
+        let id = SlurmJobId::new(9).unwrap();
+        let out = |status: i32, text: &str| Output {
+            status,
+            stdout: text.as_bytes().to_vec(),
+            stderr: Vec::new(),
+        };
+        let squeue = out(0, "9|FAILED|NonZeroExitCode|n1|job-f\n");
+        // slurmdbd lags: its row still says RUNNING, with no exit code yet.
+        let stale = out(
+            0,
+            "9|9|RUNNING|0:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|Unknown|n1|job-f\n",
+        );
+        let waiting = &merge(&[id], &squeue, &stale).unwrap()[&id];
+        assert!(
+            !map_state(&waiting.state).0.is_terminal(),
+            "not terminal before accounting knows how it ended: {waiting:?}"
+        );
+        let settled = out(
+            0,
+            "9|9|FAILED|3:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:00:02|n1|job-f\n",
+        );
+        let failed = &merge(&[id], &squeue, &settled).unwrap()[&id];
+        assert_eq!(failed.state.base, SlurmBaseState::Failed);
+        assert_eq!(failed.exit_code, Some(3));
+        // Without accounting, squeue's word is all there is.
+        let off = Output {
+            status: 1,
+            stdout: Vec::new(),
+            stderr: b"sacct: error: Slurm accounting storage is disabled\n".to_vec(),
+        };
+        let alone = &merge(&[id], &squeue, &off).unwrap()[&id];
+        assert_eq!(alone.state.base, SlurmBaseState::Failed);
     }
 
     #[test]
