@@ -70,6 +70,13 @@ pub enum Ending {
     Deadline,
 }
 
+/// The exit status of `timeout` when it killed the command: the job's own child
+/// timeout fired (a program error, never retried), not a crash.
+pub const CHILD_TIMEOUT_EXIT: i32 = 124;
+
+/// What a record says of a command killed by its own child timeout.
+pub const CHILD_TIMEOUT_NOTE: &str = "killed by its own time limit (the child timeout fired: `timeout` exit 124), not a crash; raise `child_timeout` or `time` if the command needs longer";
+
 /// How many trailing lines of the logs are read.
 pub const LOG_TAIL_LINES: usize = 500;
 
@@ -181,7 +188,7 @@ pub fn classify_failure(ending: Ending, log_tail: &str) -> ErrorClass {
         Ending::TimeLimit | Ending::OutOfMemory | Ending::Deadline => return ErrorClass::Program,
         Ending::Failed { exit_code } => exit_code,
     };
-    if exit_code == Some(124) {
+    if exit_code == Some(CHILD_TIMEOUT_EXIT) {
         return ErrorClass::Program;
     }
     let text = tail(log_tail);

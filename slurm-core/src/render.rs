@@ -70,8 +70,8 @@ pub struct ScriptContext {
     pub memory: Option<String>,
     /// Wall time in Slurm's form, e.g. `04:00:00` or `1-00:00:00`.
     pub time: String,
-    /// The child command's limit in whole minutes, strictly below the wall time.
-    pub child_timeout_minutes: u32,
+    /// The child command's limit in seconds (`timeout <N>s`), strictly below the wall time.
+    pub child_timeout_secs: u64,
     /// Absolute folder holding `<job_name>-<slurm id>/main.out` and `main.err`.
     pub log_dir: String,
     /// Absolute results folder, made before launch.

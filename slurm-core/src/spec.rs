@@ -32,8 +32,8 @@
 //! - a job is exclusive when it uses the per-node maximum on each node.
 //!
 //! The child timeout (the `timeout` the job's command runs under) defaults to 95%
-//! of the wall time, rounded down to whole minutes: 228 minutes (3.8 h) for the
-//! default 4 h; it is always strictly below the wall time.
+//! of the wall time, in whole seconds: 13680 s (3.8 h) for the default 4 h, 57 s for
+//! a one-minute smoke test; it is always strictly below the wall time.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -149,8 +149,9 @@ fn is_default_check(c: &CompletionCheck) -> bool {
 /// Hard limits of the target partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
-    /// The longest wall time allowed (the reference's partitions: 4 h).
-    pub max_wall: WallTime,
+    /// The longest wall time allowed (the reference's partitions: 4 h); `None` when the
+    /// partition has no limit (MaxTime=UNLIMITED): the spec's time is taken as it is.
+    pub max_wall: Option<WallTime>,
     /// GPUs on one node (8); at or above it a job takes whole exclusive nodes.
     pub max_gpus_per_node: u32,
 }
@@ -158,7 +159,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_wall: WallTime::from_hours(4),
+            max_wall: Some(WallTime::from_hours(4)),
             max_gpus_per_node: 8,
         }
     }
@@ -231,8 +232,8 @@ pub struct Resources {
     pub memory: Option<String>,
     /// Wall time.
     pub wall: WallTime,
-    /// The child timeout in minutes, strictly below the wall time.
-    pub child_timeout_minutes: u32,
+    /// The child timeout in seconds, strictly below the wall time.
+    pub child_timeout_secs: u64,
     /// The partition, if any.
     pub partition: Option<String>,
     /// The account, if any.
@@ -510,27 +511,22 @@ impl JobSpec {
                 "must be at least one minute (e.g. 00:10:00)",
             ));
         }
-        if wall > defaults.limits.max_wall {
-            return Err(Error::invalid(
-                "time",
-                format!(
-                    "{} exceeds the partition's maximum {}; shorten time, or choose a partition with a longer limit and pass its maximum in the limits",
-                    wall, defaults.limits.max_wall
-                ),
-            ));
+        if let Some(max_wall) = defaults.limits.max_wall {
+            if wall > max_wall {
+                return Err(Error::invalid(
+                    "time",
+                    format!(
+                        "{wall} exceeds the partition's maximum {max_wall}; shorten time, or choose a partition with a longer limit (or none)"
+                    ),
+                ));
+            }
         }
-        let child_timeout_minutes = match self.child_timeout {
+        let child_timeout_secs = match self.child_timeout {
             Some(ct) => {
-                if ct.as_secs() < 60 {
+                if ct.as_secs() == 0 {
                     return Err(Error::invalid(
                         "child_timeout",
-                        "must be at least one minute",
-                    ));
-                }
-                if ct.as_secs() % 60 != 0 {
-                    return Err(Error::invalid(
-                        "child_timeout",
-                        format!("{ct} is not whole minutes; round it to a minute"),
+                        "must be at least one second",
                     ));
                 }
                 if ct >= wall {
@@ -539,21 +535,11 @@ impl JobSpec {
                         format!("{ct} must be strictly below the wall time {wall}, so the job can requeue itself; shorten it (default: 95% of the wall)"),
                     ));
                 }
-                ct.as_secs() / 60
+                ct.as_secs()
             }
-            None => {
-                let minutes = wall.as_secs() * 95 / 100 / 60;
-                if minutes == 0 {
-                    return Err(Error::invalid(
-                        "time",
-                        format!("{wall} leaves no whole minute for the child timeout; use at least 00:02:00"),
-                    ));
-                }
-                minutes
-            }
+            // At least a minute of wall (checked above): 95% of it is at least 57 s.
+            None => wall.as_secs() * 95 / 100,
         };
-        let child_timeout_minutes = u32::try_from(child_timeout_minutes)
-            .map_err(|_| Error::invalid("child_timeout", "too large"))?;
         let partition = self
             .partition
             .clone()
@@ -573,7 +559,7 @@ impl JobSpec {
             cpus_per_task,
             memory: self.memory.clone(),
             wall,
-            child_timeout_minutes,
+            child_timeout_secs,
             partition,
             account,
             requeue: self.requeue.unwrap_or(defaults.requeue),

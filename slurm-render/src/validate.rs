@@ -98,12 +98,11 @@ pub fn validate_context(kind: TemplateKind, context: &ScriptContext) -> Result<(
             "must be Slurm's form: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, e.g. 04:00:00",
         )
     })?;
-    if c.child_timeout_minutes == 0 || u64::from(c.child_timeout_minutes) * 60 >= wall_seconds {
+    if c.child_timeout_secs == 0 || c.child_timeout_secs >= wall_seconds {
         return Err(Error::invalid(
-            "child_timeout_minutes",
+            "child_timeout_secs",
             format!(
-                "must be at least 1 and strictly below the wall time ({} minutes) so the job ends cleanly before the wall",
-                wall_seconds / 60
+                "must be at least 1 and strictly below the wall time ({wall_seconds} seconds) so the job ends cleanly before the wall"
             ),
         ));
     }

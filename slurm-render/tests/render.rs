@@ -38,7 +38,7 @@ fn two_nodes_exclusive() -> ScriptContext {
         cpus_per_task: 64,
         memory: Some("512G".into()),
         time: "1-00:00:00".into(),
-        child_timeout_minutes: 1368,
+        child_timeout_secs: 82_080,
         exclusive: true,
         requeue: false,
         image: Some("/lustre/images/cosmos.sqsh".into()),
@@ -201,7 +201,7 @@ fn directives_follow_the_context() {
     assert!(s.contains(
         "slurm_run_log_dir=/lustre/users/me/logs/resnet-train-a1b2c3-\"${SLURM_JOB_ID}\"\n"
     ));
-    assert!(s.contains("timeout 228m srun"));
+    assert!(s.contains("timeout 13680s srun"));
     assert!(s.contains(
         "--container-image=/lustre/images/nvcr.io_nvidia_tao_5.5.sqsh --container-mounts='/lustre/data:/data:ro,/lustre/users/me/results/resnet-train-a1b2c3:/results'"
     ));
@@ -418,18 +418,18 @@ fn invalid_contexts_are_refused_with_the_field() {
         (
             TemplateKind::SingleNode,
             ScriptContext {
-                child_timeout_minutes: 240,
+                child_timeout_secs: 14_400,
                 ..example_context()
             },
-            "child_timeout_minutes",
+            "child_timeout_secs",
         ),
         (
             TemplateKind::SingleNode,
             ScriptContext {
-                child_timeout_minutes: 0,
+                child_timeout_secs: 0,
                 ..example_context()
             },
-            "child_timeout_minutes",
+            "child_timeout_secs",
         ),
         (
             TemplateKind::SingleNode,

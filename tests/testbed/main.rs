@@ -17,3 +17,4 @@ mod slurmctl;
 mod smoke;
 mod ssh_faults;
 mod transports;
+mod wall_time;

@@ -228,7 +228,7 @@ fn submit_job(
         cpus_per_task: 1,
         memory: None,
         time: "00:10:00".into(),
-        child_timeout_minutes: 5,
+        child_timeout_secs: 300,
         log_dir: format!("{dir}/logs"),
         results_dir: format!("{dir}/results"),
         image: None,

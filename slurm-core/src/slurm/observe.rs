@@ -10,7 +10,7 @@ use super::parse::{
 };
 use super::states::{map_state, SlurmBaseState, SlurmState};
 use crate::backend::NativeStatus;
-use crate::classify::{classify_failure, ErrorClass};
+use crate::classify::{classify_failure, ErrorClass, CHILD_TIMEOUT_EXIT, CHILD_TIMEOUT_NOTE};
 use crate::record::{JobRecord, Mark, TransitionSource};
 use crate::spec::CompletionCheck;
 use crate::state::JobState;
@@ -206,6 +206,10 @@ pub(super) fn decide(record: &JobRecord, observed: Option<Observation>) -> Decis
             }
             None => (JobState::Complete, None, Followup::None),
         },
+        JobState::Error if class.is_none() && observed.exit_code == Some(CHILD_TIMEOUT_EXIT) => {
+            message = format!("{message}: {CHILD_TIMEOUT_NOTE}");
+            (JobState::Error, Some(ErrorClass::Program), Followup::None)
+        }
         JobState::Error if class.is_none() => (JobState::Error, None, Followup::Classify),
         other => (other, class, Followup::None),
     };
@@ -436,6 +440,40 @@ mod tests {
         )));
         assert!(!status_json_says_success(&out("", 1)));
         assert!(!status_json_says_success(&out("not json", 0)));
+    }
+
+    /// Issue 14, point 5: a command killed by its own `timeout` (exit 124) ends with a
+    /// message that says so, distinct from a crash.
+    #[test]
+    fn a_child_timeout_reads_as_such_and_a_crash_does_not() {
+        let sacct = |code: i32| {
+            rows(&format!(
+                "9|9|FAILED|{code}:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:01:00|n1|job-c\n"
+            ))
+        };
+        let record = JobRecord::new(
+            crate::record::JobId::parse("job-c").unwrap(),
+            &crate::spec::JobSpec::new("job-c", "sleep 99"),
+            crate::storage::RemotePath::parse("/r/job-c").unwrap(),
+        )
+        .unwrap();
+        let timed_out = decide(
+            &record,
+            observe_sacct(&sacct(124), SlurmJobId::new(9).unwrap()),
+        );
+        let crashed = decide(
+            &record,
+            observe_sacct(&sacct(1), SlurmJobId::new(9).unwrap()),
+        );
+        let text = |d: &Decision| d.mark.message.clone().unwrap_or_default();
+        assert!(
+            text(&timed_out).contains("child timeout"),
+            "{}",
+            text(&timed_out)
+        );
+        assert!(!text(&crashed).contains("timeout"), "{}", text(&crashed));
+        assert_eq!(timed_out.mark.err_class, Some(ErrorClass::Program));
+        assert_eq!(timed_out.followup, Followup::None);
     }
 
     #[test]

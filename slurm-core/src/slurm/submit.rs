@@ -138,7 +138,7 @@ where
     pub(super) fn resources(&self, spec: &JobSpec) -> Result<Resources> {
         let config = &self.inner.config;
         let limits = Limits {
-            max_wall: self.max_wall(spec).unwrap_or(Limits::default().max_wall),
+            max_wall: self.max_wall(spec),
             ..Limits::default()
         };
         let mut defaults = SpecDefaults {
@@ -226,7 +226,7 @@ where
             cpus_per_task: resources.cpus_per_task,
             memory: resources.memory.clone(),
             time: resources.wall.to_slurm(),
-            child_timeout_minutes: resources.child_timeout_minutes,
+            child_timeout_secs: resources.child_timeout_secs,
             log_dir: job_dir.join("logs")?.as_str().to_string(),
             results_dir: job_dir.as_str().to_string(),
             image,

@@ -563,3 +563,39 @@ async fn a_probe_that_cannot_run_fails_the_submit_and_caches_nothing() {
     assert!(backend.knob_cache("unit").unwrap().is_none());
     assert!(backend.records(&RecordFilter::any()).unwrap().is_empty());
 }
+
+/// Issue 14, point 5: a partition whose MaxTime is UNLIMITED takes the spec's time;
+/// the 4-hour cap applies only where the partition has one.
+#[tokio::test]
+async fn an_unlimited_partition_accepts_a_long_wall_time() {
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| Ok(output(0, "4343\n", "")));
+    let backend = backend(remote);
+    backend.inner.cache.lock().unwrap().partitions.insert(
+        "long".into(),
+        PartitionInfo {
+            up: true,
+            max_time: None,
+        },
+    );
+    let mut spec = JobSpec::new("long", "true");
+    spec.partition = Some("long".into());
+    spec.time = Some(WallTime::from_hours(30));
+    let record = backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(record.state, JobState::Pending);
+    // The default partition keeps its 4-hour cap.
+    let mut capped = JobSpec::new("capped", "true");
+    capped.time = Some(WallTime::from_hours(5));
+    let error = backend
+        .submit(&capped, SubmitOptions::default())
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("04:00:00"), "{error}");
+}

@@ -150,3 +150,12 @@ pub fn admin(testbed: &Testbed, program: &str, args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
+
+/// The message of a record's last transition (empty when it has none).
+pub fn last_message(record: &slurm_core::JobRecord) -> String {
+    record
+        .history
+        .last()
+        .and_then(|t| t.message.clone())
+        .unwrap_or_default()
+}

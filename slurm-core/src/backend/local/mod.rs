@@ -43,7 +43,9 @@ use crate::{Error, Result};
 /// - The command sees its spec's `env` and `extra_env`, its secrets (from the submit
 ///   options or this process's environment; redacted from its logs), `NODE_RANK=0`,
 ///   `WORLD_SIZE=1`, `MASTER_ADDR=127.0.0.1`, `MASTER_PORT=29500` and `RESULTS_DIR`.
-/// - Its wall time is enforced (ERROR, program); a non-zero exit is ERROR, classed
+/// - Its child timeout (95% of the wall time unless the spec sets one) is enforced as
+///   on a cluster: ERROR, program, with a message saying the command was killed by its
+///   own time limit (exit 124); a non-zero exit is ERROR, classed
 ///   infra or program from its logs like a cluster job; a cancel kills its whole
 ///   process group.
 /// - No containers, GPUs or nodes: a spec with an `image` is refused.
@@ -314,7 +316,7 @@ impl Backend for LocalBackend {
             id: id.clone(),
             command,
             cancel: cancel_rx,
-            limit: Duration::from_secs(resources.wall.as_secs()),
+            limit: Duration::from_secs(resources.child_timeout_secs),
         });
         self.inner.store.get(&id)
     }

@@ -10,7 +10,9 @@ use tokio::sync::oneshot;
 
 use super::{last_lines, LocalBackend};
 use crate::backend::LogStream;
-use crate::classify::{classify_failure, Ending, ErrorClass, LOG_TAIL_LINES};
+use crate::classify::{
+    classify_failure, Ending, ErrorClass, CHILD_TIMEOUT_EXIT, CHILD_TIMEOUT_NOTE, LOG_TAIL_LINES,
+};
 use crate::record::{JobId, Mark, TransitionSource};
 use crate::state::JobState;
 
@@ -172,9 +174,16 @@ impl LocalBackend {
             Outcome::Canceled(_) => {
                 Mark::new(JobState::Canceled, TransitionSource::User).message("cancelled")
             }
-            Outcome::TimedOut => Mark::new(JobState::Error, TransitionSource::Poll)
-                .message("the wall time was reached")
-                .err_class(ErrorClass::Program),
+            Outcome::TimedOut => {
+                self.inner
+                    .exits
+                    .lock()
+                    .expect("exits lock")
+                    .insert(id.clone(), CHILD_TIMEOUT_EXIT);
+                Mark::new(JobState::Error, TransitionSource::Poll)
+                    .message(format!("exit {CHILD_TIMEOUT_EXIT}: {CHILD_TIMEOUT_NOTE}"))
+                    .err_class(ErrorClass::Program)
+            }
             Outcome::Lost(why) => Mark::new(JobState::Error, TransitionSource::Poll)
                 .message(format!("lost the process: {why}"))
                 .err_class(ErrorClass::Infra),
