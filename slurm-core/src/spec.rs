@@ -19,7 +19,10 @@
 //! (a wall-time form), `datasets` (storage URIs), `supporting_files`,
 //! `extra_sbatch` (options such as `--qos=high`), `extra_env`, `labels`
 //! (`{arch: ..., action: ...}`), `completion_check` (`exit_code` or
-//! `status_json`) and `allow_registry_image`. Unknown keys are an error.
+//! `status_json`), `allow_registry_image`, and for pipelines and sweeps `after`
+//! (`[train-a1b2c3, prep-00ff11:any]`: records to wait for), `array`
+//! (`{size: 8, max_parallel: 2}` or `{indices: "0-3,8"}`) and `sweep` (`{LR: [0.1,
+//! 0.01], BATCH: [32, 64]}`, a grid, or a list of points). Unknown keys are an error.
 //!
 //! # Resolving GPUs and nodes ([`JobSpec::resolve`])
 //! - `gpus_per_node` given: that many per node (at most the per-node maximum);
@@ -45,10 +48,14 @@ use crate::image::ImageRef;
 use crate::storage::{MountSpec, StorageUri};
 use crate::{Error, Result};
 
+mod array;
+mod depend;
 mod validate;
 mod wall_time;
 
 use crate::names::{validate_safe_name, validate_shell_name};
+pub use array::{ArrayPlan, ArraySpec, Scalar, Sweep, TaskSet, MAX_TASKS};
+pub use depend::{Dependency, DependencyCondition, Verdict};
 pub use validate::validate_sbatch_line;
 pub(crate) use validate::{first_duplicate, validate_memory, validate_partition};
 pub use wall_time::WallTime;
@@ -136,6 +143,17 @@ pub struct JobSpec {
     /// How success is decided.
     #[serde(default, skip_serializing_if = "is_default_check")]
     pub completion_check: CompletionCheck,
+    /// The records this job waits for, `ID` (after success) or `ID:ok|any|notok|start`;
+    /// the scheduler enforces the wait.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<Dependency>,
+    /// Run as an array of tasks: a size or index list, and a maximum in parallel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<ArraySpec>,
+    /// Named parameter values, one point per task (an array of as many tasks, unless
+    /// `array` picks some of them); each task sees its values in its environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<Sweep>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -269,6 +287,9 @@ impl JobSpec {
             extra_env: BTreeMap::new(),
             labels: BTreeMap::new(),
             completion_check: CompletionCheck::ExitCode,
+            after: Vec::new(),
+            array: None,
+            sweep: None,
         }
     }
 
@@ -385,7 +406,106 @@ impl JobSpec {
             validate_safe_name("labels", k)?;
             validate_safe_name(&format!("labels.{k}"), v)?;
         }
+        if let Some(sweep) = &self.sweep {
+            sweep.validate()?;
+            for name in sweep.names() {
+                if self.env.contains_key(&name)
+                    || self.extra_env.contains_key(&name)
+                    || self.secrets.contains(&name)
+                {
+                    return Err(Error::invalid(
+                        "sweep",
+                        format!("{name} is swept and also set in env, extra_env or secrets; set it in one place"),
+                    ));
+                }
+            }
+        }
+        self.array_plan()?;
         Ok(())
+    }
+
+    /// The tasks of an array or sweep (`None` for a single job): `array.size` or
+    /// `array.indices`, or one task per sweep point; with a sweep, `array` may pick some
+    /// of its points (`indices`) and set `max_parallel`.
+    ///
+    /// ```
+    /// use slurm_core::JobSpec;
+    /// let spec = JobSpec::from_yaml_str("name: s\ncommand: echo $LR\nsweep: {LR: [0.1, 0.01]}\narray: {max_parallel: 1}\n").unwrap();
+    /// let plan = spec.array_plan().unwrap().unwrap();
+    /// assert_eq!((plan.indices.to_string(), plan.max_parallel), ("0-1".to_string(), Some(1)));
+    /// assert_eq!(spec.sweep_point(1).unwrap()["LR"], "0.01");
+    /// ```
+    pub fn array_plan(&self) -> Result<Option<ArrayPlan>> {
+        let points = self.sweep.as_ref().map(|s| s.points().len());
+        let Some(array) = self
+            .array
+            .clone()
+            .or_else(|| points.map(|_| ArraySpec::default()))
+        else {
+            return Ok(None);
+        };
+        let indices = match (&array.size, &array.indices, points) {
+            (Some(_), Some(_), _) => {
+                return Err(Error::invalid("array", "give size or indices, not both"))
+            }
+            (Some(0), None, _) => return Err(Error::invalid("array.size", "must be at least 1")),
+            (Some(size), None, Some(n)) if *size as usize != n => return Err(Error::invalid(
+                "array.size",
+                format!(
+                    "{size} does not match the sweep's {n} points; drop size (the sweep sets it)"
+                ),
+            )),
+            (Some(size), None, _) if *size as usize > MAX_TASKS => {
+                return Err(Error::invalid(
+                    "array.size",
+                    format!("{size} is more than {MAX_TASKS} tasks; split the array"),
+                ))
+            }
+            (Some(size), None, _) => TaskSet::first(*size),
+            (None, Some(indices), Some(n)) => {
+                if indices.max().is_some_and(|m| m as usize >= n) {
+                    return Err(Error::invalid(
+                        "array.indices",
+                        format!(
+                            "{indices} goes past the sweep's {n} points (0-{}); pick among them",
+                            n - 1
+                        ),
+                    ));
+                }
+                indices.clone()
+            }
+            (None, Some(indices), None) => indices.clone(),
+            (None, None, Some(n)) => TaskSet::first(n as u32),
+            (None, None, None) => {
+                return Err(Error::invalid(
+                    "array",
+                    "give size (tasks 0..size) or indices (e.g. 0-3,8)",
+                ))
+            }
+        };
+        if indices.is_empty() {
+            return Err(Error::invalid(
+                "array.indices",
+                "is empty; give at least one task",
+            ));
+        }
+        if array.max_parallel == Some(0) {
+            return Err(Error::invalid("array.max_parallel", "must be at least 1"));
+        }
+        Ok(Some(ArrayPlan {
+            indices,
+            max_parallel: array.max_parallel,
+        }))
+    }
+
+    /// The parameter values task `index` of a sweep gets (`None` without a sweep or
+    /// for an index past its points).
+    pub fn sweep_point(&self, index: u32) -> Option<BTreeMap<String, String>> {
+        self.sweep
+            .as_ref()?
+            .points()
+            .into_iter()
+            .nth(index as usize)
     }
 
     /// The parsed image, if any.
