@@ -36,6 +36,9 @@ fn context() -> ScriptContext {
         requeue: true,
         exclusive: true,
         extra_sbatch: vec!["--qos=high".into()],
+        dependency: None,
+        exclude: Vec::new(),
+        array: None,
     }
 }
 

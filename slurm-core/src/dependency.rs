@@ -7,7 +7,7 @@
 //! queue); a client never waits. A parent that was retried after an infra failure is
 //! followed to its newest attempt, so its dependants wait for the retry instead of failing.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::record::{JobId, JobRecord, RecordFilter, RecordStore};
 use crate::state::JobState;
@@ -143,6 +143,46 @@ pub fn check_before_submit(
         }
     }
     Ok(waiting)
+}
+
+/// For a dependant still waiting: why it must end, when a parent's latest attempt can
+/// never meet the condition and that parent's end was already known before this poll
+/// (`known_ended`). One poll of grace lets a watch retry an infra failure first, so the
+/// dependant follows the retry instead of failing.
+pub fn never_satisfied(
+    resolved: &[ResolvedDependency],
+    known_ended: &HashSet<JobId>,
+) -> Option<String> {
+    resolved
+        .iter()
+        .filter(|r| known_ended.contains(&r.parent.id))
+        .find_map(ResolvedDependency::never_message)
+}
+
+/// After `previous` was retried as `retry`: every dependant not yet ended that waits for
+/// `previous` waits for `retry` instead (its record's `after` is updated). Returns the
+/// dependants changed, so a scheduler can be told too.
+pub fn follow_retry(
+    store: &dyn RecordStore,
+    previous: &JobId,
+    retry: &JobId,
+) -> Result<Vec<JobRecord>> {
+    let mut changed = Vec::new();
+    for dependant in store.list(&RecordFilter::any().active())? {
+        if !dependant.after.iter().any(|d| &d.job == previous) {
+            continue;
+        }
+        let updated = store.update(&dependant.id, &mut |record| {
+            for dependency in &mut record.after {
+                if &dependency.job == previous {
+                    dependency.job = retry.clone();
+                }
+            }
+            Ok(())
+        })?;
+        changed.push(updated);
+    }
+    Ok(changed)
 }
 
 #[cfg(test)]

@@ -449,12 +449,14 @@ impl JobSpec {
                 return Err(Error::invalid("array", "give size or indices, not both"))
             }
             (Some(0), None, _) => return Err(Error::invalid("array.size", "must be at least 1")),
-            (Some(size), None, Some(n)) if *size as usize != n => return Err(Error::invalid(
-                "array.size",
-                format!(
+            (Some(size), None, Some(n)) if *size as usize != n => {
+                return Err(Error::invalid(
+                    "array.size",
+                    format!(
                     "{size} does not match the sweep's {n} points; drop size (the sweep sets it)"
                 ),
-            )),
+                ))
+            }
             (Some(size), None, _) if *size as usize > MAX_TASKS => {
                 return Err(Error::invalid(
                     "array.size",
@@ -496,6 +498,19 @@ impl JobSpec {
             indices,
             max_parallel: array.max_parallel,
         }))
+    }
+
+    /// This spec narrowed to the array tasks `indices` (a retry of the failed tasks
+    /// of an array: the same sweep values for the same indices).
+    pub fn for_tasks(&self, indices: TaskSet) -> JobSpec {
+        let mut spec = self.clone();
+        let max_parallel = spec.array.as_ref().and_then(|a| a.max_parallel);
+        spec.array = Some(ArraySpec {
+            size: None,
+            indices: Some(indices),
+            max_parallel,
+        });
+        spec
     }
 
     /// The parameter values task `index` of a sweep gets (`None` without a sweep or

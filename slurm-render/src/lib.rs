@@ -68,5 +68,8 @@ pub fn example_context() -> slurm_core::render::ScriptContext {
         requeue: true,
         exclusive: false,
         extra_sbatch: Vec::new(),
+        dependency: None,
+        exclude: Vec::new(),
+        array: None,
     }
 }

@@ -50,6 +50,9 @@ fn two_nodes_exclusive() -> ScriptContext {
             env("NCCL_SOCKET_IFNAME", "eth0"),
         ],
         extra_sbatch: vec!["--qos=high".into(), "--reservation=big run".into()],
+        dependency: None,
+        exclude: Vec::new(),
+        array: None,
         ..example_context()
     }
 }

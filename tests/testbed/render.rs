@@ -240,6 +240,9 @@ fn submit_job(
         requeue: false,
         exclusive: false,
         extra_sbatch: Vec::new(),
+        dependency: None,
+        exclude: Vec::new(),
+        array: None,
     };
     let renderer = HandlebarsRenderer::new();
     let script = renderer.render(kind, &context).expect("renders");

@@ -94,6 +94,7 @@ async fn a_command_killed_by_its_child_timeout_says_so() {
             LogOptions {
                 stream: LogStream::Err,
                 tail: 20,
+                task: None,
             },
         )
         .await

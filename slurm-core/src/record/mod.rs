@@ -298,6 +298,39 @@ impl JobRecord {
         self
     }
 
+    /// The tasks a retry of this array runs again: those that ended ERROR (`None` for a
+    /// single job or an array with none).
+    pub fn tasks_to_retry(&self) -> Option<crate::spec::TaskSet> {
+        let failed: crate::spec::TaskSet = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.state == JobState::Error)
+            .map(|(i, _)| *i)
+            .collect();
+        (!failed.is_empty()).then_some(failed)
+    }
+
+    /// Check that `tasks` are tasks of this array (an error names the first that is not).
+    pub fn check_tasks(&self, tasks: &crate::spec::TaskSet) -> Result<()> {
+        if !self.is_array() {
+            return Err(Error::invalid(
+                "tasks",
+                format!("{} is a single job, not an array; cancel it whole", self.id),
+            ));
+        }
+        match tasks.iter().find(|i| !self.tasks.contains_key(i)) {
+            Some(missing) => Err(Error::invalid(
+                "tasks",
+                format!(
+                    "{} has no task {missing}; its tasks are {}",
+                    self.id,
+                    self.tasks.keys().copied().collect::<crate::spec::TaskSet>()
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Whether the record is an array (it has tasks).
     pub fn is_array(&self) -> bool {
         !self.tasks.is_empty()

@@ -1,4 +1,5 @@
-//! Cancel: `scancel`, then the record goes CANCELED once the scheduler confirms; a finished job is left as it is.
+//! Cancel: `scancel` (of a job, a whole array, or some of its tasks), then the record goes
+//! CANCELED once the scheduler confirms; a finished job is left as it is.
 
 use std::time::{Duration, Instant};
 
@@ -7,6 +8,7 @@ use super::commands;
 use super::poll::slurm_job;
 use crate::record::{JobId, JobRecord, Mark, RecordStore, TransitionSource};
 use crate::render::Renderer;
+use crate::spec::TaskSet;
 use crate::transport::Transport;
 use crate::{Error, Result};
 
@@ -34,13 +36,45 @@ where
             ));
         };
         let command = commands::scancel(slurm_id, cluster.as_deref());
+        self.scancel_and_confirm(id, command, |record| record.state.is_terminal())
+            .await
+    }
+
+    pub(super) async fn cancel_array_tasks(
+        &self,
+        id: &JobId,
+        tasks: &TaskSet,
+    ) -> Result<JobRecord> {
+        let record = self.inner.store.get(id)?;
+        record.check_tasks(tasks)?;
+        let ended = |r: &JobRecord| tasks.iter().all(|t| r.tasks[&t].state.is_terminal());
+        if ended(&record) {
+            return Ok(record);
+        }
+        let Some((cluster, slurm_id)) = slurm_job(&record)? else {
+            return Err(Error::invalid(
+                "id",
+                format!("{id} was never accepted by the scheduler; nothing to cancel"),
+            ));
+        };
+        let command = commands::scancel_tasks(slurm_id, &tasks.to_string(), cluster.as_deref());
+        self.scancel_and_confirm(id, command, ended).await
+    }
+
+    /// Run `command` (an scancel), then poll `id` until `done` holds for its record.
+    async fn scancel_and_confirm(
+        &self,
+        id: &JobId,
+        command: crate::transport::Command,
+        done: impl Fn(&JobRecord) -> bool,
+    ) -> Result<JobRecord> {
         let output = self.inner.transport.run(&command).await?;
         // scancel of a finished or unknown id exits 0; anything else is a real failure.
         output.check(&command)?;
         let deadline = Instant::now() + CANCEL_CONFIRM;
         loop {
             let status = self.poll(std::slice::from_ref(id)).await?.remove(0);
-            if status.state().is_terminal() {
+            if done(&status.record) {
                 return Ok(status.record);
             }
             if Instant::now() >= deadline {

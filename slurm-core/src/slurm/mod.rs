@@ -11,6 +11,7 @@
 //! | `backend.rs` | [`SlurmBackend`] and its `Backend` impl |
 //! | `config.rs` | [`SlurmConfig`] from the environment or a builder |
 //! | `submit.rs`, `reconcile.rs`, `images.rs` | exactly-once submit, reconcile by job name, `.sqsh` staging |
+//! | `depend.rs` | `--dependency` from the parents' ids; dependants re-pointed at a retried parent |
 //! | `poll.rs`, `observe.rs` | one-round-trip status; the pure decisions from squeue/sacct/scontrol rows |
 //! | `preflight.rs`, `cancel.rs`, `logs.rs` | the other operations |
 //! | `nccl.rs` | probe jobs and the submit hook of the NCCL knob cache |
@@ -20,6 +21,7 @@ mod backend;
 mod cancel;
 mod commands;
 mod config;
+mod depend;
 mod images;
 mod logs;
 mod nccl;

@@ -378,7 +378,14 @@ fn parse_partition(out: &Output) -> Option<PartitionInfo> {
         "UNLIMITED" | "INFINITE" => None,
         other => WallTime::parse(other).ok(),
     });
-    Some(PartitionInfo { up, max_time })
+    let nodes = field("Nodes")
+        .and_then(|n| super::parse::expand_nodelist(&n).ok())
+        .unwrap_or_default();
+    Some(PartitionInfo {
+        up,
+        max_time,
+        nodes,
+    })
 }
 
 fn first_line(text: &str, fallback: &str) -> String {

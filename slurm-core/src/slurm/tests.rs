@@ -71,6 +71,7 @@ fn prepared_backend<R: Renderer + 'static>(
             PartitionInfo {
                 up: true,
                 max_time: Some(WallTime::from_hours(4)),
+                nodes: vec!["n1".into(), "n2".into()],
             },
         );
     }
@@ -580,6 +581,7 @@ async fn an_unlimited_partition_accepts_a_long_wall_time() {
         PartitionInfo {
             up: true,
             max_time: None,
+            nodes: Vec::new(),
         },
     );
     let mut spec = JobSpec::new("long", "true");

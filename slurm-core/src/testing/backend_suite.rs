@@ -214,6 +214,7 @@ pub async fn logs_tail_each_stream<F: BackendFixture + ?Sized>(fixture: &F) {
             LogOptions {
                 stream: LogStream::Out,
                 tail: 2,
+                task: None,
             },
         )
         .await
@@ -229,6 +230,7 @@ pub async fn logs_tail_each_stream<F: BackendFixture + ?Sized>(fixture: &F) {
             LogOptions {
                 stream: LogStream::Err,
                 tail: 10,
+                task: None,
             },
         )
         .await
