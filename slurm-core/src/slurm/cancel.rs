@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 use super::backend::SlurmBackend;
 use super::commands;
 use super::poll::slurm_job;
-use crate::record::{JobId, JobRecord, Mark, RecordStore, TransitionSource};
+use crate::record::{JobId, JobRecord, Mark, RecordStore, TaskMark, TransitionSource};
 use crate::render::Renderer;
 use crate::spec::TaskSet;
+use crate::state::JobState;
 use crate::transport::Transport;
 use crate::{Error, Result};
 
@@ -36,7 +37,8 @@ where
             ));
         };
         let command = commands::scancel(slurm_id, cluster.as_deref());
-        self.scancel_and_confirm(id, command, |record| record.state.is_terminal())
+        let tasks: TaskSet = record.tasks.keys().copied().collect();
+        self.scancel_and_confirm(id, command, &tasks, |record| record.state.is_terminal())
             .await
     }
 
@@ -58,14 +60,17 @@ where
             ));
         };
         let command = commands::scancel_tasks(slurm_id, &tasks.to_string(), cluster.as_deref());
-        self.scancel_and_confirm(id, command, ended).await
+        self.scancel_and_confirm(id, command, tasks, ended).await
     }
 
     /// Run `command` (an scancel), then poll `id` until `done` holds for its record.
+    /// Array tasks among `tasks` the scheduler no longer knows were cancelled before
+    /// they started (SLURM keeps no record of those): they are marked CANCELED.
     async fn scancel_and_confirm(
         &self,
         id: &JobId,
         command: crate::transport::Command,
+        tasks: &TaskSet,
         done: impl Fn(&JobRecord) -> bool,
     ) -> Result<JobRecord> {
         let output = self.inner.transport.run(&command).await?;
@@ -73,8 +78,26 @@ where
         output.check(&command)?;
         let deadline = Instant::now() + CANCEL_CONFIRM;
         loop {
-            let status = self.poll(std::slice::from_ref(id)).await?.remove(0);
+            let mut status = self.poll(std::slice::from_ref(id)).await?.remove(0);
+            let vanished: Vec<u32> = tasks
+                .iter()
+                .filter(|t| status.record.tasks.get(t).map(|t| t.state) == Some(JobState::Unknown))
+                .collect();
+            if !vanished.is_empty() {
+                let mut mark = Mark::new(JobState::Canceled, TransitionSource::User);
+                for task in vanished {
+                    let mut task_mark = TaskMark::new(JobState::Canceled);
+                    task_mark.message = Some(
+                        "cancelled before it started (the scheduler keeps no record of it)".into(),
+                    );
+                    mark = mark.task(task, task_mark);
+                }
+                status.record = self.inner.store.mark(id, mark)?;
+            }
             if done(&status.record) {
+                return Ok(status.record);
+            }
+            if status.record.is_array() && Instant::now() >= deadline {
                 return Ok(status.record);
             }
             if Instant::now() >= deadline {

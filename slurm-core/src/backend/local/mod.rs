@@ -354,7 +354,7 @@ impl Backend for LocalBackend {
             command
                 .arg("-c")
                 .arg(&spec.command)
-                .current_dir(&task_dir)
+                .current_dir(&dir)
                 .envs(&spec.env)
                 .envs(&spec.extra_env)
                 .envs(secrets.iter().cloned())
