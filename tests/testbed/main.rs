@@ -10,6 +10,7 @@ mod backend;
 mod backend_conformance;
 mod cluster_scenarios;
 mod examples;
+mod pipelines;
 mod probe;
 mod render;
 mod scripts;
