@@ -1,7 +1,7 @@
 //! Snapshot and behaviour tests of `HandlebarsRenderer`: both templates, user templates, strictness, `bash -n`.
 
 use slurm_core::redact::SecretRegistry;
-use slurm_core::render::{EnvVar, Renderer, ScriptContext, TemplateKind};
+use slurm_core::render::{ArrayContext, EnvVar, Renderer, ScriptContext, TemplateKind};
 use slurm_core::ErrorKind;
 use slurm_render::{check_syntax, example_context, HandlebarsRenderer};
 
@@ -126,6 +126,41 @@ fn snapshot_custom_template_dir() {
     assert!(multi.contains("--wait-all-nodes=1"));
 }
 
+/// A sweep of 8 tasks, two at a time, after two parents, kept off a faulty node.
+fn array_after_parents() -> ScriptContext {
+    ScriptContext {
+        dependency: Some("afterok:41:42".into()),
+        exclude: vec!["n2".into()],
+        array: Some(ArrayContext {
+            tasks: "0-7%2".into(),
+            sweep_file: Some("/lustre/users/me/results/sweep-a1b2c3/sweep/params.sh".into()),
+        }),
+        ..no_image()
+    }
+}
+
+#[test]
+fn snapshot_array_with_dependency_and_exclusion() {
+    let script = HandlebarsRenderer::new()
+        .render(TemplateKind::SingleNode, &array_after_parents())
+        .unwrap();
+    insta::assert_snapshot!("singlenode_array_after", script);
+    assert!(script.contains("#SBATCH --array=0-7%2\n"));
+    assert!(
+        script.contains("#SBATCH --dependency=afterok:41:42\n#SBATCH --kill-on-invalid-dep=no\n")
+    );
+    assert!(script.contains("#SBATCH --exclude=n2\n"));
+    assert!(script.contains("%x-%A_%a.slurm.out"));
+    let bad = ScriptContext {
+        dependency: Some("afterok:1;rm".into()),
+        ..array_after_parents()
+    };
+    let error = HandlebarsRenderer::new()
+        .render(TemplateKind::SingleNode, &bad)
+        .unwrap_err();
+    assert!(error.to_string().contains("dependency"), "{error}");
+}
+
 #[test]
 fn every_rendered_script_passes_bash_n_and_the_lint() {
     let renderer = HandlebarsRenderer::new();
@@ -133,6 +168,14 @@ fn every_rendered_script_passes_bash_n_and_the_lint() {
         (TemplateKind::SingleNode, one_node_with_image()),
         (TemplateKind::MultiNode, two_nodes_exclusive()),
         (TemplateKind::SingleNode, no_image()),
+        (TemplateKind::SingleNode, array_after_parents()),
+        (
+            TemplateKind::MultiNode,
+            ScriptContext {
+                nodes: 2,
+                ..array_after_parents()
+            },
+        ),
         (
             TemplateKind::MultiNode,
             ScriptContext {

@@ -188,7 +188,10 @@ async fn an_array_of_eight_runs_two_at_a_time_polled_in_one_round_trip() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert_eq!(most_running, 2, "two at a time, in {polls} polls");
-    assert!(one_trip_polls > polls / 2, "{one_trip_polls} of {polls} polls were one round trip");
+    assert!(
+        one_trip_polls > polls / 2,
+        "{one_trip_polls} of {polls} polls were one round trip"
+    );
     let record = h.backend.record(&record.id).unwrap();
     assert_eq!(record.tasks.len(), 8);
     assert!(record.tasks.values().all(|t| t.state == JobState::Complete));

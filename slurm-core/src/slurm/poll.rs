@@ -473,10 +473,25 @@ mod tests {
         all: &[u64],
         running: &[u64],
     ) -> (Vec<Output>, Option<String>) {
-        use crate::transport::{LocalTransport, Transport};
         let ids = |list: &[u64]| -> Vec<SlurmJobId> {
             list.iter().map(|n| SlurmJobId::new(*n).unwrap()).collect()
         };
+        let group = Group {
+            jobs: ids(all),
+            keys: ids(all).into_iter().map(|j| (j, None)).collect(),
+            running: ids(running).into_iter().map(|j| (j, None)).collect(),
+            expected: Vec::new(),
+        };
+        poll_group_locally(squeue_lines, squeue_rc, &group).await
+    }
+
+    /// [`poll_locally`] of any group (array tasks included).
+    async fn poll_group_locally(
+        squeue_lines: &str,
+        squeue_rc: i32,
+        group: &Group,
+    ) -> (Vec<Output>, Option<String>) {
+        use crate::transport::{LocalTransport, Transport};
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path();
         std::fs::write(bin.join("squeue.out"), squeue_lines).unwrap();
@@ -506,13 +521,7 @@ mod tests {
             bin.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let group = Group {
-            jobs: ids(all),
-            keys: ids(all).into_iter().map(|j| (j, None)).collect(),
-            running: ids(running).into_iter().map(|j| (j, None)).collect(),
-            expected: Vec::new(),
-        };
-        let poll = poll_command(None, &group).unwrap();
+        let poll = poll_command(None, group).unwrap();
         let command = Command::new("env")
             .arg(path)
             .arg(poll.program())
@@ -557,5 +566,48 @@ mod tests {
             Some("7,8"),
             "squeue failed: sacct for every job"
         );
+    }
+
+    #[tokio::test]
+    async fn an_array_costs_one_squeue_until_a_task_ends_or_vanishes() {
+        let job = SlurmJobId::new(40).unwrap();
+        let task = |t: u32| (job, Some(t));
+        let group = |running: Vec<u32>, expected: Vec<u32>| Group {
+            jobs: vec![job],
+            keys: expected.iter().map(|t| task(*t)).collect(),
+            running: running.into_iter().map(task).collect(),
+            expected: expected.into_iter().map(task).collect(),
+        };
+        // Two running, the rest in the pending range: squeue settles all.
+        let (parts, sacct) = poll_group_locally(
+            "40_[2-7%2]|PENDING|JobArrayTaskLimit|(null)|a\n40_0|RUNNING|None|n1|a\n40_1|RUNNING|None|n2|a\n",
+            0,
+            &group(vec![0, 1], (0..8).collect()),
+        )
+        .await;
+        assert_eq!(sacct, None, "all live: no sacct");
+        let merged = merge(&(0..8).map(task).collect::<Vec<_>>(), &parts[0], &parts[1]).unwrap();
+        assert_eq!(merged.len(), 8);
+        assert_eq!(merged[&task(1)].state.raw, "RUNNING");
+        assert_eq!(
+            merged[&task(5)].reason.as_deref(),
+            Some("JobArrayTaskLimit")
+        );
+        // A running task gone from squeue (it ended and was purged): sacct for the array.
+        let (_, sacct) = poll_group_locally(
+            "40_[2-7%2]|PENDING|JobArrayTaskLimit|(null)|a\n40_1|RUNNING|None|n2|a\n",
+            0,
+            &group(vec![0, 1], (0..8).collect()),
+        )
+        .await;
+        assert_eq!(sacct.as_deref(), Some("40"));
+        // A task listed as ended: sacct says how.
+        let (_, sacct) = poll_group_locally(
+            "40_0|COMPLETED|None|n1|a\n40_1|RUNNING|None|n2|a\n",
+            0,
+            &group(vec![1], vec![0, 1]),
+        )
+        .await;
+        assert_eq!(sacct.as_deref(), Some("40"));
     }
 }

@@ -194,7 +194,8 @@ impl<'de> Deserialize<'de> for Scalar {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Sweep {
-    /// Every combination of the values, the last name varying fastest.
+    /// Every combination of the values; names in alphabetical order, the last one
+    /// varying fastest (`{BATCH: [32, 64], LR: [a, b]}`: 32/a, 32/b, 64/a, 64/b).
     Grid(BTreeMap<String, Vec<Scalar>>),
     /// The points themselves, in order.
     Points(Vec<BTreeMap<String, Scalar>>),
