@@ -500,6 +500,17 @@ impl JobSpec {
         }))
     }
 
+    /// This spec waiting also for `after` (a submit's options beside the spec's own).
+    pub fn with_after(&self, after: &[Dependency]) -> JobSpec {
+        let mut spec = self.clone();
+        for dependency in after {
+            if !spec.after.contains(dependency) {
+                spec.after.push(dependency.clone());
+            }
+        }
+        spec
+    }
+
     /// This spec narrowed to the array tasks `indices` (a retry of the failed tasks
     /// of an array: the same sweep values for the same indices).
     pub fn for_tasks(&self, indices: TaskSet) -> JobSpec {

@@ -4,16 +4,15 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use slurm_core::backend::{Backend, LogOptions, SubmitOptions, WatchEvent, WatchOptions};
-use slurm_core::classify::RetryPolicy;
+use slurm_core::backend::{Backend, LogOptions, SubmitOptions};
 use slurm_core::spec::{ArraySpec, Dependency, Scalar, Sweep};
 use slurm_core::transport::Command;
 use slurm_core::{ErrorKind, JobRecord, JobState};
 use slurm_run_testsupport::backend::{
-    admin, harness, last_message, remote, small_spec, wait_state, wait_terminal, Harness,
+    admin, harness, last_message, remote, small_spec, staged_script, wait_state, wait_terminal,
+    watch_retrying, Harness, ResumeNode,
 };
-use slurm_run_testsupport::{cluster, Testbed};
+use slurm_run_testsupport::cluster;
 
 /// sacct's Start, End and NodeList of a job (its `-X` row).
 async fn sacct_times(h: &Harness, record: &JobRecord) -> (String, String, String) {
@@ -64,14 +63,7 @@ async fn a_three_stage_pipeline_runs_in_order() {
     let evaluate = submit_after(&h, "evaluate", "sleep 1; echo evaluated", &train).await;
     let export = submit_after(&h, "export", "echo exported", &evaluate).await;
     // SLURM holds them, not the client: the script carries the parent's id.
-    let script = remote(
-        &h,
-        Command::new("cat").arg(format!(
-            "{}/sbatch/job_{}.sbatch",
-            export.results_dir, export.id
-        )),
-    )
-    .await;
+    let script = staged_script(&h, &export).await;
     let evaluate_native = evaluate.backend_ref.clone().unwrap().native_id;
     assert!(
         script.contains(&format!("#SBATCH --dependency=afterok:{evaluate_native}\n")),
@@ -257,30 +249,11 @@ async fn a_sweep_gives_each_task_its_values_from_a_staged_file() {
         assert_eq!(log.trim(), *line, "task {task}");
     }
     // The values are in one staged file, not in the script or any argv.
-    let script = remote(
-        &h,
-        Command::new("cat").arg(format!(
-            "{}/sbatch/job_{}.sbatch",
-            record.results_dir, record.id
-        )),
-    )
-    .await;
+    let script = staged_script(&h, &record).await;
     assert!(
         !script.contains("1e-3") && script.contains("sweep/params.sh"),
         "{script}"
     );
-}
-
-/// Puts a node back in service when dropped, whatever the test did.
-struct ResumeNode<'a>(&'a Testbed, String);
-
-impl Drop for ResumeNode<'_> {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("scontrol")
-            .args(["update", &format!("nodename={}", self.1), "state=resume"])
-            .env("SLURM_CONF", self.0.dir().join("etc/slurm.conf"))
-            .status();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -321,27 +294,10 @@ async fn a_node_failure_retry_avoids_the_node_and_the_dependant_follows() {
             "reason=slurm-run-test",
         ],
     );
-    let options = WatchOptions {
-        interval: Duration::from_millis(500),
-        retry: Some(RetryPolicy {
-            budget: 1,
-            ..RetryPolicy::default()
-        }),
-        ..WatchOptions::default()
-    };
-    let mut events = h
-        .backend
-        .watch(&[parent.id.clone(), child.id.clone()], options);
-    let mut retry = None;
-    let deadline = Instant::now() + Duration::from_secs(240);
-    while let Some(event) = tokio::time::timeout_at(deadline.into(), events.next())
-        .await
-        .expect("the watch ends")
-    {
-        if let WatchEvent::Retried { record, .. } = event.unwrap() {
-            retry = Some(*record);
-        }
-    }
+    let (retries, errors) =
+        watch_retrying(&h.backend, &[parent.id.clone(), child.id.clone()], 1, 240).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let retry = retries.into_iter().next();
     let first = h.backend.record(&parent.id).unwrap();
     assert_eq!(first.state, JobState::Error);
     assert!(first.node_fault, "{first:?}");
@@ -390,28 +346,9 @@ async fn retries_exclude_faulty_nodes_until_too_few_remain() {
         .submit(&spec, SubmitOptions::default())
         .await
         .unwrap();
-    let options = WatchOptions {
-        interval: Duration::from_millis(500),
-        retry: Some(RetryPolicy {
-            budget: 5,
-            ..RetryPolicy::default()
-        }),
-        ..WatchOptions::default()
-    };
-    let mut events = h.backend.watch(std::slice::from_ref(&first.id), options);
-    let mut retries = Vec::new();
-    let mut refusal = None;
-    let deadline = Instant::now() + Duration::from_secs(240);
-    while let Some(event) = tokio::time::timeout_at(deadline.into(), events.next())
-        .await
-        .expect("the watch ends")
-    {
-        match event {
-            Ok(WatchEvent::Retried { record, .. }) => retries.push(*record),
-            Ok(_) => {}
-            Err(error) => refusal = Some(error),
-        }
-    }
+    let (retries, errors) =
+        watch_retrying(&h.backend, std::slice::from_ref(&first.id), 5, 240).await;
+    let refusal = errors.into_iter().next();
     // Two nodes: the first retry avoids one, the second would avoid both.
     assert_eq!(retries.len(), 1, "{retries:?}");
     let retry = h.backend.record(&retries[0].id).unwrap();

@@ -7,7 +7,9 @@ use slurm_core::classify::ErrorClass;
 use slurm_core::spec::WallTime;
 use slurm_core::transport::Command;
 use slurm_core::JobState;
-use slurm_run_testsupport::backend::{harness, last_message, remote, small_spec, wait_terminal};
+use slurm_run_testsupport::backend::{
+    harness, last_message, remote, small_spec, staged_script, wait_terminal,
+};
 use slurm_run_testsupport::cluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,14 +51,7 @@ async fn a_one_minute_smoke_test_runs() {
         .unwrap();
     let done = wait_terminal(&h.backend, &record.id, 120).await;
     assert_eq!(done.state(), JobState::Complete, "{:?}", done.native);
-    let script = remote(
-        &h,
-        Command::new("cat").arg(format!(
-            "{}/sbatch/job_{}.sbatch",
-            record.results_dir, record.id
-        )),
-    )
-    .await;
+    let script = staged_script(&h, &record).await;
     assert!(script.contains("timeout 57s srun"), "{script}");
 }
 

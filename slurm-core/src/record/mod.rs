@@ -331,6 +331,14 @@ impl JobRecord {
         }
     }
 
+    /// The message of the last transition (empty when it has none).
+    pub fn last_message(&self) -> &str {
+        self.history
+            .last()
+            .and_then(|t| t.message.as_deref())
+            .unwrap_or_default()
+    }
+
     /// Whether the record is an array (it has tasks).
     pub fn is_array(&self) -> bool {
         !self.tasks.is_empty()

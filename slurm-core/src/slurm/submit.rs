@@ -44,6 +44,8 @@ enum Answer {
 /// running, the nodes to avoid, and the array.
 #[derive(Default)]
 pub(super) struct Placement {
+    /// Whether the script sources a secrets sidecar.
+    pub(super) sidecar: bool,
     pub(super) dependency: Option<String>,
     pub(super) exclude: Vec<String>,
     pub(super) plan: Option<ArrayPlan>,
@@ -90,13 +92,7 @@ where
         options: SubmitOptions,
         slurm: SlurmSubmitOptions,
     ) -> Result<JobRecord> {
-        let mut spec = spec.clone();
-        for dependency in &options.after {
-            if !spec.after.contains(dependency) {
-                spec.after.push(dependency.clone());
-            }
-        }
-        let spec = &spec;
+        let spec = &spec.with_after(&options.after);
         spec.validate()?;
         let secrets = collect_secrets(spec, &options)?;
         let previous = match &options.retry_of {
@@ -112,6 +108,7 @@ where
             .map(JobRecord::nodes_to_exclude)
             .unwrap_or_default();
         let placement = Placement {
+            sidecar: !secrets.is_empty(),
             dependency: dependency_option(&waiting)?,
             plan: spec.array_plan()?,
             exclude,
@@ -230,18 +227,11 @@ where
         let job_dir = root.join(id.as_str())?;
         let knobs = self.cached_knobs_for(spec).await?;
         let placement = Placement {
+            sidecar: !spec.secrets.is_empty(),
             plan: spec.array_plan()?,
             ..Placement::default()
         };
-        let (context, _) = self.script_context(
-            spec,
-            &id,
-            &job_dir,
-            &root,
-            !spec.secrets.is_empty(),
-            &knobs,
-            &placement,
-        )?;
+        let (context, _) = self.script_context(spec, &id, &job_dir, &root, &knobs, &placement)?;
         let script = self
             .inner
             .renderer
@@ -276,10 +266,10 @@ where
         id: &JobId,
         job_dir: &RemotePath,
         root: &RemotePath,
-        with_sidecar: bool,
         knobs: &KnobSet,
         placement: &Placement,
     ) -> Result<(ScriptContext, Option<(ImageRef, String)>)> {
+        let with_sidecar = placement.sidecar;
         let config = &self.inner.config;
         let resources = self.resources(spec)?;
 
@@ -408,15 +398,8 @@ where
     ) -> Result<Prepared> {
         let id = JobId::mint_for(spec);
         let job_dir = root.join(id.as_str())?;
-        let (context, conversion) = self.script_context(
-            spec,
-            &id,
-            &job_dir,
-            root,
-            !secrets.is_empty(),
-            knobs,
-            placement,
-        )?;
+        let (context, conversion) =
+            self.script_context(spec, &id, &job_dir, root, knobs, placement)?;
         let script = self
             .inner
             .renderer

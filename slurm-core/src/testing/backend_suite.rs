@@ -357,27 +357,7 @@ pub async fn an_infra_failure_is_retried_as_a_linked_record<F: BackendFixture + 
         "echo 'NCCL error: unhandled system error' >&2; exit 1",
     );
     let first = submit(fixture, &spec).await;
-    let options = WatchOptions {
-        interval: fixture.poll_interval(),
-        retry: Some(RetryPolicy {
-            budget: 1,
-            ..RetryPolicy::default()
-        }),
-        ..WatchOptions::default()
-    };
-    let mut events = fixture
-        .backend()
-        .watch(std::slice::from_ref(&first.id), options);
-    let mut retries = Vec::new();
-    let deadline = Instant::now() + fixture.deadline() * 2;
-    while let Some(event) = tokio::time::timeout_at(deadline.into(), events.next())
-        .await
-        .unwrap_or_else(|_| panic!("the watch never ended; retries {retries:?}"))
-    {
-        if let WatchEvent::Retried { previous, record } = event.unwrap() {
-            retries.push((previous, *record));
-        }
-    }
+    let retries = watch_with_retries(fixture, std::slice::from_ref(&first.id), 1).await;
     assert_eq!(retries.len(), 1, "a budget of one: {retries:?}");
     let (previous, second) = &retries[0];
     assert_eq!(previous, &first.id);
@@ -457,6 +437,35 @@ pub async fn bad_input_is_refused_and_nothing_recorded<F: BackendFixture + ?Size
     let error = backend.resubmit(&running.id).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Invalid, "{error}");
     backend.cancel(&running.id).await.unwrap();
+}
+
+/// Watch `ids` with a retry budget until every job is terminal (panics after twice the
+/// fixture's deadline): the retries, as (failed record, new record), in order.
+pub async fn watch_with_retries<F: BackendFixture + ?Sized>(
+    fixture: &F,
+    ids: &[JobId],
+    budget: u32,
+) -> Vec<(JobId, JobRecord)> {
+    let options = WatchOptions {
+        interval: fixture.poll_interval(),
+        retry: Some(RetryPolicy {
+            budget,
+            ..RetryPolicy::default()
+        }),
+        ..WatchOptions::default()
+    };
+    let mut events = fixture.backend().watch(ids, options);
+    let mut retries = Vec::new();
+    let deadline = Instant::now() + fixture.deadline() * 2;
+    while let Some(event) = tokio::time::timeout_at(deadline.into(), events.next())
+        .await
+        .unwrap_or_else(|_| panic!("the watch never ended; retries {retries:?}"))
+    {
+        if let WatchEvent::Retried { previous, record } = event.unwrap() {
+            retries.push((previous, *record));
+        }
+    }
+    retries
 }
 
 /// A command that fails as infra ("NCCL error") the first time it runs in a results
@@ -569,14 +578,7 @@ pub async fn a_failed_parent_ends_its_dependant<F: BackendFixture + ?Sized>(fixt
     let done = wait_terminal(fixture, &child.id).await;
     assert_eq!(done.state(), JobState::Error, "{done:?}");
     assert_eq!(done.err_class(), Some(ErrorClass::Program));
-    let message = done
-        .record
-        .history
-        .last()
-        .unwrap()
-        .message
-        .clone()
-        .unwrap_or_default();
+    let message = done.record.last_message();
     assert!(message.contains(parent.id.as_str()), "{message}");
     assert!(message.contains("never"), "{message}");
     assert!(
@@ -596,27 +598,10 @@ pub async fn a_dependant_follows_a_retried_parent<F: BackendFixture + ?Sized>(fi
         vec![Dependency::ok(parent.id.clone())],
     )
     .await;
-    let options = WatchOptions {
-        interval: fixture.poll_interval(),
-        retry: Some(RetryPolicy {
-            budget: 1,
-            ..RetryPolicy::default()
-        }),
-        ..WatchOptions::default()
-    };
-    let mut events = fixture
-        .backend()
-        .watch(&[parent.id.clone(), child.id.clone()], options);
-    let mut retried = None;
-    let deadline = Instant::now() + fixture.deadline() * 2;
-    while let Some(event) = tokio::time::timeout_at(deadline.into(), events.next())
+    let retried = watch_with_retries(fixture, &[parent.id.clone(), child.id.clone()], 1)
         .await
-        .unwrap_or_else(|_| panic!("the watch never ended"))
-    {
-        if let WatchEvent::Retried { record, .. } = event.unwrap() {
-            retried = Some(*record);
-        }
-    }
+        .pop()
+        .map(|(_, record)| record);
     let retry = retried.expect("the parent was retried");
     let backend = fixture.backend();
     assert_eq!(backend.record(&retry.id).unwrap().state, JobState::Complete);
@@ -720,27 +705,10 @@ pub async fn a_failed_task_is_retried_alone<F: BackendFixture + ?Sized>(fixture:
         ..ArraySpec::default()
     });
     let first = submit(fixture, &spec).await;
-    let options = WatchOptions {
-        interval: fixture.poll_interval(),
-        retry: Some(RetryPolicy {
-            budget: 1,
-            ..RetryPolicy::default()
-        }),
-        ..WatchOptions::default()
-    };
-    let mut events = fixture
-        .backend()
-        .watch(std::slice::from_ref(&first.id), options);
-    let mut retried = None;
-    let deadline = Instant::now() + fixture.deadline() * 2;
-    while let Some(event) = tokio::time::timeout_at(deadline.into(), events.next())
+    let retried = watch_with_retries(fixture, std::slice::from_ref(&first.id), 1)
         .await
-        .unwrap_or_else(|_| panic!("the watch never ended"))
-    {
-        if let WatchEvent::Retried { record, .. } = event.unwrap() {
-            retried = Some(*record);
-        }
-    }
+        .pop()
+        .map(|(_, record)| record);
     let backend = fixture.backend();
     let first = backend.record(&first.id).unwrap();
     assert_eq!(

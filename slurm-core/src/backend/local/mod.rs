@@ -285,12 +285,7 @@ impl Backend for LocalBackend {
     }
 
     async fn submit(&self, spec: &JobSpec, options: SubmitOptions) -> Result<JobRecord> {
-        let mut spec = spec.clone();
-        for dependency in &options.after {
-            if !spec.after.contains(dependency) {
-                spec.after.push(dependency.clone());
-            }
-        }
+        let spec = spec.with_after(&options.after);
         spec.validate()?;
         let resources = spec.resolve(&SpecDefaults::default())?;
         if spec.image.is_some() {

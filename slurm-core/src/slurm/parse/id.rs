@@ -233,7 +233,7 @@ pub(crate) fn range_holds(range: &str, task: u32) -> bool {
         };
         let (low, high) = span.split_once('-').unwrap_or((span, span));
         match (low.parse::<u32>(), high.parse::<u32>()) {
-            (Ok(low), Ok(high)) => task >= low && task <= high && (task - low) % step == 0,
+            (Ok(low), Ok(high)) => task >= low && task <= high && (task - low).is_multiple_of(step),
             _ => false,
         }
     })

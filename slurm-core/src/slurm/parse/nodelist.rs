@@ -17,11 +17,11 @@ pub(crate) fn expand_nodelist(text: &str) -> Result<Vec<String>> {
     }
     let bad = |why: &str| Error::parse("SLURM node list", format!("`{}`: {why}", short(t)));
     let mut names: Vec<String> = Vec::new();
-    for item in split_top_level(t).map_err(|why| bad(why))? {
+    for item in split_top_level(t).map_err(&bad)? {
         if item.is_empty() {
             return Err(bad("an empty name between commas"));
         }
-        for name in expand_item(item).map_err(|why| bad(why))? {
+        for name in expand_item(item).map_err(&bad)? {
             if !names.contains(&name) {
                 if names.len() == MAX_NODES {
                     return Err(bad("expands to too many nodes"));
