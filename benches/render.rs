@@ -18,7 +18,7 @@ fn context() -> ScriptContext {
         cpus_per_task: 64,
         memory: Some("512G".into()),
         time: "04:00:00".into(),
-        child_timeout_minutes: 228,
+        child_timeout_secs: 13_680,
         log_dir: "/lustre/users/me/logs".into(),
         results_dir: "/lustre/users/me/results/cosmos-train-00ff11".into(),
 
@@ -38,6 +38,9 @@ fn context() -> ScriptContext {
         requeue: true,
         exclusive: true,
         extra_sbatch: vec!["--qos=high".into()],
+        dependency: None,
+        exclude: Vec::new(),
+        array: None,
     }
 }
 

@@ -148,6 +148,7 @@ async fn run() -> Result<ExitCode> {
                 LogOptions {
                     tail: 20,
                     stream: LogStream::Err,
+                    task: None,
                 },
             )
             .await

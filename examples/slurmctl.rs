@@ -2,11 +2,11 @@
 //!
 //! ```text
 //! slurmctl preflight [SPEC]          check that jobs (like SPEC) can run
-//! slurmctl submit SPEC               submit a YAML or JSON job spec exactly once
+//! slurmctl submit SPEC [--after ID[:ok|any|notok|start]]...   submit exactly once (after other jobs)
 //! slurmctl status ID...              current state (one round trip for all ids)
 //! slurmctl watch ID...               follow jobs until each is terminal
-//! slurmctl logs ID [--tail N] [--err] [--follow]
-//! slurmctl cancel ID...              cancel (a finished job is left as it is)
+//! slurmctl logs ID [--task N] [--tail N] [--err] [--follow]
+//! slurmctl cancel ID... [--tasks 0-3,8]   cancel (a whole array, or some of its tasks)
 //! slurmctl records [--state S]       the local job records (no remote call)
 //! slurmctl render SPEC               the batch script a submit would write (secrets never shown)
 //! slurmctl credentials install REGISTRY --user USER [--password-env VAR]
@@ -53,7 +53,9 @@ use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 use slurm_run::core::backend::{NativeStatus, PreflightCheck};
+use slurm_run::core::record::state_groups;
 use slurm_run::core::slurm::default_state_dir;
+use slurm_run::core::spec::{Dependency, TaskSet};
 use slurm_run::prelude::*;
 use slurm_run::ssh::{OpenSshTransport, OpenSshTransportBuilder};
 use slurm_run::{CheckKind, Error};
@@ -134,6 +136,11 @@ enum Cmd {
     Submit {
         /// A job spec (.yaml, .yml or .json).
         spec: PathBuf,
+        /// Start after record ID: ID or ID:ok (it succeeded), ID:any (it ended),
+        /// ID:notok (it failed), ID:start (it started). Repeat for several; the
+        /// scheduler enforces the wait.
+        #[arg(long, value_name = "ID[:COND]")]
+        after: Vec<String>,
     },
     /// The current state of jobs, one remote round trip for all of them.
     Status {
@@ -157,6 +164,9 @@ enum Cmd {
     Logs {
         /// Record id.
         id: String,
+        /// The task of an array whose log to read.
+        #[arg(long, value_name = "N")]
+        task: Option<u32>,
         /// How many lines from the end.
         #[arg(long, default_value_t = 200, value_name = "N")]
         tail: usize,
@@ -170,11 +180,14 @@ enum Cmd {
         #[arg(long, default_value_t = 2.0, value_name = "SECS")]
         interval: f64,
     },
-    /// Cancel jobs; a job already finished is left as it is.
+    /// Cancel jobs (every task of an array); a job already finished is left as it is.
     Cancel {
         /// Record ids.
         #[arg(required = true)]
         ids: Vec<String>,
+        /// Only these tasks of the array(s), e.g. 3 or 0-3,8.
+        #[arg(long, value_name = "LIST")]
+        tasks: Option<String>,
     },
     /// The local job records, oldest first (no remote call).
     Records {
@@ -308,11 +321,19 @@ async fn run(cli: &Cli, out: &Out) -> slurm_run::Result<u8> {
                 .map_or(0, |failed| check_exit_code(failed.kind));
             Ok(code)
         }
-        Cmd::Submit { spec } => {
+        Cmd::Submit { spec, after } => {
             let spec = JobSpec::from_path(spec)?;
+            let after = after
+                .iter()
+                .map(|a| a.parse::<Dependency>())
+                .collect::<slurm_run::Result<Vec<_>>>()?;
             let backend = global.backend()?;
             let progress = Progress::start(&format!("submitting {}", spec.name));
-            let record = backend.submit(&spec, SubmitOptions::default()).await?;
+            let options = SubmitOptions {
+                after,
+                ..SubmitOptions::default()
+            };
+            let record = backend.submit(&spec, options).await?;
             progress.finish();
             if out.json {
                 out.line(&job_json(&record, None).to_string());
@@ -337,7 +358,7 @@ async fn run(cli: &Cli, out: &Out) -> slurm_run::Result<u8> {
             let progress = Progress::start("status");
             let statuses = backend.status_many(&ids).await?;
             progress.finish();
-            out.jobs(statuses.iter().map(|s| (&s.record, s.native.as_ref())));
+            out.statuses(&statuses);
             Ok(0)
         }
         Cmd::Watch {
@@ -359,6 +380,7 @@ async fn run(cli: &Cli, out: &Out) -> slurm_run::Result<u8> {
         }
         Cmd::Logs {
             id,
+            task,
             tail,
             err,
             follow,
@@ -387,6 +409,7 @@ async fn run(cli: &Cli, out: &Out) -> slurm_run::Result<u8> {
                         LogOptions {
                             stream,
                             tail: *tail,
+                            task: *task,
                         },
                     )
                     .await?;
@@ -400,13 +423,20 @@ async fn run(cli: &Cli, out: &Out) -> slurm_run::Result<u8> {
             }
             Ok(0)
         }
-        Cmd::Cancel { ids } => {
+        Cmd::Cancel { ids, tasks } => {
             let ids = parse_ids(ids)?;
+            let tasks = tasks
+                .as_deref()
+                .map(|t| TaskSet::parse("--tasks", t))
+                .transpose()?;
             let backend = global.backend()?;
             let mut records = Vec::new();
             for id in &ids {
                 let progress = Progress::start(&format!("cancelling {id}"));
-                records.push(backend.cancel(id).await?);
+                records.push(match &tasks {
+                    Some(tasks) => backend.cancel_tasks(id, tasks).await?,
+                    None => backend.cancel(id).await?,
+                });
                 progress.finish();
             }
             out.jobs(records.iter().map(|r| (r, None)));
@@ -593,6 +623,14 @@ fn read_secret(var: Option<&str>) -> slurm_run::Result<String> {
     Ok(secret.to_string())
 }
 
+/// The indices of a range list printed by `state_groups` (`0-3,8`).
+fn indices_of(list: &str) -> impl Iterator<Item = u32> {
+    TaskSet::parse("tasks", list)
+        .map(|set| set.iter().collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+}
+
 fn parse_ids(ids: &[String]) -> slurm_run::Result<Vec<JobId>> {
     ids.iter().map(|id| JobId::parse(id)).collect()
 }
@@ -670,6 +708,22 @@ fn job_json(record: &JobRecord, native: Option<&NativeStatus>) -> Value {
     })
 }
 
+/// One task of an array as a JSON object: the array's fields, then the task's.
+fn task_json(record: &JobRecord, index: u32, native: Option<&NativeStatus>) -> Value {
+    let task = &record.tasks[&index];
+    let mut object = job_json(record, native);
+    object["task"] = json!(index);
+    object["state"] = json!(task.state);
+    object["err_class"] = json!(task.err_class);
+    object["slurm_task_id"] = json!(record
+        .backend_ref
+        .as_ref()
+        .map(|r| format!("{}_{index}", r.native_id)));
+    object["message"] = json!(task.message);
+    object["task_nodes"] = json!(task.nodes);
+    object
+}
+
 fn logs_json(record: &JobRecord, stream: LogStream, text: &str) -> Value {
     let mut object = job_json(record, None);
     object["stream"] = json!(stream.file_name());
@@ -730,6 +784,46 @@ impl Out {
             JobState::Pending | JobState::Submitting => "34",
         };
         self.paint(code, text)
+    }
+
+    /// Statuses: as [`Out::jobs`], and for an array one JSON object per task (one
+    /// line per group of tasks in the same state without `--json`).
+    fn statuses(&self, statuses: &[JobStatus]) {
+        if self.json {
+            for status in statuses {
+                if status.record.is_array() {
+                    for index in status.record.tasks.keys() {
+                        self.line(
+                            &task_json(&status.record, *index, status.tasks.get(index)).to_string(),
+                        );
+                    }
+                } else {
+                    self.line(&job_json(&status.record, status.native.as_ref()).to_string());
+                }
+            }
+            return;
+        }
+        self.jobs(statuses.iter().map(|s| (&s.record, s.native.as_ref())));
+        for status in statuses.iter().filter(|s| s.record.is_array()) {
+            self.line(&format!("{} tasks:", status.record.id));
+            for (state, indices) in state_groups(&status.record.tasks) {
+                let nodes: Vec<String> = indices_of(&indices)
+                    .filter_map(|i| status.tasks.get(&i).and_then(|n| n.nodes.clone()))
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                let reason = indices_of(&indices)
+                    .find_map(|i| status.tasks.get(&i).and_then(|n| n.reason.clone()));
+                let mut line = format!("  {:<10} {}", self.state(state, state.as_str()), indices);
+                if !nodes.is_empty() {
+                    line.push_str(&format!("  on {}", nodes.join(",")));
+                }
+                if let Some(reason) = reason {
+                    line.push_str(&format!("  ({reason})"));
+                }
+                self.line(&line);
+            }
+        }
     }
 
     /// Jobs: JSON Lines, or an aligned table.

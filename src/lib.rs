@@ -63,6 +63,7 @@ pub use slurm_core::backend::{
 pub use slurm_core::classify::{ErrorClass, RetryPolicy};
 pub use slurm_core::record::RecordFilter;
 pub use slurm_core::slurm::{SlurmConfig, SlurmSubmitOptions};
+pub use slurm_core::spec::{ArraySpec, Dependency, DependencyCondition, Sweep, TaskSet};
 pub use slurm_core::{JobId, JobRecord, JobSpec, JobState};
 
 /// The names a program embedding slurm-run usually needs: `use slurm_run::prelude::*;`.
@@ -100,7 +101,7 @@ pub mod prelude {
     pub use slurm_core::classify::RetryPolicy;
     pub use slurm_core::record::RecordFilter;
     pub use slurm_core::slurm::SlurmConfig;
-    pub use slurm_core::spec::WallTime;
+    pub use slurm_core::spec::{ArraySpec, Dependency, Sweep, TaskSet, WallTime};
     pub use slurm_core::{
         Backend, BackendExt, Error, ErrorKind, FileRecordStore, JobId, JobRecord, JobSpec,
         JobState, LocalBackend, RecordStore, Renderer, Result, SlurmBackend, Transport,

@@ -70,6 +70,13 @@ pub enum Ending {
     Deadline,
 }
 
+/// The exit status of `timeout` when it killed the command: the job's own child
+/// timeout fired (a program error, never retried), not a crash.
+pub const CHILD_TIMEOUT_EXIT: i32 = 124;
+
+/// What a record says of a command killed by its own child timeout.
+pub const CHILD_TIMEOUT_NOTE: &str = "killed by its own time limit (the child timeout fired: `timeout` exit 124), not a crash; raise `child_timeout` or `time` if the command needs longer";
+
 /// How many trailing lines of the logs are read.
 pub const LOG_TAIL_LINES: usize = 500;
 
@@ -126,6 +133,47 @@ pub const INFRA_PATTERNS: &[&str] = &[
     r"Out of memory: Kill(ed)? process",
 ];
 
+/// Patterns (case-insensitive) of an infra failure tied to the node it ran on (a GPU,
+/// its driver, the node's memory or its network card): a retry avoids that node.
+pub const NODE_PATTERNS: &[&str] = &[
+    r"NVIDIA driver.*too old",
+    r"no CUDA-capable device",
+    r"CUDA initialization.*error",
+    r"GPU.*not found",
+    r"cuInit.*failed",
+    r"Unable to determine the device handle for GPU",
+    r"GPU.*fallen off the bus",
+    r"Xid",
+    r"ECC.*error",
+    r"GPU.*temperature",
+    r"(GPU|NVLink|InfiniBand|\bib\d*\b|mlx\d+_\d+).*link.*down",
+    r"invoked oom-killer",
+    r"oom_reaper",
+];
+
+/// Whether an infra failure is tied to its node (so a retry should exclude it): a node
+/// or boot failure, or a log tail naming a node's GPU, driver, memory or link.
+///
+/// ```
+/// use slurm_core::classify::{is_node_fault, Ending};
+/// assert!(is_node_fault(Ending::NodeFailure, ""));
+/// assert!(is_node_fault(Ending::Failed { exit_code: Some(1) }, "NVRM: Xid 79"));
+/// assert!(!is_node_fault(Ending::Failed { exit_code: Some(1) }, "NCCL error: remote peer"));
+/// ```
+pub fn is_node_fault(ending: Ending, log_tail: &str) -> bool {
+    static SET: OnceLock<RegexSet> = OnceLock::new();
+    match ending {
+        Ending::NodeFailure | Ending::BootFailure => true,
+        Ending::Failed { .. } => SET
+            .get_or_init(|| {
+                RegexSet::new(NODE_PATTERNS.iter().map(|p| format!("(?i){p}")))
+                    .expect("node patterns compile")
+            })
+            .is_match(tail(log_tail)),
+        _ => false,
+    }
+}
+
 /// The pattern marking a Python traceback.
 pub const TRACEBACK_PATTERN: &str = r"Traceback \(most recent call last\)";
 
@@ -181,7 +229,7 @@ pub fn classify_failure(ending: Ending, log_tail: &str) -> ErrorClass {
         Ending::TimeLimit | Ending::OutOfMemory | Ending::Deadline => return ErrorClass::Program,
         Ending::Failed { exit_code } => exit_code,
     };
-    if exit_code == Some(124) {
+    if exit_code == Some(CHILD_TIMEOUT_EXIT) {
         return ErrorClass::Program;
     }
     let text = tail(log_tail);

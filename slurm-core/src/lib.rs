@@ -9,7 +9,7 @@
 //! and lets callers swap transports and renderers.
 //!
 //! The rooms, and which way they lean:
-//! - the domain: [`spec`], [`state`], [`record`], [`classify`], [`redact`], [`image`],
+//! - the domain: [`spec`], [`state`], [`record`], [`dependency`], [`classify`], [`redact`], [`image`],
 //!   [`storage`], [`render`], [`transport`]; none of them names a scheduler;
 //! - [`backend`]: the [`Backend`] trait, its options and answers, [`BackendExt`], the
 //!   generic watch, and [`LocalBackend`] (jobs as local processes);
@@ -25,6 +25,7 @@
 
 pub mod backend;
 pub mod classify;
+pub mod dependency;
 mod error;
 pub mod image;
 mod names;

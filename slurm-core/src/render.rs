@@ -70,8 +70,8 @@ pub struct ScriptContext {
     pub memory: Option<String>,
     /// Wall time in Slurm's form, e.g. `04:00:00` or `1-00:00:00`.
     pub time: String,
-    /// The child command's limit in whole minutes, strictly below the wall time.
-    pub child_timeout_minutes: u32,
+    /// The child command's limit in seconds (`timeout <N>s`), strictly below the wall time.
+    pub child_timeout_secs: u64,
     /// Absolute folder holding `<job_name>-<slurm id>/main.out` and `main.err`.
     pub log_dir: String,
     /// Absolute results folder (the job folder), made before launch.
@@ -99,6 +99,24 @@ pub struct ScriptContext {
     pub exclusive: bool,
     /// Raw extra `#SBATCH` lines (without the `#SBATCH` prefix).
     pub extra_sbatch: Vec<String>,
+    /// `#SBATCH --dependency` (the scheduler's form, e.g. `afterok:12:13`), when the job
+    /// waits for others; the scheduler never kills it for an unsatisfiable one (the
+    /// backend decides, after following a retried parent).
+    pub dependency: Option<String>,
+    /// `#SBATCH --exclude`: nodes the job must not run on (a retry's faulty nodes).
+    pub exclude: Vec<String>,
+    /// The array, when the job is one.
+    pub array: Option<ArrayContext>,
+}
+
+/// What an array job's script needs: its tasks, and the sweep file each task sources.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ArrayContext {
+    /// `#SBATCH --array` (the scheduler's form, e.g. `0-7%2`).
+    pub tasks: String,
+    /// A file the script sources, setting the task's sweep values from its index
+    /// (`SLURM_ARRAY_TASK_ID`); none without a sweep.
+    pub sweep_file: Option<String>,
 }
 
 /// One problem the lint found: the line, the rule and the variable, never the value.

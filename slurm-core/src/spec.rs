@@ -19,8 +19,11 @@
 //! (a wall-time form), `datasets` (storage URIs), `supporting_files`,
 //! `extra_sbatch` (options such as `--qos=high`), `extra_env`, `labels`
 //! (`{arch: ..., action: ...}`), `completion_check` (`exit_code` or
-//! `status_json`), `allow_registry_image` and `force_reconvert_latest` (convert a
-//! `:latest` image again on this submit). Unknown keys are an error.
+//! `status_json`), `allow_registry_image`, `force_reconvert_latest` (convert a
+//! `:latest` image again on this submit), and for pipelines and sweeps `after`
+//! (`[train-a1b2c3, prep-00ff11:any]`: records to wait for), `array`
+//! (`{size: 8, max_parallel: 2}` or `{indices: "0-3,8"}`) and `sweep` (`{LR: [0.1,
+//! 0.01], BATCH: [32, 64]}`, a grid, or a list of points). Unknown keys are an error.
 //!
 //! # Resolving GPUs and nodes ([`JobSpec::resolve`])
 //! - `gpus_per_node` given: that many per node (at most the per-node maximum);
@@ -33,8 +36,8 @@
 //! - a job is exclusive when it uses the per-node maximum on each node.
 //!
 //! The child timeout (the `timeout` the job's command runs under) defaults to 95%
-//! of the wall time, rounded down to whole minutes: 228 minutes (3.8 h) for the
-//! default 4 h; it is always strictly below the wall time.
+//! of the wall time, in whole seconds: 13680 s (3.8 h) for the default 4 h, 57 s for
+//! a one-minute smoke test; it is always strictly below the wall time.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -46,10 +49,14 @@ use crate::image::ImageRef;
 use crate::storage::{MountSpec, StorageUri};
 use crate::{Error, Result};
 
+mod array;
+mod depend;
 mod validate;
 mod wall_time;
 
 use crate::names::{validate_safe_name, validate_shell_name};
+pub use array::{ArrayPlan, ArraySpec, Scalar, Sweep, TaskSet, MAX_TASKS};
+pub use depend::{Dependency, DependencyCondition, Verdict};
 pub use validate::validate_sbatch_line;
 pub(crate) use validate::{first_duplicate, validate_memory, validate_partition};
 pub use wall_time::WallTime;
@@ -141,6 +148,17 @@ pub struct JobSpec {
     /// How success is decided.
     #[serde(default, skip_serializing_if = "is_default_check")]
     pub completion_check: CompletionCheck,
+    /// The records this job waits for, `ID` (after success) or `ID:ok|any|notok|start`;
+    /// the scheduler enforces the wait.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<Dependency>,
+    /// Run as an array of tasks: a size or index list, and a maximum in parallel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<ArraySpec>,
+    /// Named parameter values, one point per task (an array of as many tasks, unless
+    /// `array` picks some of them); each task sees its values in its environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<Sweep>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -154,8 +172,9 @@ fn is_default_check(c: &CompletionCheck) -> bool {
 /// Hard limits of the target partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
-    /// The longest wall time allowed (the reference's partitions: 4 h).
-    pub max_wall: WallTime,
+    /// The longest wall time allowed (the reference's partitions: 4 h); `None` when the
+    /// partition has no limit (MaxTime=UNLIMITED): the spec's time is taken as it is.
+    pub max_wall: Option<WallTime>,
     /// GPUs on one node (8); at or above it a job takes whole exclusive nodes.
     pub max_gpus_per_node: u32,
 }
@@ -163,7 +182,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_wall: WallTime::from_hours(4),
+            max_wall: Some(WallTime::from_hours(4)),
             max_gpus_per_node: 8,
         }
     }
@@ -236,8 +255,8 @@ pub struct Resources {
     pub memory: Option<String>,
     /// Wall time.
     pub wall: WallTime,
-    /// The child timeout in minutes, strictly below the wall time.
-    pub child_timeout_minutes: u32,
+    /// The child timeout in seconds, strictly below the wall time.
+    pub child_timeout_secs: u64,
     /// The partition, if any.
     pub partition: Option<String>,
     /// The account, if any.
@@ -274,6 +293,9 @@ impl JobSpec {
             extra_env: BTreeMap::new(),
             labels: BTreeMap::new(),
             completion_check: CompletionCheck::ExitCode,
+            after: Vec::new(),
+            array: None,
+            sweep: None,
         }
     }
 
@@ -411,7 +433,132 @@ impl JobSpec {
             validate_safe_name("labels", k)?;
             validate_safe_name(&format!("labels.{k}"), v)?;
         }
+        if let Some(sweep) = &self.sweep {
+            sweep.validate()?;
+            for name in sweep.names() {
+                if self.env.contains_key(&name)
+                    || self.extra_env.contains_key(&name)
+                    || self.secrets.contains(&name)
+                {
+                    return Err(Error::invalid(
+                        "sweep",
+                        format!("{name} is swept and also set in env, extra_env or secrets; set it in one place"),
+                    ));
+                }
+            }
+        }
+        self.array_plan()?;
         Ok(())
+    }
+
+    /// The tasks of an array or sweep (`None` for a single job): `array.size` or
+    /// `array.indices`, or one task per sweep point; with a sweep, `array` may pick some
+    /// of its points (`indices`) and set `max_parallel`.
+    ///
+    /// ```
+    /// use slurm_core::JobSpec;
+    /// let spec = JobSpec::from_yaml_str("name: s\ncommand: echo $LR\nsweep: {LR: [0.1, 0.01]}\narray: {max_parallel: 1}\n").unwrap();
+    /// let plan = spec.array_plan().unwrap().unwrap();
+    /// assert_eq!((plan.indices.to_string(), plan.max_parallel), ("0-1".to_string(), Some(1)));
+    /// assert_eq!(spec.sweep_point(1).unwrap()["LR"], "0.01");
+    /// ```
+    pub fn array_plan(&self) -> Result<Option<ArrayPlan>> {
+        let points = self.sweep.as_ref().map(|s| s.points().len());
+        let Some(array) = self
+            .array
+            .clone()
+            .or_else(|| points.map(|_| ArraySpec::default()))
+        else {
+            return Ok(None);
+        };
+        let indices = match (&array.size, &array.indices, points) {
+            (Some(_), Some(_), _) => {
+                return Err(Error::invalid("array", "give size or indices, not both"))
+            }
+            (Some(0), None, _) => return Err(Error::invalid("array.size", "must be at least 1")),
+            (Some(size), None, Some(n)) if *size as usize != n => {
+                return Err(Error::invalid(
+                    "array.size",
+                    format!(
+                    "{size} does not match the sweep's {n} points; drop size (the sweep sets it)"
+                ),
+                ))
+            }
+            (Some(size), None, _) if *size as usize > MAX_TASKS => {
+                return Err(Error::invalid(
+                    "array.size",
+                    format!("{size} is more than {MAX_TASKS} tasks; split the array"),
+                ))
+            }
+            (Some(size), None, _) => TaskSet::first(*size),
+            (None, Some(indices), Some(n)) => {
+                if indices.max().is_some_and(|m| m as usize >= n) {
+                    return Err(Error::invalid(
+                        "array.indices",
+                        format!(
+                            "{indices} goes past the sweep's {n} points (0-{}); pick among them",
+                            n - 1
+                        ),
+                    ));
+                }
+                indices.clone()
+            }
+            (None, Some(indices), None) => indices.clone(),
+            (None, None, Some(n)) => TaskSet::first(n as u32),
+            (None, None, None) => {
+                return Err(Error::invalid(
+                    "array",
+                    "give size (tasks 0..size) or indices (e.g. 0-3,8)",
+                ))
+            }
+        };
+        if indices.is_empty() {
+            return Err(Error::invalid(
+                "array.indices",
+                "is empty; give at least one task",
+            ));
+        }
+        if array.max_parallel == Some(0) {
+            return Err(Error::invalid("array.max_parallel", "must be at least 1"));
+        }
+        Ok(Some(ArrayPlan {
+            indices,
+            max_parallel: array.max_parallel,
+        }))
+    }
+
+    /// This spec waiting also for `after` (a submit's options beside the spec's own).
+    pub fn with_after(&self, after: &[Dependency]) -> JobSpec {
+        let mut spec = self.clone();
+        for dependency in after {
+            if !spec.after.contains(dependency) {
+                spec.after.push(dependency.clone());
+            }
+        }
+        spec
+    }
+
+    /// This spec narrowed to the array tasks `indices` (a retry of the failed tasks
+    /// of an array: the same sweep values for the same indices).
+    pub fn for_tasks(&self, indices: TaskSet) -> JobSpec {
+        let mut spec = self.clone();
+        let max_parallel = spec.array.as_ref().and_then(|a| a.max_parallel);
+        spec.array = Some(ArraySpec {
+            size: None,
+            indices: Some(indices),
+            max_parallel,
+        });
+        spec
+    }
+
+    /// The parameter values task `index` of a sweep gets (`None` without a sweep or
+    /// for an index past its points).
+    pub fn sweep_point(&self, index: u32) -> Option<BTreeMap<String, String>> {
+        self.sweep
+            .as_ref()?
+            .points()
+            .into_iter()
+            .nth(index as usize)
     }
 
     /// The parsed image, if any.
@@ -537,27 +684,22 @@ impl JobSpec {
                 "must be at least one minute (e.g. 00:10:00)",
             ));
         }
-        if wall > defaults.limits.max_wall {
-            return Err(Error::invalid(
-                "time",
-                format!(
-                    "{} exceeds the partition's maximum {}; shorten time, or choose a partition with a longer limit and pass its maximum in the limits",
-                    wall, defaults.limits.max_wall
-                ),
-            ));
+        if let Some(max_wall) = defaults.limits.max_wall {
+            if wall > max_wall {
+                return Err(Error::invalid(
+                    "time",
+                    format!(
+                        "{wall} exceeds the partition's maximum {max_wall}; shorten time, or choose a partition with a longer limit (or none)"
+                    ),
+                ));
+            }
         }
-        let child_timeout_minutes = match self.child_timeout {
+        let child_timeout_secs = match self.child_timeout {
             Some(ct) => {
-                if ct.as_secs() < 60 {
+                if ct.as_secs() == 0 {
                     return Err(Error::invalid(
                         "child_timeout",
-                        "must be at least one minute",
-                    ));
-                }
-                if ct.as_secs() % 60 != 0 {
-                    return Err(Error::invalid(
-                        "child_timeout",
-                        format!("{ct} is not whole minutes; round it to a minute"),
+                        "must be at least one second",
                     ));
                 }
                 if ct >= wall {
@@ -566,21 +708,11 @@ impl JobSpec {
                         format!("{ct} must be strictly below the wall time {wall}, so the job can requeue itself; shorten it (default: 95% of the wall)"),
                     ));
                 }
-                ct.as_secs() / 60
+                ct.as_secs()
             }
-            None => {
-                let minutes = wall.as_secs() * 95 / 100 / 60;
-                if minutes == 0 {
-                    return Err(Error::invalid(
-                        "time",
-                        format!("{wall} leaves no whole minute for the child timeout; use at least 00:02:00"),
-                    ));
-                }
-                minutes
-            }
+            // At least a minute of wall (checked above): 95% of it is at least 57 s.
+            None => wall.as_secs() * 95 / 100,
         };
-        let child_timeout_minutes = u32::try_from(child_timeout_minutes)
-            .map_err(|_| Error::invalid("child_timeout", "too large"))?;
         let partition = self
             .partition
             .clone()
@@ -600,7 +732,7 @@ impl JobSpec {
             cpus_per_task,
             memory: self.memory.clone(),
             wall,
-            child_timeout_minutes,
+            child_timeout_secs,
             partition,
             account,
             requeue: self.requeue.unwrap_or(defaults.requeue),

@@ -56,7 +56,7 @@ pub fn example_context() -> slurm_core::render::ScriptContext {
         cpus_per_task: 16,
         memory: None,
         time: "04:00:00".into(),
-        child_timeout_minutes: 228,
+        child_timeout_secs: 13_680,
         log_dir: "/lustre/users/me/logs".into(),
         results_dir: "/lustre/users/me/results/resnet-train-a1b2c3".into(),
 
@@ -70,5 +70,8 @@ pub fn example_context() -> slurm_core::render::ScriptContext {
         requeue: true,
         exclusive: false,
         extra_sbatch: Vec::new(),
+        dependency: None,
+        exclude: Vec::new(),
+        array: None,
     }
 }

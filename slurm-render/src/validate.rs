@@ -98,12 +98,11 @@ pub fn validate_context(kind: TemplateKind, context: &ScriptContext) -> Result<(
             "must be Slurm's form: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, e.g. 04:00:00",
         )
     })?;
-    if c.child_timeout_minutes == 0 || u64::from(c.child_timeout_minutes) * 60 >= wall_seconds {
+    if c.child_timeout_secs == 0 || c.child_timeout_secs >= wall_seconds {
         return Err(Error::invalid(
-            "child_timeout_minutes",
+            "child_timeout_secs",
             format!(
-                "must be at least 1 and strictly below the wall time ({} minutes) so the job ends cleanly before the wall",
-                wall_seconds / 60
+                "must be at least 1 and strictly below the wall time ({wall_seconds} seconds) so the job ends cleanly before the wall"
             ),
         ));
     }
@@ -185,6 +184,39 @@ pub fn validate_context(kind: TemplateKind, context: &ScriptContext) -> Result<(
     }
     for line in &c.extra_sbatch {
         slurm_core::spec::validate_sbatch_line(line)?;
+    }
+    let only = |field: &str, value: &str, allowed: &dyn Fn(char) -> bool, form: &str| {
+        if value.is_empty() || !value.chars().all(allowed) {
+            return Err(Error::invalid(field, format!("must be {form}")));
+        }
+        Ok(())
+    };
+    if let Some(dependency) = &c.dependency {
+        only(
+            "dependency",
+            dependency,
+            &|ch| ch.is_ascii_alphanumeric() || ":,?_+".contains(ch),
+            "Slurm's --dependency form, e.g. afterok:12:13",
+        )?;
+    }
+    for node in &c.exclude {
+        only(
+            "exclude",
+            node,
+            &|ch| ch.is_ascii_alphanumeric() || "._-".contains(ch),
+            "node names ([A-Za-z0-9._-])",
+        )?;
+    }
+    if let Some(array) = &c.array {
+        only(
+            "array",
+            &array.tasks,
+            &|ch| ch.is_ascii_digit() || ",-%:".contains(ch),
+            "Slurm's --array form, e.g. 0-7%2",
+        )?;
+        if let Some(file) = &array.sweep_file {
+            check_path("array.sweep_file", file)?;
+        }
     }
     Ok(())
 }

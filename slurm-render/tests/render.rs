@@ -1,7 +1,7 @@
 //! Snapshot and behaviour tests of `HandlebarsRenderer`: both templates, user templates, strictness, `bash -n`.
 
 use slurm_core::redact::SecretRegistry;
-use slurm_core::render::{EnvVar, Renderer, ScriptContext, TemplateKind};
+use slurm_core::render::{ArrayContext, EnvVar, Renderer, ScriptContext, TemplateKind};
 use slurm_core::ErrorKind;
 use slurm_render::{check_syntax, example_context, HandlebarsRenderer};
 
@@ -38,7 +38,7 @@ fn two_nodes_exclusive() -> ScriptContext {
         cpus_per_task: 64,
         memory: Some("512G".into()),
         time: "1-00:00:00".into(),
-        child_timeout_minutes: 1368,
+        child_timeout_secs: 82_080,
         exclusive: true,
         requeue: false,
         image: Some("/lustre/images/cosmos.sqsh".into()),
@@ -50,6 +50,9 @@ fn two_nodes_exclusive() -> ScriptContext {
             env("NCCL_SOCKET_IFNAME", "eth0"),
         ],
         extra_sbatch: vec!["--qos=high".into(), "--reservation=big run".into()],
+        dependency: None,
+        exclude: Vec::new(),
+        array: None,
         ..example_context()
     }
 }
@@ -125,6 +128,41 @@ fn snapshot_custom_template_dir() {
     assert!(multi.contains("--wait-all-nodes=1"));
 }
 
+/// A sweep of 8 tasks, two at a time, after two parents, kept off a faulty node.
+fn array_after_parents() -> ScriptContext {
+    ScriptContext {
+        dependency: Some("afterok:41:42".into()),
+        exclude: vec!["n2".into()],
+        array: Some(ArrayContext {
+            tasks: "0-7%2".into(),
+            sweep_file: Some("/lustre/users/me/results/sweep-a1b2c3/sweep/params.sh".into()),
+        }),
+        ..no_image()
+    }
+}
+
+#[test]
+fn snapshot_array_with_dependency_and_exclusion() {
+    let script = HandlebarsRenderer::new()
+        .render(TemplateKind::SingleNode, &array_after_parents())
+        .unwrap();
+    insta::assert_snapshot!("singlenode_array_after", script);
+    assert!(script.contains("#SBATCH --array=0-7%2\n"));
+    assert!(
+        script.contains("#SBATCH --dependency=afterok:41:42\n#SBATCH --kill-on-invalid-dep=no\n")
+    );
+    assert!(script.contains("#SBATCH --exclude=n2\n"));
+    assert!(script.contains("%x-%A_%a.slurm.out"));
+    let bad = ScriptContext {
+        dependency: Some("afterok:1;rm".into()),
+        ..array_after_parents()
+    };
+    let error = HandlebarsRenderer::new()
+        .render(TemplateKind::SingleNode, &bad)
+        .unwrap_err();
+    assert!(error.to_string().contains("dependency"), "{error}");
+}
+
 #[test]
 fn every_rendered_script_passes_bash_n_and_the_lint() {
     let renderer = HandlebarsRenderer::new();
@@ -132,6 +170,14 @@ fn every_rendered_script_passes_bash_n_and_the_lint() {
         (TemplateKind::SingleNode, one_node_with_image()),
         (TemplateKind::MultiNode, two_nodes_exclusive()),
         (TemplateKind::SingleNode, no_image()),
+        (TemplateKind::SingleNode, array_after_parents()),
+        (
+            TemplateKind::MultiNode,
+            ScriptContext {
+                nodes: 2,
+                ..array_after_parents()
+            },
+        ),
         (
             TemplateKind::MultiNode,
             ScriptContext {
@@ -203,7 +249,7 @@ fn directives_follow_the_context() {
     assert!(s.contains(
         "slurm_run_log_dir=/lustre/users/me/logs/resnet-train-a1b2c3-\"${SLURM_JOB_ID}\"\n"
     ));
-    assert!(s.contains("timeout 228m srun"));
+    assert!(s.contains("timeout 13680s srun"));
     assert!(s.contains(
         "--container-image=/lustre/images/nvcr.io_nvidia_tao_5.5.sqsh --container-mounts='/lustre/data:/data:ro,/lustre/users/me/results/resnet-train-a1b2c3:/results'"
     ));
@@ -420,18 +466,18 @@ fn invalid_contexts_are_refused_with_the_field() {
         (
             TemplateKind::SingleNode,
             ScriptContext {
-                child_timeout_minutes: 240,
+                child_timeout_secs: 14_400,
                 ..example_context()
             },
-            "child_timeout_minutes",
+            "child_timeout_secs",
         ),
         (
             TemplateKind::SingleNode,
             ScriptContext {
-                child_timeout_minutes: 0,
+                child_timeout_secs: 0,
                 ..example_context()
             },
-            "child_timeout_minutes",
+            "child_timeout_secs",
         ),
         (
             TemplateKind::SingleNode,

@@ -98,6 +98,7 @@ async fn a_single_node_job_completes_and_its_logs_read_back() {
             LogOptions {
                 stream: LogStream::Err,
                 tail: 5,
+                task: None,
             },
         )
         .await

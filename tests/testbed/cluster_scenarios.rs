@@ -6,20 +6,10 @@
 use slurm_core::backend::{Backend, SubmitOptions};
 use slurm_core::classify::ErrorClass;
 use slurm_core::JobState;
-use slurm_run_testsupport::backend::{admin, harness, small_spec, wait_state, wait_terminal};
-use slurm_run_testsupport::{cluster, Testbed};
-
-/// Puts node n2 back in service when dropped, whatever the test did.
-struct ResumeNode<'a>(&'a Testbed, &'static str);
-
-impl Drop for ResumeNode<'_> {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("scontrol")
-            .args(["update", &format!("nodename={}", self.1), "state=resume"])
-            .env("SLURM_CONF", self.0.dir().join("etc/slurm.conf"))
-            .status();
-    }
-}
+use slurm_run_testsupport::backend::{
+    admin, harness, small_spec, wait_state, wait_terminal, ResumeNode,
+};
+use slurm_run_testsupport::cluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pending_and_running_jobs_are_cancelled() {
@@ -104,7 +94,7 @@ async fn a_node_failure_is_infra_or_a_requeue() {
     wait_state(&h.backend, &plain.id, JobState::Running, 120).await;
     wait_state(&h.backend, &requeued.id, JobState::Running, 120).await;
 
-    let _resume = ResumeNode(&h.testbed, "n2");
+    let _resume = ResumeNode(&h.testbed, "n2".into());
     admin(
         &h.testbed,
         "scontrol",

@@ -121,3 +121,28 @@ fn orchestrator_on_slurm_retries_the_flaky_job_and_cancels_the_straggler() {
     assert!(stdout.contains("log: shard 2 step 3"), "{stdout}");
     assert_eq!(find("straggler-")[1], "CANCELED", "{stdout}");
 }
+
+#[test]
+fn pipeline_runs_three_stages_in_order_and_a_sweep_task_by_task() {
+    let _cluster = cluster::shared_blocking();
+    let (out, _state) = run_example("pipeline", &[], &[]);
+    out.expect_code(0);
+    let stdout = &out.stdout;
+    for stage in ["train", "evaluate", "export", "sweep"] {
+        assert!(stdout.contains(&format!("submitted {stage}-")), "{stdout}");
+    }
+    let finals = stdout
+        .lines()
+        .filter(|l| !l.starts_with(' ') && l.ends_with(": COMPLETE"))
+        .count();
+    assert_eq!(finals, 4, "{stdout}");
+    assert!(stdout.contains("  tasks 0-3: COMPLETE"), "{stdout}");
+    for line in [
+        "task 0: lr=0.1 batch=32",
+        "task 1: lr=0.01 batch=32",
+        "task 2: lr=0.1 batch=64",
+        "task 3: lr=0.01 batch=64",
+    ] {
+        assert!(stdout.contains(line), "{line}: {stdout}");
+    }
+}

@@ -228,7 +228,7 @@ fn submit_job(
         cpus_per_task: 1,
         memory: None,
         time: "00:10:00".into(),
-        child_timeout_minutes: 5,
+        child_timeout_secs: 300,
         log_dir: format!("{dir}/logs"),
         results_dir: format!("{dir}/results"),
 
@@ -242,6 +242,9 @@ fn submit_job(
         requeue: false,
         exclusive: false,
         extra_sbatch: Vec::new(),
+        dependency: None,
+        exclude: Vec::new(),
+        array: None,
     };
     let renderer = HandlebarsRenderer::new();
     let script = renderer.render(kind, &context).expect("renders");

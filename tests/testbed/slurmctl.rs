@@ -474,3 +474,94 @@ fn configuration_and_connection_failures() {
     assert!(out.stderr.contains("ssh"), "{}", out.stderr);
     assert_eq!(ctl.record_count(), 0);
 }
+
+#[test]
+fn submit_after_and_an_array_status_task_by_task() {
+    let _cluster = cluster::shared_blocking();
+    let ctl = Ctl::new();
+    let parent = ctl.spec("parent.yaml", &small_spec("ctl-parent", "sleep 2"));
+    let out = ctl.run(&["submit", &parent, "--json"]);
+    out.expect_code(0);
+    let parent_id = id_of(&out.json_lines()[0]);
+    let array = ctl.spec(
+        "array.yaml",
+        &format!(
+            "{}array: {{size: 4, max_parallel: 2}}\n",
+            small_spec("ctl-array", "sleep 300")
+        ),
+    );
+    let out = ctl.run(&[
+        "submit",
+        &array,
+        "--after",
+        &format!("{parent_id}:ok"),
+        "--json",
+    ]);
+    out.expect_code(0);
+    let array_id = id_of(&out.json_lines()[0]);
+    // A bad condition names the flag's field and the forms.
+    let out = ctl.run(&[
+        "submit",
+        &array,
+        "--after",
+        &format!("{parent_id}:sometimes"),
+    ]);
+    out.expect_code(2);
+    assert!(
+        out.stderr.contains("after") && out.stderr.contains("notok"),
+        "{}",
+        out.stderr
+    );
+
+    // --json: one object per task, each with the array's fields and its own.
+    let out = ctl.run(&["status", &array_id, "--json"]);
+    out.expect_code(0);
+    let tasks = out.json_lines();
+    assert_eq!(tasks.len(), 4, "{}", out.stdout);
+    for (index, task) in tasks.iter().enumerate() {
+        assert_job_object(task);
+        assert_eq!(task["task"], index as u64, "{task}");
+        assert_eq!(id_of(task), array_id);
+        assert!(task["slurm_task_id"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("_{index}")));
+    }
+    // Text: the array's line, then one line per group of tasks in the same state.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let out = ctl.run(&["status", &array_id]);
+        out.expect_code(0);
+        let groups: Vec<&str> = out
+            .stdout
+            .lines()
+            .skip_while(|l| !l.ends_with(" tasks:"))
+            .skip(1)
+            .collect();
+        if groups
+            .iter()
+            .any(|l| l.contains("RUNNING") && l.contains("0-1"))
+            && groups
+                .iter()
+                .any(|l| l.contains("PENDING") && l.contains("2-3"))
+        {
+            assert_eq!(groups.len(), 2, "{}", out.stdout);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", out.stdout);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Cancel two tasks, then the rest.
+    let out = ctl.run(&["cancel", &array_id, "--tasks", "2-3", "--json"]);
+    out.expect_code(0);
+    let out = ctl.run(&["status", &array_id, "--json"]);
+    let states: Vec<String> = out
+        .json_lines()
+        .iter()
+        .map(|t| t["state"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(&states[2..], ["CANCELED", "CANCELED"], "{}", out.stdout);
+    let out = ctl.run(&["cancel", &array_id, "--json"]);
+    out.expect_code(0);
+    assert_eq!(out.json_lines()[0]["state"], "CANCELED", "{}", out.stdout);
+}

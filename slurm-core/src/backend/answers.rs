@@ -1,5 +1,7 @@
 //! The answers of the [`Backend`](super::Backend) operations: a job's status and what a watch reports.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use crate::classify::ErrorClass;
@@ -28,6 +30,10 @@ pub struct JobStatus {
     pub record: JobRecord,
     /// The scheduler's own words, when the job was found.
     pub native: Option<NativeStatus>,
+    /// For an array: the scheduler's words on each task it spoke of, by index (their
+    /// states are in the record's tasks), read in the same round trip.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub tasks: BTreeMap<u32, NativeStatus>,
 }
 
 impl JobStatus {

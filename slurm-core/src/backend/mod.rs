@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use crate::record::{JobId, JobRecord, RecordFilter};
-use crate::spec::JobSpec;
+use crate::spec::{JobSpec, TaskSet};
 use crate::Result;
 
 pub use answers::{JobStatus, NativeStatus, WatchEvent};
@@ -65,8 +65,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
         interval: Duration,
     ) -> BoxStream<'static, Result<String>>;
 
-    /// Cancel a job. A job already terminal is a success that changes nothing.
+    /// Cancel a job (every task of an array). A job already terminal is a success
+    /// that changes nothing.
     async fn cancel(&self, id: &JobId) -> Result<JobRecord>;
+
+    /// Cancel some tasks of the array `id`; the others go on. Tasks already ended
+    /// are left as they are; an index the array does not have is an error.
+    async fn cancel_tasks(&self, id: &JobId, tasks: &TaskSet) -> Result<JobRecord>;
 
     /// State changes of `ids` until each is terminal (retried ones followed to their
     /// last attempt). Never stops on elapsed time; transient errors back off.
@@ -117,6 +122,9 @@ macro_rules! forward_backend {
             }
             async fn cancel(&self, id: &JobId) -> Result<JobRecord> {
                 (**self).cancel(id).await
+            }
+            async fn cancel_tasks(&self, id: &JobId, tasks: &TaskSet) -> Result<JobRecord> {
+                (**self).cancel_tasks(id, tasks).await
             }
             fn watch(
                 &self,

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::classify::RetryPolicy;
 use crate::record::JobId;
+use crate::spec::Dependency;
 
 /// Options of [`Backend::submit`](super::Backend::submit).
 #[derive(Clone, Default)]
@@ -17,12 +18,16 @@ pub struct SubmitOptions {
     /// Secret values by name. `None` reads each secret the spec names from this
     /// process's environment. Values are never stored, logged or shown.
     pub secret_values: Option<BTreeMap<String, String>>,
+    /// Records this job waits for, beside the spec's own `after` (the scheduler
+    /// enforces the wait; a parent not yet accepted by it is an error).
+    pub after: Vec<Dependency>,
 }
 
 impl fmt::Debug for SubmitOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SubmitOptions")
             .field("retry_of", &self.retry_of)
+            .field("after", &self.after)
             .field(
                 "secret_values",
                 &self.secret_values.as_ref().map(|m| {
@@ -62,6 +67,8 @@ pub struct LogOptions {
     pub stream: LogStream,
     /// How many lines from the end.
     pub tail: usize,
+    /// Which task of an array (required for an array, refused for a single job).
+    pub task: Option<u32>,
 }
 
 impl Default for LogOptions {
@@ -69,6 +76,7 @@ impl Default for LogOptions {
         LogOptions {
             stream: LogStream::Out,
             tail: 200,
+            task: None,
         }
     }
 }

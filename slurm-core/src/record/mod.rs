@@ -6,6 +6,7 @@
 
 mod file;
 mod memory;
+mod tasks;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,18 +15,21 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::classify::ErrorClass;
+
 use crate::names::{validate_safe_name, MAX_NAME_LEN};
 use crate::redact::SecretRegistry;
-use crate::spec::{CompletionCheck, JobSpec};
+use crate::spec::{CompletionCheck, Dependency, JobSpec};
 use crate::state::{JobState, TransitionOutcome};
 use crate::storage::RemotePath;
 use crate::{Error, Result};
 
 pub use file::FileRecordStore;
 pub use memory::MemoryRecordStore;
+pub use tasks::{derive_state, state_groups, summary, TaskMark, TaskRecord};
 
-/// The record format written by this version.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The record format written by this version. Version 2 added the array tasks, the
+/// dependencies, the nodes and the node exclusions; version 1 records read as they are.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// A record id: `<label>-<6 hex>`, a safe name (`^[A-Za-z0-9][A-Za-z0-9._-]*$`,
 /// at most 64 characters) usable as a file name and as the SLURM job name.
@@ -235,6 +239,23 @@ pub struct JobRecord {
     /// How a COMPLETED job is confirmed (from the spec).
     #[serde(default)]
     pub completion_check: CompletionCheck,
+    /// The records this job waits for (each pointing at the parent's attempt it follows).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<Dependency>,
+    /// An array's tasks by index, one state each; the record's state is derived from
+    /// them ([`derive_state`]). Empty for a single job.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tasks: BTreeMap<u32, TaskRecord>,
+    /// The nodes the job runs or ran on (a single job; an array's are per task).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+    /// Whether the job's failure is tied to its nodes (NODE_FAIL, an Xid, ...): a retry
+    /// excludes them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub node_fault: bool,
+    /// The nodes this attempt was kept off (earlier attempts' faulty nodes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excluded_nodes: Vec<String>,
 }
 
 impl JobRecord {
@@ -265,7 +286,90 @@ impl JobRecord {
                 message: Some("record opened".to_string()),
             }],
             completion_check: spec.completion_check,
+            after: spec.after.clone(),
+            tasks: BTreeMap::new(),
+            nodes: Vec::new(),
+            node_fault: false,
+            excluded_nodes: Vec::new(),
         })
+    }
+
+    /// As an array of the tasks `indices` (each SUBMITTING, like the record).
+    pub fn with_tasks(mut self, indices: impl IntoIterator<Item = u32>) -> Self {
+        let at = self.submitted_at;
+        self.tasks = indices
+            .into_iter()
+            .map(|i| (i, TaskRecord::new(JobState::Submitting, at)))
+            .collect();
+        self
+    }
+
+    /// The tasks a retry of this array runs again: those that ended ERROR (`None` for a
+    /// single job or an array with none).
+    pub fn tasks_to_retry(&self) -> Option<crate::spec::TaskSet> {
+        let failed: crate::spec::TaskSet = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.state == JobState::Error)
+            .map(|(i, _)| *i)
+            .collect();
+        (!failed.is_empty()).then_some(failed)
+    }
+
+    /// Check that `tasks` are tasks of this array (an error names the first that is not).
+    pub fn check_tasks(&self, tasks: &crate::spec::TaskSet) -> Result<()> {
+        if !self.is_array() {
+            return Err(Error::invalid(
+                "tasks",
+                format!("{} is a single job, not an array; cancel it whole", self.id),
+            ));
+        }
+        match tasks.iter().find(|i| !self.tasks.contains_key(i)) {
+            Some(missing) => Err(Error::invalid(
+                "tasks",
+                format!(
+                    "{} has no task {missing}; its tasks are {}",
+                    self.id,
+                    self.tasks.keys().copied().collect::<crate::spec::TaskSet>()
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The message of the last transition (empty when it has none).
+    pub fn last_message(&self) -> &str {
+        self.history
+            .last()
+            .and_then(|t| t.message.as_deref())
+            .unwrap_or_default()
+    }
+
+    /// Whether the record is an array (it has tasks).
+    pub fn is_array(&self) -> bool {
+        !self.tasks.is_empty()
+    }
+
+    /// The nodes this job's retry must avoid: the exclusions it inherited, and the
+    /// nodes of its failures tied to a node (the job's, or its failed tasks').
+    pub fn nodes_to_exclude(&self) -> Vec<String> {
+        let mut nodes = self.excluded_nodes.clone();
+        let mut add = |list: &[String]| {
+            for node in list {
+                if !nodes.contains(node) {
+                    nodes.push(node.clone());
+                }
+            }
+        };
+        if self.node_fault {
+            add(&self.nodes);
+        }
+        for task in self.tasks.values() {
+            if task.node_fault && task.state == JobState::Error {
+                add(&task.nodes);
+            }
+        }
+        nodes
     }
 
     /// This record as the retry of `previous`: `retry_of` set and the attempt one higher.
@@ -294,6 +398,13 @@ pub struct Mark {
     pub backend_ref: Option<BackendRef>,
     /// The error class; only with state ERROR.
     pub err_class: Option<ErrorClass>,
+    /// The nodes the job runs or ran on, when observed.
+    pub nodes: Option<Vec<String>>,
+    /// Whether an ERROR is tied to the job's nodes.
+    pub node_fault: bool,
+    /// Changes of an array's tasks (the record's state is then derived from them; a
+    /// mark without tasks on an array applies its state to every task not ended).
+    pub tasks: BTreeMap<u32, TaskMark>,
 }
 
 impl Mark {
@@ -305,7 +416,28 @@ impl Mark {
             message: None,
             backend_ref: None,
             err_class: None,
+            nodes: None,
+            node_fault: false,
+            tasks: BTreeMap::new(),
         }
+    }
+
+    /// With the nodes the job runs or ran on.
+    pub fn nodes(mut self, nodes: Vec<String>) -> Self {
+        self.nodes = Some(nodes);
+        self
+    }
+
+    /// With a failure tied to the job's nodes.
+    pub fn node_fault(mut self, fault: bool) -> Self {
+        self.node_fault = fault;
+        self
+    }
+
+    /// With a change of task `index`.
+    pub fn task(mut self, index: u32, mark: TaskMark) -> Self {
+        self.tasks.insert(index, mark);
+        self
     }
 
     /// With a message.
@@ -411,6 +543,9 @@ pub(crate) fn apply_mark(
     mark: Mark,
     redactor: Option<&SecretRegistry>,
 ) -> Result<bool> {
+    if record.is_array() {
+        return apply_array_mark(record, mark, redactor);
+    }
     if mark.err_class.is_some() && mark.state != JobState::Error {
         return Err(Error::invalid(
             "err_class",
@@ -431,6 +566,10 @@ pub(crate) fn apply_mark(
             if let Some(c) = mark.err_class {
                 record.err_class = Some(c);
             }
+            if let Some(nodes) = mark.nodes.filter(|n| !n.is_empty()) {
+                record.nodes = nodes;
+            }
+            record.node_fault = mark.node_fault;
             let message = mark
                 .message
                 .map(|m| redactor.map_or_else(|| m.clone(), |r| r.redact(&m)));
@@ -462,6 +601,82 @@ pub(crate) fn apply_mark(
     }
 }
 
+/// [`apply_mark`] for an array: the task changes (or the mark's state for every task
+/// not ended), then the array's state derived from its tasks, through the state machine.
+fn apply_array_mark(
+    record: &mut JobRecord,
+    mark: Mark,
+    redactor: Option<&SecretRegistry>,
+) -> Result<bool> {
+    let now = Utc::now();
+    let redact = |m: String| redactor.map_or_else(|| m.clone(), |r| r.redact(&m));
+    let mut changed = false;
+    if mark.tasks.is_empty() {
+        let task_mark = TaskMark {
+            state: mark.state,
+            err_class: mark.err_class,
+            message: mark.message.clone().map(redact),
+            nodes: None,
+            node_fault: mark.node_fault,
+        };
+        for task in record.tasks.values_mut() {
+            if !task.state.is_terminal() {
+                changed |= tasks::apply_task(task, &task_mark, now);
+            }
+        }
+    } else {
+        for (index, task_mark) in mark.tasks {
+            if task_mark.err_class.is_some() && task_mark.state != JobState::Error {
+                return Err(Error::invalid(
+                    "err_class",
+                    format!("task {index}: only an ERROR carries an error class"),
+                ));
+            }
+            let mut task_mark = task_mark;
+            task_mark.message = task_mark.message.map(redact);
+            if let Some(task) = record.tasks.get_mut(&index) {
+                changed |= tasks::apply_task(task, &task_mark, now);
+            }
+        }
+    }
+    if record.backend_ref.is_none() && mark.backend_ref.is_some() {
+        record.backend_ref = mark.backend_ref;
+        changed = true;
+    }
+    let (state, class) = derive_state(&record.tasks);
+    match JobState::check_transition_for(record.id.as_str(), record.state, state)? {
+        TransitionOutcome::Apply => {
+            record.state = state;
+            record.err_class = class;
+            let summary = summary(&record.tasks);
+            let message = match mark.message {
+                Some(m) if state.is_terminal() || mark.source != TransitionSource::Poll => {
+                    format!("{}; {summary}", redact(m))
+                }
+                _ => summary,
+            };
+            record.history.push(Transition {
+                at: now,
+                state,
+                source: mark.source,
+                message: Some(message),
+            });
+            changed = true;
+        }
+        TransitionOutcome::NoOp => {
+            if record.err_class != class {
+                record.err_class = class;
+                changed = true;
+            }
+        }
+        TransitionOutcome::Ignore => {}
+    }
+    if changed {
+        record.updated_at = now;
+    }
+    Ok(changed)
+}
+
 /// Run `change` on a copy of `record`, refusing changes to the id, state, history or schema.
 pub(crate) fn apply_update(
     record: &JobRecord,
@@ -475,7 +690,7 @@ pub(crate) fn apply_update(
             "a record's id cannot change; open a new record",
         ));
     }
-    if next.state != record.state || next.history != record.history {
+    if next.state != record.state || next.history != record.history || next.tasks != record.tasks {
         return Err(Error::invalid(
             "state",
             "update cannot change the state or history; use mark",

@@ -66,7 +66,7 @@ fn new_records_hold_no_secret_values() {
     assert_eq!(r.spec_digest, sample_spec().digest());
     let json = serde_json::to_string(&r).unwrap();
     assert!(json.contains("\"state\":\"SUBMITTING\""));
-    assert!(json.contains("\"schema_version\":1"));
+    assert!(json.contains("\"schema_version\":2"));
     let retry = record(JobId::parse("hello-000002").unwrap()).retry_of(&r);
     assert_eq!((retry.attempt, retry.retry_of.as_ref()), (2, Some(&r.id)));
 }
@@ -285,4 +285,69 @@ fn records_written_with_a_numeric_slurm_job_id_still_read() {
     })
     .unwrap();
     assert_eq!(again["backend_ref"]["native_id"], "4242");
+}
+
+#[test]
+fn an_array_record_derives_its_state_from_its_tasks() {
+    let store = MemoryRecordStore::new();
+    let id = JobId::mint("sweep");
+    let record = JobRecord::new(
+        id.clone(),
+        &JobSpec::new("sweep", "true"),
+        RemotePath::parse("/r/sweep").unwrap(),
+    )
+    .unwrap()
+    .with_tasks([0, 1, 2]);
+    store.open(&record).unwrap();
+    let pending = store
+        .mark(&id, Mark::new(JobState::Pending, TransitionSource::Agent))
+        .unwrap();
+    assert!(pending.tasks.values().all(|t| t.state == JobState::Pending));
+    let running = store
+        .mark(
+            &id,
+            Mark::new(JobState::Running, TransitionSource::Poll)
+                .task(0, TaskMark::new(JobState::Running)),
+        )
+        .unwrap();
+    assert_eq!(running.state, JobState::Running);
+    let mut failed = TaskMark::new(JobState::Error);
+    failed.err_class = Some(ErrorClass::Infra);
+    failed.node_fault = true;
+    failed.nodes = Some(vec!["n2".into()]);
+    let mid = store
+        .mark(
+            &id,
+            Mark::new(JobState::Running, TransitionSource::Poll)
+                .task(0, TaskMark::new(JobState::Complete))
+                .task(1, failed),
+        )
+        .unwrap();
+    assert_eq!(mid.state, JobState::Pending, "task 2 still waits");
+    // A task ended stays ended: a late RUNNING for task 0 changes nothing.
+    let same = store
+        .mark(
+            &id,
+            Mark::new(JobState::Running, TransitionSource::Poll)
+                .task(0, TaskMark::new(JobState::Running)),
+        )
+        .unwrap();
+    assert_eq!(same.tasks[&0].state, JobState::Complete);
+    let done = store
+        .mark(
+            &id,
+            Mark::new(JobState::Complete, TransitionSource::Poll)
+                .task(2, TaskMark::new(JobState::Complete)),
+        )
+        .unwrap();
+    assert_eq!(
+        (done.state, done.err_class),
+        (JobState::Error, Some(ErrorClass::Infra))
+    );
+    assert_eq!(done.nodes_to_exclude(), vec!["n2".to_string()]);
+    let last = done.history.last().unwrap().message.clone().unwrap();
+    assert!(last.contains("3 tasks"), "{last}");
+    // The record round-trips through JSON; a version-1 record without tasks still reads.
+    let json = serde_json::to_string(&done).unwrap();
+    assert_eq!(serde_json::from_str::<JobRecord>(&json).unwrap(), done);
 }

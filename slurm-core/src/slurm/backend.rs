@@ -16,8 +16,8 @@ use crate::backend::{
 use crate::nccl::PROBE_LABEL;
 use crate::record::{JobId, JobRecord, RecordFilter, RecordStore};
 use crate::render::Renderer;
-use crate::spec::JobSpec;
 use crate::spec::WallTime;
+use crate::spec::{JobSpec, TaskSet};
 use crate::storage::RemotePath;
 use crate::transport::Transport;
 use crate::Result;
@@ -78,6 +78,8 @@ pub(crate) struct PartitionInfo {
     pub(crate) up: bool,
     /// `MaxTime`, `None` for UNLIMITED.
     pub(crate) max_time: Option<WallTime>,
+    /// Its nodes (`Nodes=n[1-2]` expanded), for the node-exclusion guard.
+    pub(crate) nodes: Vec<String>,
 }
 
 /// What the backend learnt of the cluster and keeps for later submits.
@@ -208,6 +210,10 @@ where
 
     async fn cancel(&self, id: &JobId) -> Result<JobRecord> {
         self.cancel_job(id).await
+    }
+
+    async fn cancel_tasks(&self, id: &JobId, tasks: &TaskSet) -> Result<JobRecord> {
+        self.cancel_array_tasks(id, tasks).await
     }
 
     fn watch(

@@ -93,6 +93,31 @@ pub(crate) fn scontrol_show_job(id: SlurmJobId, cluster: Option<&str>) -> Comman
         .arg(id.to_string())
 }
 
+/// Point a pending job's dependency at `value` (`afterok:12:13`; empty clears it).
+pub(crate) fn scontrol_update_dependency(
+    id: SlurmJobId,
+    cluster: Option<&str>,
+    value: &str,
+) -> Command {
+    let mut command = Command::new("scontrol");
+    if let Some(cluster) = cluster {
+        command = command.arg("-M").arg(cluster);
+    }
+    command
+        .arg("update")
+        .arg(format!("JobId={id}"))
+        .arg(format!("Dependency={value}"))
+}
+
+/// Cancel the tasks `tasks` (`0-3,8`) of the array job `id`: `scancel 123_[0-3,8]`.
+pub(crate) fn scancel_tasks(id: SlurmJobId, tasks: &str, cluster: Option<&str>) -> Command {
+    let mut command = Command::new("scancel");
+    if let Some(cluster) = cluster {
+        command = command.arg("-M").arg(cluster);
+    }
+    command.arg(format!("{id}_[{tasks}]"))
+}
+
 /// `scontrol show partition` of one partition, on one line.
 pub(crate) fn scontrol_show_partition(partition: &str) -> Command {
     Command::new("scontrol")

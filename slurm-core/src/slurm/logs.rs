@@ -11,6 +11,7 @@ use crate::backend::{Backend, LogOptions, LogStream};
 use crate::record::{JobId, JobRecord, RecordStore};
 use crate::redact::{is_secret_name, SecretRegistry};
 use crate::render::Renderer;
+use crate::spec::TaskSet;
 use crate::transport::Transport;
 use crate::{Error, Result};
 
@@ -20,23 +21,44 @@ where
     R: Renderer + 'static,
     S: RecordStore + 'static,
 {
-    pub(super) fn log_path(&self, record: &JobRecord, stream: LogStream) -> Result<String> {
+    pub(super) fn log_path(
+        &self,
+        record: &JobRecord,
+        task: Option<u32>,
+        stream: LogStream,
+    ) -> Result<String> {
         let (_, slurm_id) = slurm_job(record)?.ok_or_else(|| {
             Error::NotFound(format!(
                 "{}: no log yet, the job was never accepted by the scheduler",
                 record.id
             ))
         })?;
+        match (record.is_array(), task) {
+            (true, None) => {
+                return Err(Error::invalid(
+                    "task",
+                    format!("{} is an array; name the task whose log to read", record.id),
+                ))
+            }
+            (false, Some(_)) => {
+                return Err(Error::invalid(
+                    "task",
+                    format!("{} is a single job; it has no tasks", record.id),
+                ))
+            }
+            (true, Some(task)) => record.check_tasks(&TaskSet::from_iter([task]))?,
+            (false, None) => {}
+        }
         Ok(format!(
             "{}/{}",
-            self.log_folder(record, slurm_id)?,
+            self.log_folder(record, slurm_id, task)?,
             stream.file_name()
         ))
     }
 
     pub(super) async fn read_logs(&self, id: &JobId, options: LogOptions) -> Result<String> {
         let record = self.inner.store.get(id)?;
-        let path = self.log_path(&record, options.stream)?;
+        let path = self.log_path(&record, options.task, options.stream)?;
         match self.inner.transport.tail_file(&path, options.tail).await {
             Ok(bytes) => Ok(redact_env_secrets(&String::from_utf8_lossy(&bytes))),
             Err(Error::NotFound(_)) => Err(Error::NotFound(format!(
@@ -93,7 +115,7 @@ where
                         return Some((Err(error), st));
                     }
                 };
-                let chunk = match st.backend.log_path(&record, stream) {
+                let chunk = match st.backend.log_path(&record, None, stream) {
                     Ok(path) => {
                         let command = READ_FROM.command([path, st.offset.to_string()]);
                         match st.backend.inner.transport.run(&command).await {

@@ -12,6 +12,7 @@
 //! | `config.rs` | [`SlurmConfig`] from the environment or a builder |
 //! | `submit.rs`, `reconcile.rs`, `images.rs` | exactly-once submit, reconcile by job name, `.sqsh` staging, the conversion gate |
 //! | `credentials.rs` | enroot's registry credentials on the cluster: install, check, remove |
+//! | `depend.rs` | `--dependency` from the parents' ids; dependants re-pointed at a retried parent |
 //! | `poll.rs`, `observe.rs` | one-round-trip status; the pure decisions from squeue/sacct/scontrol rows |
 //! | `preflight.rs`, `cancel.rs`, `logs.rs` | the other operations |
 //! | `nccl.rs` | probe jobs and the submit hook of the NCCL knob cache |
@@ -22,6 +23,7 @@ mod cancel;
 mod commands;
 mod config;
 mod credentials;
+mod depend;
 mod images;
 mod logs;
 mod nccl;

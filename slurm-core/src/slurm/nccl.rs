@@ -185,7 +185,7 @@ where
         let probe = probe_spec(spec, resources, options, rung)?;
         let record = self.submit_probe(&probe).await?;
         let status = self.wait_probe(&record.id, options).await?;
-        let log = self.log_path(&status.record, LogStream::Out).ok();
+        let log = self.log_path(&status.record, None, LogStream::Out).ok();
         let markers = match &log {
             Some(path) => self.probe_markers(path).await?,
             None => String::new(),

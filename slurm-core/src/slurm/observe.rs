@@ -5,17 +5,22 @@
 use std::collections::HashMap;
 
 use super::parse::{
-    is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error, parse_sacct,
-    parse_scontrol_show_job, parse_squeue, resolve_newest, SacctRow, SlurmJobId,
+    expand_nodelist, is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error,
+    parse_sacct, parse_scontrol_show_job, parse_squeue, resolve_newest_of, SacctRow, SlurmJobId,
 };
 use super::states::{map_state, SlurmBaseState, SlurmState};
 use crate::backend::NativeStatus;
-use crate::classify::{classify_failure, ErrorClass};
+use crate::classify::{
+    classify_failure, is_node_fault, ErrorClass, CHILD_TIMEOUT_EXIT, CHILD_TIMEOUT_NOTE,
+};
 use crate::record::{JobRecord, Mark, TransitionSource};
 use crate::spec::CompletionCheck;
 use crate::state::JobState;
 use crate::transport::Output;
 use crate::{Error, Result};
+
+/// A job itself (`None`) or one task of an array job.
+pub(super) type TaskKey = (SlurmJobId, Option<u32>);
 
 /// A job as the scheduler described it in this poll.
 #[derive(Debug, Clone)]
@@ -39,6 +44,9 @@ pub(super) struct Decision {
     pub(super) native: Option<NativeStatus>,
     pub(super) followup: Followup,
     pub(super) observed: Option<Observation>,
+    /// The job waits on the cluster for a dependency that can never hold: cancel it
+    /// there once it is marked ERROR (never pending forever).
+    pub(super) cancel: bool,
 }
 
 /// What a job needs after the first round trip, before it can be marked.
@@ -52,13 +60,14 @@ pub(super) enum Followup {
     StatusJson,
 }
 
-/// What one cluster's squeue and sacct parts of a poll say of `ids`. `squeue` answers
-/// for every job; `sacct` only for those squeue could not settle (empty otherwise).
+/// What one cluster's squeue and sacct parts of a poll say of `keys` (jobs, or tasks of
+/// array jobs). `squeue` answers for every job; `sacct` only for those squeue could not
+/// settle (empty otherwise).
 pub(super) fn merge(
-    ids: &[SlurmJobId],
+    keys: &[TaskKey],
     squeue: &Output,
     sacct: &Output,
-) -> Result<HashMap<SlurmJobId, Observation>> {
+) -> Result<HashMap<TaskKey, Observation>> {
     let squeue_rows = if squeue.success() {
         parse_squeue(&squeue.stdout_text())?
     } else {
@@ -74,11 +83,11 @@ pub(super) fn merge(
         Vec::new()
     };
     let mut observations = HashMap::new();
-    for id in ids {
-        let from_sacct = observe_sacct(&sacct_rows, *id);
+    for key in keys {
+        let from_sacct = observe_sacct(&sacct_rows, *key);
         let live = squeue_rows
             .iter()
-            .rfind(|row| row.id.job == *id && row.id.is_job_itself());
+            .rfind(|row| row.id.describes(key.0, key.1));
         let observation = match (live, from_sacct) {
             (Some(row), sacct) => Some(Observation {
                 state: row.state.clone(),
@@ -115,7 +124,7 @@ pub(super) fn merge(
             let ended =
                 observation.source == "squeue" && map_state(&observation.state).0.is_terminal();
             let settled =
-                observe_sacct(&sacct_rows, *id).filter(|s| map_state(&s.state).0.is_terminal());
+                observe_sacct(&sacct_rows, *key).filter(|s| map_state(&s.state).0.is_terminal());
             let observation = match settled {
                 Some(sacct) if ended => sacct,
                 None if ended && accounting => Observation {
@@ -129,7 +138,7 @@ pub(super) fn merge(
                 },
                 _ => observation,
             };
-            observations.insert(*id, observation);
+            observations.insert(*key, observation);
         }
     }
     Ok(observations)
@@ -169,6 +178,7 @@ pub(super) fn decide(record: &JobRecord, observed: Option<Observation>) -> Decis
             native: None,
             followup: Followup::None,
             observed: None,
+            cancel: false,
         };
     };
     let native = NativeStatus {
@@ -180,14 +190,19 @@ pub(super) fn decide(record: &JobRecord, observed: Option<Observation>) -> Decis
     };
     let (state, class) = map_state(&observed.state);
     let mut message = describe(&observed);
+    let never = observed
+        .reason
+        .as_deref()
+        .is_some_and(|r| r.contains("DependencyNeverSatisfied"));
+    let mut cancel = false;
     let (state, class, followup) = match state {
-        JobState::Pending
-            if observed
-                .reason
-                .as_deref()
-                .is_some_and(|r| r.contains("DependencyNeverSatisfied")) =>
-        {
-            message = format!("{message}: its dependency can never be satisfied");
+        // Dependencies on records are settled by the poll from the parents' records
+        // (a retried parent is followed first); a raw --dependency ends here.
+        JobState::Pending if never && record.after.is_empty() => {
+            message = format!(
+                "{message}: its dependency can never be satisfied; cancelled on the cluster"
+            );
+            cancel = true;
             (JobState::Error, Some(ErrorClass::Program), Followup::None)
         }
         JobState::Complete => match &observed.failed_step {
@@ -210,18 +225,32 @@ pub(super) fn decide(record: &JobRecord, observed: Option<Observation>) -> Decis
             }
             None => (JobState::Complete, None, Followup::None),
         },
+        JobState::Error if class.is_none() && observed.exit_code == Some(CHILD_TIMEOUT_EXIT) => {
+            message = format!("{message}: {CHILD_TIMEOUT_NOTE}");
+            (JobState::Error, Some(ErrorClass::Program), Followup::None)
+        }
         JobState::Error if class.is_none() => (JobState::Error, None, Followup::Classify),
         other => (other, class, Followup::None),
     };
     let mut mark = Mark::new(state, TransitionSource::Poll).message(message);
     if let Some(class) = class {
         mark = mark.err_class(class);
+        mark.node_fault = class == ErrorClass::Infra
+            && is_node_fault(observed.state.base.ending(observed.exit_code), "");
+    }
+    if let Some(nodes) = observed.nodes.as_deref() {
+        match expand_nodelist(nodes) {
+            Ok(nodes) if !nodes.is_empty() => mark = mark.nodes(nodes),
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "unreadable node list; nodes not recorded"),
+        }
     }
     Decision {
         mark,
         native: Some(native),
         followup,
         observed: Some(observed),
+        cancel,
     }
 }
 
@@ -240,8 +269,10 @@ pub(super) fn settle(decision: &mut Decision, part: &Output) {
                 .as_ref()
                 .map_or(SlurmBaseState::Failed, |o| o.state.base.clone());
             let exit = observed.as_ref().and_then(|o| o.exit_code);
-            let class = classify_failure(base.ending(exit), &part.stdout_text());
+            let tail = part.stdout_text();
+            let class = classify_failure(base.ending(exit), &tail);
             mark.err_class = Some(class);
+            mark.node_fault = class == ErrorClass::Infra && is_node_fault(base.ending(exit), &tail);
             let note = format!(" (classed {} from the logs)", class.as_str());
             mark.message = Some(format!(
                 "{}{note}",
@@ -262,13 +293,14 @@ pub(super) fn settle(decision: &mut Decision, part: &Output) {
     }
 }
 
-/// What sacct says of job `id`: its newest row, the way an earlier run ended when it
-/// was requeued, and a step of the newest run that did not finish.
-fn observe_sacct(rows: &[SacctRow], id: SlurmJobId) -> Option<Observation> {
-    let newest = resolve_newest(rows, id)?;
+/// What sacct says of job or task `key`: its newest row, the way an earlier run ended
+/// when it was requeued, and a step of the newest run that did not finish.
+fn observe_sacct(rows: &[SacctRow], key: TaskKey) -> Option<Observation> {
+    let (id, task) = key;
+    let newest = resolve_newest_of(rows, id, task)?;
     let requeued_after = rows
         .iter()
-        .filter(|r| r.id.job == id && r.id.is_job_itself() && r.position != newest.position)
+        .filter(|r| r.id.describes(id, task) && r.position != newest.position)
         .filter(|r| is_requeue_cause(&r.state.base))
         .map(|r| r.state.raw.clone())
         .next_back();
@@ -278,8 +310,8 @@ fn observe_sacct(rows: &[SacctRow], id: SlurmJobId) -> Option<Observation> {
         .iter()
         .skip_while(|r| r.position != newest.position)
         .skip(1)
-        .take_while(|r| !r.id.is_job_itself())
-        .filter(|r| r.id.job == id && r.id.is_step())
+        .take_while(|r| r.id.is_step())
+        .filter(|r| r.id.is_step_of(id, task))
         .filter(|r| r.id.step.as_deref() != Some("extern"))
         .find(|r| {
             matches!(
@@ -390,7 +422,7 @@ mod tests {
 
     #[test]
     fn a_failure_squeue_reports_waits_for_accounting_to_give_its_exit_code() {
-        let id = SlurmJobId::new(9).unwrap();
+        let id: TaskKey = (SlurmJobId::new(9).unwrap(), None);
         let out = |status: i32, text: &str| Output {
             status,
             stdout: text.as_bytes().to_vec(),
@@ -431,7 +463,7 @@ mod tests {
 42.batch|42.batch|CANCELLED|0:15||2026-11-30T10:00:01|2026-11-30T10:00:01|2026-11-30T10:01:00|n2|batch
 42|42|PENDING|0:0|BeginTime|2026-11-30T10:01:01|Unknown|Unknown|None assigned|job-a
 ";
-        let observed = observe_sacct(&rows(sacct), SlurmJobId::new(42).unwrap()).unwrap();
+        let observed = observe_sacct(&rows(sacct), (SlurmJobId::new(42).unwrap(), None)).unwrap();
         assert_eq!(observed.state.base, SlurmBaseState::Pending);
         assert_eq!(observed.requeued_after.as_deref(), Some("NODE_FAIL"));
         assert!(
@@ -449,7 +481,7 @@ mod tests {
 7.extern|7.extern|CANCELLED|0:0||2026-11-30T10:00:01|2026-11-30T10:00:01|2026-11-30T10:01:00|n1|extern
 7.0|7.0|CANCELLED|0:15||2026-11-30T10:00:02|2026-11-30T10:00:02|2026-11-30T10:01:00|n1|bash
 ";
-        let observed = observe_sacct(&rows(sacct), SlurmJobId::new(7).unwrap()).unwrap();
+        let observed = observe_sacct(&rows(sacct), (SlurmJobId::new(7).unwrap(), None)).unwrap();
         let (step, state) = observed.failed_step.unwrap();
         assert_eq!(step, "0");
         assert_eq!(state.base, SlurmBaseState::Cancelled);
@@ -476,6 +508,40 @@ mod tests {
         )));
         assert!(!status_json_says_success(&out("", 1)));
         assert!(!status_json_says_success(&out("not json", 0)));
+    }
+
+    /// Issue 14, point 5: a command killed by its own `timeout` (exit 124) ends with a
+    /// message that says so, distinct from a crash.
+    #[test]
+    fn a_child_timeout_reads_as_such_and_a_crash_does_not() {
+        let sacct = |code: i32| {
+            rows(&format!(
+                "9|9|FAILED|{code}:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:01:00|n1|job-c\n"
+            ))
+        };
+        let record = JobRecord::new(
+            crate::record::JobId::parse("job-c").unwrap(),
+            &crate::spec::JobSpec::new("job-c", "sleep 99"),
+            crate::storage::RemotePath::parse("/r/job-c").unwrap(),
+        )
+        .unwrap();
+        let timed_out = decide(
+            &record,
+            observe_sacct(&sacct(124), (SlurmJobId::new(9).unwrap(), None)),
+        );
+        let crashed = decide(
+            &record,
+            observe_sacct(&sacct(1), (SlurmJobId::new(9).unwrap(), None)),
+        );
+        let text = |d: &Decision| d.mark.message.clone().unwrap_or_default();
+        assert!(
+            text(&timed_out).contains("child timeout"),
+            "{}",
+            text(&timed_out)
+        );
+        assert!(!text(&crashed).contains("timeout"), "{}", text(&crashed));
+        assert_eq!(timed_out.mark.err_class, Some(ErrorClass::Program));
+        assert_eq!(timed_out.followup, Followup::None);
     }
 
     #[test]

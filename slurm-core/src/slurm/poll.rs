@@ -1,29 +1,35 @@
 //! Status of many jobs in one round trip: squeue for every tracked id and, in the same
 //! command, sacct for the ones squeue cannot settle; scontrol, the completion check and
-//! failure classification only when a job needs them. What the answers mean is decided
-//! in [`observe`](super::observe); this file asks and records.
+//! failure classification only when a job needs them. Array jobs are one id each, their
+//! tasks read from the same rows (`123_4`, `123_[5-7%2]`). The parents of dependants are
+//! observed in the same round trip, so a dependency that can never hold is settled from
+//! their records ([`crate::dependency`]). What the answers mean is decided in
+//! [`observe`](super::observe); this file asks and records.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::backend::SlurmBackend;
 use super::commands;
-use super::observe::{decide, from_scontrol, merge, settle, Decision, Followup, Observation};
+use super::observe::{
+    decide, from_scontrol, merge, settle, Decision, Followup, Observation, TaskKey,
+};
 use super::parse::SlurmJobId;
 use super::scripts::{POLL, TAIL_LOGS};
 use super::states::live_state_names;
 use crate::backend::JobStatus;
 use crate::classify::LOG_TAIL_LINES;
-use crate::record::{BackendRef, JobId, JobRecord, RecordStore};
+use crate::dependency::{latest_attempts, never_satisfied, resolve_dependencies};
+use crate::record::{BackendRef, JobId, JobRecord, Mark, RecordStore, TaskMark, TransitionSource};
 use crate::render::Renderer;
 use crate::state::JobState;
 use crate::transport::{round_trip, Command, Output, Transport};
 use crate::{Error, Result};
 
-/// A job on a cluster (`None`: the default one).
-type Key = (Option<String>, SlurmJobId);
+/// A job (or array task) on a cluster (`None`: the default one).
+type Key = (Option<String>, TaskKey);
 
-/// The SLURM job a record points at.
-pub(super) fn slurm_job(record: &JobRecord) -> Result<Option<Key>> {
+/// The SLURM job a record points at: its cluster and job id (an array's own id).
+pub(super) fn slurm_job(record: &JobRecord) -> Result<Option<(Option<String>, SlurmJobId)>> {
     record
         .backend_ref
         .as_ref()
@@ -40,22 +46,39 @@ pub(super) fn slurm_job(record: &JobRecord) -> Result<Option<Key>> {
         .transpose()
 }
 
-/// One poll of one cluster (see `poll.sh`): squeue for `ids`, then sacct for those
-/// squeue cannot settle; `running` are the ids whose records are RUNNING.
-fn poll_command(
-    cluster: Option<&str>,
-    ids: &[SlurmJobId],
-    running: &[SlurmJobId],
-) -> Result<Command> {
-    let csv = |ids: &[SlurmJobId]| {
-        ids.iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    let squeue = commands::squeue_jobs(ids, cluster)?;
+/// The id column form of a key: `77`, `123_4`.
+fn column(key: &TaskKey) -> String {
+    match key.1 {
+        Some(task) => format!("{}_{task}", key.0),
+        None => key.0.to_string(),
+    }
+}
+
+/// One cluster's part of a poll.
+#[derive(Default)]
+struct Group {
+    jobs: Vec<SlurmJobId>,
+    keys: Vec<TaskKey>,
+    /// Keys whose record (or task) is RUNNING: squeue showing one pending again sends
+    /// it to sacct (a requeue).
+    running: Vec<TaskKey>,
+    /// Array tasks not ended: one squeue no longer lists sends its array to sacct.
+    expected: Vec<TaskKey>,
+}
+
+/// One poll of one cluster (see `poll.sh`): squeue for the group's jobs, then sacct for
+/// those squeue cannot settle.
+fn poll_command(cluster: Option<&str>, group: &Group) -> Result<Command> {
+    let csv = |keys: &[TaskKey]| keys.iter().map(column).collect::<Vec<_>>().join(",");
+    let jobs: Vec<String> = group.jobs.iter().map(ToString::to_string).collect();
+    let squeue = commands::squeue_jobs(&group.jobs, cluster)?;
     let sacct = commands::sacct_rows(cluster)?;
-    let mut params = vec![csv(ids), csv(running), live_state_names()];
+    let mut params = vec![
+        jobs.join(","),
+        csv(&group.running),
+        live_state_names(),
+        csv(&group.expected),
+    ];
     params.push(squeue.program().to_string());
     params.extend(squeue.get_args().iter().cloned());
     params.push("--slurm-run-next--".to_string());
@@ -71,107 +94,255 @@ where
     S: RecordStore + 'static,
 {
     /// Observe `ids` and update their records. One round trip for any number of jobs
-    /// in the common case; answers in the order of `ids`.
+    /// and array tasks in the common case; answers in the order of `ids`.
     pub(super) async fn poll(&self, ids: &[JobId]) -> Result<Vec<JobStatus>> {
         let store = &self.inner.store;
-        let records: Vec<JobRecord> = ids.iter().map(|id| store.get(id)).collect::<Result<_>>()?;
-        let mut keys: Vec<Option<Key>> = Vec::with_capacity(records.len());
-        let mut groups: BTreeMap<Option<String>, Vec<SlurmJobId>> = BTreeMap::new();
-        let mut running: Vec<SlurmJobId> = Vec::new();
-        for record in &records {
-            let key = if record.state.is_terminal() {
-                None
-            } else {
-                slurm_job(record)?
-            };
-            if let Some((cluster, id)) = &key {
-                let ids = groups.entry(cluster.clone()).or_default();
-                if !ids.contains(id) {
-                    ids.push(*id);
+        // The parents of dependants still waiting are observed too, and whether each had
+        // ended before this poll is kept: a dependant of a parent whose failure is new
+        // waits one poll (a watch may retry the parent first).
+        let mut parent_ids: Vec<JobId> = Vec::new();
+        for id in ids {
+            let record = store.get(id)?;
+            if !record.state.is_terminal() {
+                parent_ids.extend(record.after.iter().map(|d| d.job.clone()));
+            }
+        }
+        let parents = latest_attempts(store, &parent_ids).unwrap_or_default();
+        let ended_before: HashSet<JobId> = parents
+            .values()
+            .filter(|p| p.state.is_terminal())
+            .map(|p| p.id.clone())
+            .collect();
+        let mut all: Vec<JobId> = ids.to_vec();
+        for parent in parents.values() {
+            if !parent.state.is_terminal() && !all.contains(&parent.id) {
+                all.push(parent.id.clone());
+            }
+        }
+        let (mut statuses, mut cancels) = self.observe_records(&all).await?;
+        statuses.truncate(ids.len());
+        let mut follow = Vec::new();
+        for status in statuses.iter_mut() {
+            let record = &status.record;
+            if record.state.is_terminal() || record.after.is_empty() {
+                continue;
+            }
+            let resolved = resolve_dependencies(store, &record.after)?;
+            if let Some(why) = never_satisfied(&resolved, &ended_before) {
+                if let Some(job) = slurm_job(record)? {
+                    cancels.push(job);
                 }
-                if record.state == JobState::Running {
-                    running.push(*id);
+                let message = format!("{why}; cancelled on the cluster");
+                status.record = store.mark(
+                    &record.id,
+                    Mark::new(JobState::Error, TransitionSource::Poll)
+                        .message(message)
+                        .err_class(crate::classify::ErrorClass::Program),
+                )?;
+            } else if resolved.iter().any(|r| r.parent.id != r.dependency.job) {
+                // A parent was retried elsewhere: this dependant follows the new attempt.
+                follow.push(record.clone());
+            }
+        }
+        if !follow.is_empty() {
+            self.follow_retries(&follow).await?;
+        }
+        self.cancel_on_cluster(&cancels).await;
+        Ok(statuses)
+    }
+
+    /// `scancel` the jobs whose dependency can never hold, in one round trip; a failure
+    /// is logged (the record already says ERROR; the next poll sees the job again).
+    async fn cancel_on_cluster(&self, jobs: &[(Option<String>, SlurmJobId)]) {
+        if jobs.is_empty() {
+            return;
+        }
+        let commands: Vec<Command> = jobs
+            .iter()
+            .map(|(cluster, id)| commands::scancel(*id, cluster.as_deref()))
+            .collect();
+        if let Err(error) = self.inner.transport.run(&round_trip::join(&commands)).await {
+            tracing::warn!(%error, "cancelling jobs whose dependency can never hold failed");
+        }
+    }
+
+    /// Observe `ids` and mark their records; also the jobs to cancel on the cluster.
+    async fn observe_records(
+        &self,
+        ids: &[JobId],
+    ) -> Result<(Vec<JobStatus>, Vec<(Option<String>, SlurmJobId)>)> {
+        let store = &self.inner.store;
+        let records: Vec<JobRecord> = ids.iter().map(|id| store.get(id)).collect::<Result<_>>()?;
+        // Each record's keys: the job itself, or its array tasks not yet ended.
+        let mut keys: Vec<Vec<Key>> = Vec::with_capacity(records.len());
+        let mut groups: BTreeMap<Option<String>, Group> = BTreeMap::new();
+        for record in &records {
+            let mut own = Vec::new();
+            if let (false, Some((cluster, job))) = (record.state.is_terminal(), slurm_job(record)?)
+            {
+                let group = groups.entry(cluster.clone()).or_default();
+                if !group.jobs.contains(&job) {
+                    group.jobs.push(job);
+                }
+                let tasks: Vec<(Option<u32>, JobState)> = if record.is_array() {
+                    record
+                        .tasks
+                        .iter()
+                        .filter(|(_, t)| !t.state.is_terminal())
+                        .map(|(i, t)| (Some(*i), t.state))
+                        .collect()
+                } else {
+                    vec![(None, record.state)]
+                };
+                for (task, state) in tasks {
+                    let key = (job, task);
+                    if !group.keys.contains(&key) {
+                        group.keys.push(key);
+                        if state == JobState::Running {
+                            group.running.push(key);
+                        }
+                        if task.is_some() {
+                            group.expected.push(key);
+                        }
+                    }
+                    own.push((cluster.clone(), key));
                 }
             }
-            keys.push(key);
+            keys.push(own);
         }
         let mut observations = if groups.is_empty() {
             HashMap::new()
         } else {
-            self.observe(&groups, &running).await?
+            self.observe(&groups).await?
         };
 
         // Jobs neither squeue nor sacct knows: ask scontrol (a second round trip, rare).
         let missing: Vec<Key> = groups
             .iter()
-            .flat_map(|(cluster, ids)| ids.iter().map(move |id| (cluster.clone(), *id)))
-            .filter(|key| !observations.contains_key(key))
+            .flat_map(|(cluster, g)| g.keys.iter().map(move |k| (cluster.clone(), *k)))
+            .filter(|key| key.1 .1.is_none() && !observations.contains_key(key))
             .collect();
         if !missing.is_empty() {
             observations.extend(self.observe_scontrol(&missing).await?);
         }
 
-        // Decide each record's next state; the follow-ups that need the cluster run next.
-        let mut decisions: Vec<Option<Decision>> = records
+        // Decide each key's next state; the follow-ups that need the cluster run next.
+        let mut decisions: Vec<Vec<(Key, Decision)>> = records
             .iter()
             .zip(&keys)
-            .map(|(record, key)| {
-                key.as_ref()
-                    .map(|key| decide(record, observations.get(key).cloned()))
+            .map(|(record, own)| {
+                own.iter()
+                    .map(|key| (key.clone(), decide(record, observations.get(key).cloned())))
+                    .collect()
             })
             .collect();
-        self.run_followups(&records, &keys, &mut decisions).await?;
+        self.run_followups(&records, &mut decisions).await?;
 
+        let mut cancels = Vec::new();
         let mut answers = Vec::with_capacity(records.len());
-        for (record, decision) in records.into_iter().zip(decisions) {
-            match decision {
-                None => answers.push(JobStatus {
-                    record,
-                    native: None,
-                }),
-                Some(Decision { mark, native, .. }) if mark.state == record.state => {
-                    // Nothing new: the store would do nothing, so it is not asked.
-                    answers.push(JobStatus { record, native });
-                }
-                Some(Decision { mark, native, .. }) => {
-                    let updated = match store.mark(&record.id, mark) {
-                        Ok(updated) => updated,
-                        Err(Error::InvalidTransition { id, from, to }) => {
-                            tracing::warn!(job = %id, %from, %to, "the scheduler reported a state the record cannot take; kept the record");
-                            store.get(&record.id)?
-                        }
-                        Err(error) => return Err(error),
-                    };
-                    answers.push(JobStatus {
-                        record: updated,
-                        native,
-                    });
+        for (record, decided) in records.into_iter().zip(decisions) {
+            for (key, decision) in &decided {
+                if decision.cancel {
+                    cancels.push((key.0.clone(), key.1 .0));
                 }
             }
+            answers.push(self.record_decisions(record, decided)?);
         }
-        Ok(answers)
+        Ok((answers, cancels))
+    }
+
+    /// Mark `record` with what was decided for it (a job, or some of an array's tasks).
+    fn record_decisions(
+        &self,
+        record: JobRecord,
+        decided: Vec<(Key, Decision)>,
+    ) -> Result<JobStatus> {
+        if record.is_array() {
+            let mut mark = Mark::new(record.state, TransitionSource::Poll);
+            let mut natives = BTreeMap::new();
+            for ((_, (_, task)), decision) in decided {
+                let Some(task) = task else { continue };
+                if let Some(native) = decision.native {
+                    natives.insert(task, native);
+                }
+                let Decision { mark: m, .. } = decision;
+                let current = &record.tasks[&task];
+                let new_nodes = m.nodes.as_ref().is_some_and(|n| n != &current.nodes);
+                if m.state != current.state || new_nodes {
+                    mark = mark.task(
+                        task,
+                        TaskMark {
+                            state: m.state,
+                            err_class: m.err_class,
+                            message: m.message,
+                            nodes: m.nodes,
+                            node_fault: m.node_fault,
+                        },
+                    );
+                }
+            }
+            let record = if mark.tasks.is_empty() {
+                record
+            } else {
+                self.mark_kept(&record, mark)?
+            };
+            return Ok(JobStatus {
+                record,
+                native: None,
+                tasks: natives,
+            });
+        }
+        let Some((_, decision)) = decided.into_iter().next() else {
+            return Ok(JobStatus {
+                record,
+                native: None,
+                tasks: BTreeMap::new(),
+            });
+        };
+        let Decision { mark, native, .. } = decision;
+        if mark.state == record.state {
+            // Nothing new: the store would do nothing, so it is not asked.
+            return Ok(JobStatus {
+                record,
+                native,
+                tasks: BTreeMap::new(),
+            });
+        }
+        let updated = self.mark_kept(&record, mark)?;
+        Ok(JobStatus {
+            record: updated,
+            native,
+            tasks: BTreeMap::new(),
+        })
+    }
+
+    /// `store.mark`, keeping the record as it is when the scheduler reported a state it
+    /// cannot take.
+    fn mark_kept(&self, record: &JobRecord, mark: Mark) -> Result<JobRecord> {
+        let store = &self.inner.store;
+        match store.mark(&record.id, mark) {
+            Ok(updated) => Ok(updated),
+            Err(Error::InvalidTransition { id, from, to }) => {
+                tracing::warn!(job = %id, %from, %to, "the scheduler reported a state the record cannot take; kept the record");
+                store.get(&record.id)
+            }
+            Err(error) => Err(error),
+        }
     }
 
     /// squeue for every group and, in the same round trip, sacct for the jobs squeue
-    /// cannot settle (`poll.sh`). `running` are the jobs whose records are RUNNING: if
-    /// squeue shows one pending again, sacct says why (a requeue).
+    /// cannot settle (`poll.sh`).
     async fn observe(
         &self,
-        groups: &BTreeMap<Option<String>, Vec<SlurmJobId>>,
-        running: &[SlurmJobId],
+        groups: &BTreeMap<Option<String>, Group>,
     ) -> Result<HashMap<Key, Observation>> {
         let mut commands: Vec<Command> = Vec::new();
-        for (cluster, ids) in groups {
-            let running: Vec<SlurmJobId> = running
-                .iter()
-                .filter(|id| ids.contains(id))
-                .copied()
-                .collect();
-            commands.push(poll_command(cluster.as_deref(), ids, &running)?);
+        for (cluster, group) in groups {
+            commands.push(poll_command(cluster.as_deref(), group)?);
         }
         let label = format!(
             "poll {} job(s)",
-            groups.values().map(Vec::len).sum::<usize>()
+            groups.values().map(|g| g.jobs.len()).sum::<usize>()
         );
         // One group (the usual case) runs as it is; several go in one round trip.
         let outputs: Vec<Output> = if commands.len() == 1 {
@@ -190,10 +361,10 @@ where
             round_trip::split(&output, commands.len())?
         };
         let mut observations = HashMap::new();
-        for ((cluster, ids), output) in groups.iter().zip(&outputs) {
+        for ((cluster, group), output) in groups.iter().zip(&outputs) {
             let parts = round_trip::split(output, 2)?;
-            for (id, observation) in merge(ids, &parts[0], &parts[1])? {
-                observations.insert((cluster.clone(), id), observation);
+            for (key, observation) in merge(&group.keys, &parts[0], &parts[1])? {
+                observations.insert((cluster.clone(), key), observation);
             }
         }
         Ok(observations)
@@ -203,7 +374,7 @@ where
     async fn observe_scontrol(&self, keys: &[Key]) -> Result<HashMap<Key, Observation>> {
         let commands: Vec<Command> = keys
             .iter()
-            .map(|(cluster, id)| commands::scontrol_show_job(*id, cluster.as_deref()))
+            .map(|(cluster, key)| commands::scontrol_show_job(key.0, cluster.as_deref()))
             .collect();
         let output = self
             .inner
@@ -213,7 +384,7 @@ where
         let parts = round_trip::split(&output, commands.len())?;
         let mut observations = HashMap::new();
         for (key, part) in keys.iter().zip(parts) {
-            if let Some(observation) = from_scontrol(key.1, &part)? {
+            if let Some(observation) = from_scontrol(key.1 .0, &part)? {
                 observations.insert(key.clone(), observation);
             }
         }
@@ -221,37 +392,39 @@ where
     }
 
     /// Classify failures from their logs and run the status.json check, for every job
-    /// that needs one, in one more round trip.
+    /// or task that needs one, in one more round trip.
     async fn run_followups(
         &self,
         records: &[JobRecord],
-        keys: &[Option<Key>],
-        decisions: &mut [Option<Decision>],
+        decisions: &mut [Vec<(Key, Decision)>],
     ) -> Result<()> {
         let mut commands = Vec::new();
         let mut owners = Vec::new();
-        for (index, ((record, key), decision)) in
-            records.iter().zip(keys).zip(decisions.iter()).enumerate()
-        {
-            let (Some(decision), Some((_, slurm_id))) = (decision, key) else {
-                continue;
-            };
-            match decision.followup {
-                Followup::None => continue,
-                Followup::Classify => {
-                    let folder = self.log_folder(record, *slurm_id)?;
-                    commands.push(TAIL_LOGS.command([
-                        LOG_TAIL_LINES.to_string(),
-                        format!("{folder}/main.out"),
-                        format!("{folder}/main.err"),
-                    ]));
+        for (index, (record, decided)) in records.iter().zip(decisions.iter()).enumerate() {
+            for (position, ((_, (job, task)), decision)) in decided.iter().enumerate() {
+                match decision.followup {
+                    Followup::None => continue,
+                    Followup::Classify => {
+                        let folder = self.log_folder(record, *job, *task)?;
+                        commands.push(TAIL_LOGS.command([
+                            LOG_TAIL_LINES.to_string(),
+                            format!("{folder}/main.out"),
+                            format!("{folder}/main.err"),
+                        ]));
+                    }
+                    Followup::StatusJson => {
+                        let dir = match task {
+                            Some(task) => {
+                                record.results_dir.join("tasks")?.join(&task.to_string())?
+                            }
+                            None => record.results_dir.clone(),
+                        };
+                        let path = dir.join("status.json")?;
+                        commands.push(Command::new("cat").arg("--").arg(path.as_str()));
+                    }
                 }
-                Followup::StatusJson => {
-                    let path = record.results_dir.join("status.json")?;
-                    commands.push(Command::new("cat").arg("--").arg(path.as_str()));
-                }
+                owners.push((index, position));
             }
-            owners.push(index);
         }
         if commands.is_empty() {
             return Ok(());
@@ -262,25 +435,28 @@ where
             .run(&round_trip::join(&commands))
             .await?;
         let parts = round_trip::split(&output, commands.len())?;
-        for (index, part) in owners.into_iter().zip(parts) {
-            if let Some(decision) = decisions[index].as_mut() {
-                settle(decision, &part);
-            }
+        for ((index, position), part) in owners.into_iter().zip(parts) {
+            settle(&mut decisions[index][position].1, &part);
         }
         Ok(())
     }
 
-    /// `<job_dir>/logs/<id>-<slurm id>`: the reference's log folder of one run.
+    /// `<job_dir>/logs/<id>-<slurm id>` of one run; `<id>-<array id>_<task>` of an
+    /// array task.
     pub(super) fn log_folder(
         &self,
         record: &JobRecord,
         slurm_job_id: SlurmJobId,
+        task: Option<u32>,
     ) -> Result<String> {
+        let run = match task {
+            Some(task) => format!("{slurm_job_id}_{task}"),
+            None => slurm_job_id.to_string(),
+        };
         Ok(format!(
-            "{}/{}-{}",
+            "{}/{}-{run}",
             record.results_dir.join("logs")?.as_str(),
             record.id,
-            slurm_job_id
         ))
     }
 }
@@ -297,10 +473,25 @@ mod tests {
         all: &[u64],
         running: &[u64],
     ) -> (Vec<Output>, Option<String>) {
-        use crate::transport::{LocalTransport, Transport};
         let ids = |list: &[u64]| -> Vec<SlurmJobId> {
             list.iter().map(|n| SlurmJobId::new(*n).unwrap()).collect()
         };
+        let group = Group {
+            jobs: ids(all),
+            keys: ids(all).into_iter().map(|j| (j, None)).collect(),
+            running: ids(running).into_iter().map(|j| (j, None)).collect(),
+            expected: Vec::new(),
+        };
+        poll_group_locally(squeue_lines, squeue_rc, &group).await
+    }
+
+    /// [`poll_locally`] of any group (array tasks included).
+    async fn poll_group_locally(
+        squeue_lines: &str,
+        squeue_rc: i32,
+        group: &Group,
+    ) -> (Vec<Output>, Option<String>) {
+        use crate::transport::{LocalTransport, Transport};
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path();
         std::fs::write(bin.join("squeue.out"), squeue_lines).unwrap();
@@ -330,7 +521,7 @@ mod tests {
             bin.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let poll = poll_command(None, &ids(all), &ids(running)).unwrap();
+        let poll = poll_command(None, group).unwrap();
         let command = Command::new("env")
             .arg(path)
             .arg(poll.program())
@@ -375,5 +566,48 @@ mod tests {
             Some("7,8"),
             "squeue failed: sacct for every job"
         );
+    }
+
+    #[tokio::test]
+    async fn an_array_costs_one_squeue_until_a_task_ends_or_vanishes() {
+        let job = SlurmJobId::new(40).unwrap();
+        let task = |t: u32| (job, Some(t));
+        let group = |running: Vec<u32>, expected: Vec<u32>| Group {
+            jobs: vec![job],
+            keys: expected.iter().map(|t| task(*t)).collect(),
+            running: running.into_iter().map(task).collect(),
+            expected: expected.into_iter().map(task).collect(),
+        };
+        // Two running, the rest in the pending range: squeue settles all.
+        let (parts, sacct) = poll_group_locally(
+            "40_[2-7%2]|PENDING|JobArrayTaskLimit|(null)|a\n40_0|RUNNING|None|n1|a\n40_1|RUNNING|None|n2|a\n",
+            0,
+            &group(vec![0, 1], (0..8).collect()),
+        )
+        .await;
+        assert_eq!(sacct, None, "all live: no sacct");
+        let merged = merge(&(0..8).map(task).collect::<Vec<_>>(), &parts[0], &parts[1]).unwrap();
+        assert_eq!(merged.len(), 8);
+        assert_eq!(merged[&task(1)].state.raw, "RUNNING");
+        assert_eq!(
+            merged[&task(5)].reason.as_deref(),
+            Some("JobArrayTaskLimit")
+        );
+        // A running task gone from squeue (it ended and was purged): sacct for the array.
+        let (_, sacct) = poll_group_locally(
+            "40_[2-7%2]|PENDING|JobArrayTaskLimit|(null)|a\n40_1|RUNNING|None|n2|a\n",
+            0,
+            &group(vec![0, 1], (0..8).collect()),
+        )
+        .await;
+        assert_eq!(sacct.as_deref(), Some("40"));
+        // A task listed as ended: sacct says how.
+        let (_, sacct) = poll_group_locally(
+            "40_0|COMPLETED|None|n1|a\n40_1|RUNNING|None|n2|a\n",
+            0,
+            &group(vec![1], vec![0, 1]),
+        )
+        .await;
+        assert_eq!(sacct.as_deref(), Some("40"));
     }
 }

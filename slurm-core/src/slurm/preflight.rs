@@ -10,7 +10,7 @@ use crate::image::ImageRef;
 use crate::nccl::cluster_key;
 use crate::record::RecordStore;
 use crate::render::Renderer;
-use crate::spec::{JobSpec, WallTime};
+use crate::spec::{JobSpec, Limits, WallTime};
 use crate::storage::RemotePath;
 use crate::transport::{round_trip, Output, Transport};
 use crate::{Error, ErrorKind, Result};
@@ -356,15 +356,28 @@ where
         })
     }
 
-    /// The smallest MaxTime of the partitions a spec may run in, as preflight saw them.
+    /// The wall-time cap of the partitions a spec may run in, as preflight saw them:
+    /// the smallest MaxTime among those that have one, `None` when every one is
+    /// UNLIMITED, and the default cap (4 h) while a partition is not known yet.
     pub(super) fn max_wall(&self, spec: &JobSpec) -> Option<WallTime> {
         let cache = self.inner.cache.lock().expect("cache lock");
-        spec.partition
+        let mut cap: Option<WallTime> = None;
+        for name in spec
+            .partition
             .clone()
             .unwrap_or_else(|| self.inner.config.partition.clone())
             .split(',')
-            .filter_map(|p| cache.partitions.get(p.trim()).and_then(|i| i.max_time))
-            .min_by_key(|w| w.as_secs())
+        {
+            match cache.partitions.get(name.trim()) {
+                None => return Limits::default().max_wall,
+                Some(info) => {
+                    if let Some(max) = info.max_time {
+                        cap = Some(cap.map_or(max, |c| c.min(max)));
+                    }
+                }
+            }
+        }
+        cap
     }
 
     /// Whether preflight found Pyxis (None before any preflight).
@@ -389,7 +402,14 @@ pub(super) fn parse_partition(out: &Output) -> Option<PartitionInfo> {
         "UNLIMITED" | "INFINITE" => None,
         other => WallTime::parse(other).ok(),
     });
-    Some(PartitionInfo { up, max_time })
+    let nodes = field("Nodes")
+        .and_then(|n| super::parse::expand_nodelist(&n).ok())
+        .unwrap_or_default();
+    Some(PartitionInfo {
+        up,
+        max_time,
+        nodes,
+    })
 }
 
 fn first_line(text: &str, fallback: &str) -> String {

@@ -6,18 +6,20 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use super::backend::SlurmBackend;
+use super::depend::dependency_option;
 use super::images::{Conversion, Converted};
 use super::parse::{parse_sbatch_parsable, SbatchOutcome};
 use super::scripts::{SubmitExit, SUBMIT};
 use super::SlurmSubmitOptions;
 use crate::backend::SubmitOptions;
+use crate::dependency::{check_before_submit, follow_retry};
 use crate::image::{check_gpu_image, ImageRef};
 use crate::names::validate_safe_name;
 use crate::nccl::KnobSet;
 use crate::record::{BackendRef, JobId, JobRecord, Mark, RecordStore, TransitionSource};
 use crate::redact::SecretRegistry;
-use crate::render::{EnvVar, Renderer, ScriptContext, TemplateKind};
-use crate::spec::{JobSpec, Limits, Resources, SpecDefaults};
+use crate::render::{ArrayContext, EnvVar, Renderer, ScriptContext, TemplateKind};
+use crate::spec::{ArrayPlan, JobSpec, Limits, Resources, SpecDefaults};
 use crate::state::JobState;
 use crate::storage::RemotePath;
 use crate::transport::{shell_quote, Command, Transport};
@@ -36,6 +38,38 @@ enum Answer {
     NotSent(Error),
     /// A definite refusal; nothing was submitted.
     Refused(Error),
+}
+
+/// What a submit adds to the spec's own script: the dependency on the parents still
+/// running, the nodes to avoid, and the array.
+#[derive(Default)]
+pub(super) struct Placement {
+    /// Whether the script sources a secrets sidecar.
+    pub(super) sidecar: bool,
+    pub(super) dependency: Option<String>,
+    pub(super) exclude: Vec<String>,
+    pub(super) plan: Option<ArrayPlan>,
+}
+
+/// The sweep file of an array: `case` on the task index, each branch exporting that
+/// point's values, quoted once.
+fn sweep_file(spec: &JobSpec, plan: &ArrayPlan) -> Result<Option<String>> {
+    if spec.sweep.is_none() {
+        return Ok(None);
+    }
+    let mut text = String::from(
+        "# The sweep values of each task, by index (written by slurm-run).\ncase \"$SLURM_ARRAY_TASK_ID\" in\n",
+    );
+    for index in plan.indices.iter() {
+        let point = spec.sweep_point(index).unwrap_or_default();
+        text.push_str(&format!("  {index})"));
+        for (name, value) in &point {
+            text.push_str(&format!(" export {name}={};", shell_quote(value)?));
+        }
+        text.push_str(" ;;\n");
+    }
+    text.push_str("esac\n");
+    Ok(Some(text))
 }
 
 /// Everything prepared before the record is opened.
@@ -58,20 +92,36 @@ where
         options: SubmitOptions,
         slurm: SlurmSubmitOptions,
     ) -> Result<JobRecord> {
+        let spec = &spec.with_after(&options.after);
         spec.validate()?;
         let secrets = collect_secrets(spec, &options)?;
         let previous = match &options.retry_of {
             Some(id) => Some(self.inner.store.get(id)?),
             None => None,
         };
+        // The parents: each accepted by the scheduler, able to meet its condition; the
+        // scheduler waits for those still running.
+        let waiting = check_before_submit(&self.inner.store, &spec.after)?;
         let root = self.ensure_ready(spec).await?;
         // What converting the image needs, before anything (an NCCL probe too) is queued.
         if let Some((_, Some(conversion))) = self.container_image(spec, &root)? {
             self.gate_conversion(&conversion).await?;
         }
+        let exclude = previous
+            .as_ref()
+            .map(JobRecord::nodes_to_exclude)
+            .unwrap_or_default();
+        let placement = Placement {
+            sidecar: !secrets.is_empty(),
+            dependency: dependency_option(&waiting)?,
+            plan: spec.array_plan()?,
+            exclude,
+        };
+        self.check_exclusions(spec, &placement.exclude, previous.as_ref())?;
         // The cluster's NCCL knobs (cached, or found by a probe job first).
         let knobs = self.nccl_knobs_for(spec, &slurm).await?;
-        let prepared = self.prepare(spec, &secrets, &root, previous.as_ref(), &knobs)?;
+        let prepared =
+            self.prepare(spec, &secrets, &root, previous.as_ref(), &knobs, &placement)?;
         let id = prepared.record.id.clone();
         self.inner.store.open(&prepared.record)?;
         tracing::info!(job = %id, "record opened; submitting");
@@ -106,16 +156,68 @@ where
         }
         let spec_path = previous.results_dir.join("specs")?.join("spec.json")?;
         let text = self.inner.transport.read_file(spec_path.as_str()).await?;
-        let spec = JobSpec::from_json_str(&String::from_utf8_lossy(&text))?;
-        self.submit_job(
-            &spec,
-            SubmitOptions {
-                retry_of: Some(id.clone()),
-                ..SubmitOptions::default()
-            },
-            self.inner.config.submit.clone(),
-        )
-        .await
+        let mut spec = JobSpec::from_json_str(&String::from_utf8_lossy(&text))?;
+        // An array retries only its failed tasks: a smaller array, linked.
+        if let Some(failed) = previous.tasks_to_retry() {
+            spec = spec.for_tasks(failed);
+        }
+        let record = self
+            .submit_job(
+                &spec,
+                SubmitOptions {
+                    retry_of: Some(id.clone()),
+                    ..SubmitOptions::default()
+                },
+                self.inner.config.submit.clone(),
+            )
+            .await?;
+        // Dependants of the failed attempt wait for this one instead (on the cluster too).
+        let dependants = follow_retry(&self.inner.store, id, &record.id)?;
+        if let Err(error) = self.follow_retries(&dependants).await {
+            tracing::warn!(job = %record.id, %error, "re-pointing the dependants of a retry failed; the next poll tries again");
+        }
+        Ok(record)
+    }
+
+    /// Refuse a retry whose node exclusions (inherited along its retry chain) leave the
+    /// partition too few nodes for the job.
+    fn check_exclusions(
+        &self,
+        spec: &JobSpec,
+        exclude: &[String],
+        previous: Option<&JobRecord>,
+    ) -> Result<()> {
+        if exclude.is_empty() {
+            return Ok(());
+        }
+        let needed = self.resources(spec)?.nodes as usize;
+        let cache = self.inner.cache.lock().expect("cache lock");
+        let partition = spec
+            .partition
+            .clone()
+            .unwrap_or_else(|| self.inner.config.partition.clone());
+        let mut nodes: Vec<&String> = Vec::new();
+        for name in partition.split(',') {
+            match cache.partitions.get(name.trim()) {
+                Some(info) if !info.nodes.is_empty() => nodes.extend(&info.nodes),
+                _ => return Ok(()), // unknown membership: the scheduler decides
+            }
+        }
+        nodes.sort();
+        nodes.dedup();
+        let left = nodes.iter().filter(|n| !exclude.contains(n)).count();
+        if left < needed {
+            let of = previous.map(|p| p.id.to_string()).unwrap_or_default();
+            return Err(Error::invalid(
+                "excluded_nodes",
+                format!(
+                    "the retry of {of} must avoid {} (node failures along its retry chain), which leaves {left} of the {} node(s) of partition {partition} for a job that needs {needed}; return the nodes to service (scontrol update nodename=... state=resume) and submit the job afresh, or choose another partition",
+                    exclude.join(", "),
+                    nodes.len()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Render the script for `spec` as a submit would, without submitting (secrets
@@ -128,8 +230,12 @@ where
         let id = JobId::mint_for(spec);
         let job_dir = root.join(id.as_str())?;
         let knobs = self.cached_knobs_for(spec).await?;
-        let (context, _) =
-            self.script_context(spec, &id, &job_dir, &root, !spec.secrets.is_empty(), &knobs)?;
+        let placement = Placement {
+            sidecar: !spec.secrets.is_empty(),
+            plan: spec.array_plan()?,
+            ..Placement::default()
+        };
+        let (context, _) = self.script_context(spec, &id, &job_dir, &root, &knobs, &placement)?;
         let script = self
             .inner
             .renderer
@@ -142,7 +248,7 @@ where
     pub(super) fn resources(&self, spec: &JobSpec) -> Result<Resources> {
         let config = &self.inner.config;
         let limits = Limits {
-            max_wall: self.max_wall(spec).unwrap_or(Limits::default().max_wall),
+            max_wall: self.max_wall(spec),
             ..Limits::default()
         };
         let mut defaults = SpecDefaults {
@@ -164,9 +270,10 @@ where
         id: &JobId,
         job_dir: &RemotePath,
         root: &RemotePath,
-        with_sidecar: bool,
         knobs: &KnobSet,
+        placement: &Placement,
     ) -> Result<(ScriptContext, Option<Conversion>)> {
+        let with_sidecar = placement.sidecar;
         let config = &self.inner.config;
         let resources = self.resources(spec)?;
 
@@ -212,7 +319,7 @@ where
             cpus_per_task: resources.cpus_per_task,
             memory: resources.memory.clone(),
             time: resources.wall.to_slurm(),
-            child_timeout_minutes: resources.child_timeout_minutes,
+            child_timeout_secs: resources.child_timeout_secs,
             log_dir: job_dir.join("logs")?.as_str().to_string(),
             results_dir: job_dir.as_str().to_string(),
             results_dir_in_job,
@@ -242,6 +349,27 @@ where
             requeue: resources.requeue,
             exclusive: resources.exclusive,
             extra_sbatch: spec.extra_sbatch.clone(),
+            dependency: placement.dependency.clone(),
+            exclude: placement.exclude.clone(),
+            array: match &placement.plan {
+                Some(plan) => Some(ArrayContext {
+                    tasks: match plan.max_parallel {
+                        Some(max) => format!("{}%{max}", plan.indices),
+                        None => plan.indices.to_string(),
+                    },
+                    sweep_file: match spec.sweep {
+                        Some(_) => Some(
+                            job_dir
+                                .join("sweep")?
+                                .join("params.sh")?
+                                .as_str()
+                                .to_string(),
+                        ),
+                        None => None,
+                    },
+                }),
+                None => None,
+            },
         };
         Ok((context, conversion))
     }
@@ -253,11 +381,12 @@ where
         root: &RemotePath,
         previous: Option<&JobRecord>,
         knobs: &KnobSet,
+        placement: &Placement,
     ) -> Result<Prepared> {
         let id = JobId::mint_for(spec);
         let job_dir = root.join(id.as_str())?;
         let (context, conversion) =
-            self.script_context(spec, &id, &job_dir, root, !secrets.is_empty(), knobs)?;
+            self.script_context(spec, &id, &job_dir, root, knobs, placement)?;
         let script = self
             .inner
             .renderer
@@ -276,6 +405,11 @@ where
                 0o700,
             ),
         ];
+        if let Some(plan) = &placement.plan {
+            if let Some(text) = sweep_file(spec, plan)? {
+                files.push(("sweep/params.sh".to_string(), text.into_bytes(), 0o600));
+            }
+        }
         if !secrets.is_empty() {
             let mut sidecar = String::new();
             for (name, value) in secrets.entries() {
@@ -308,9 +442,13 @@ where
 
         let mut record = JobRecord::new(id.clone(), spec, job_dir.clone())?;
         record.container_image = context.image.clone();
+        if let Some(plan) = &placement.plan {
+            record = record.with_tasks(plan.indices.iter());
+        }
         if let Some(previous) = previous {
             record = record.retry_of(previous);
         }
+        record.excluded_nodes = placement.exclude.clone();
         let image_param = if conversion.is_some() || spec.image_ref()?.is_some_and(|i| i.is_sqsh())
         {
             context.image.clone().unwrap_or_default()

@@ -71,6 +71,7 @@ fn prepared_backend<R: Renderer + 'static>(
             PartitionInfo {
                 up: true,
                 max_time: Some(WallTime::from_hours(4)),
+                nodes: vec!["n1".into(), "n2".into()],
             },
         );
     }
@@ -562,4 +563,124 @@ async fn a_probe_that_cannot_run_fails_the_submit_and_caches_nothing() {
     );
     assert!(backend.knob_cache("unit").unwrap().is_none());
     assert!(backend.records(&RecordFilter::any()).unwrap().is_empty());
+}
+
+/// Issue 14, point 5: a partition whose MaxTime is UNLIMITED takes the spec's time;
+/// the 4-hour cap applies only where the partition has one.
+#[tokio::test]
+async fn an_unlimited_partition_accepts_a_long_wall_time() {
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| Ok(output(0, "4343\n", "")));
+    let backend = backend(remote);
+    backend.inner.cache.lock().unwrap().partitions.insert(
+        "long".into(),
+        PartitionInfo {
+            up: true,
+            max_time: None,
+            nodes: Vec::new(),
+        },
+    );
+    let mut spec = JobSpec::new("long", "true");
+    spec.partition = Some("long".into());
+    spec.time = Some(WallTime::from_hours(30));
+    let record = backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(record.state, JobState::Pending);
+    // The default partition keeps its 4-hour cap.
+    let mut capped = JobSpec::new("capped", "true");
+    capped.time = Some(WallTime::from_hours(5));
+    let error = backend
+        .submit(&capped, SubmitOptions::default())
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("04:00:00"), "{error}");
+}
+
+/// Issue 14: a dependant of a parent the scheduler has not accepted yet is refused,
+/// before anything runs or is recorded for it.
+#[tokio::test]
+async fn a_parent_not_yet_accepted_is_an_error() {
+    let remote = MockRemote::new(); // any command would panic: none may run
+    let backend = backend(remote);
+    let parent = crate::record::JobRecord::new(
+        crate::record::JobId::mint("parent"),
+        &JobSpec::new("parent", "true"),
+        RemotePath::parse("/shared/results/parent").unwrap(),
+    )
+    .unwrap();
+    backend.store().open(&parent).unwrap();
+    let options = SubmitOptions {
+        after: vec![crate::spec::Dependency::ok(parent.id.clone())],
+        ..SubmitOptions::default()
+    };
+    let error = backend
+        .submit(&JobSpec::new("child", "true"), options)
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Invalid, "{error}");
+    let text = error.to_string();
+    assert!(
+        text.contains("after") && text.contains(parent.id.as_str()),
+        "{text}"
+    );
+    assert!(text.contains("not accepted by the scheduler"), "{text}");
+    assert_eq!(backend.records(&RecordFilter::any()).unwrap().len(), 1);
+}
+
+/// Issue 14: an array's sweep values are staged once as a file (quoted), and the
+/// values never reach argv.
+#[tokio::test]
+async fn a_sweep_is_staged_as_one_file_never_in_argv() {
+    let mut remote = MockRemote::new();
+    let staged = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = std::sync::Arc::clone(&staged);
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(move |command| {
+            keep.lock().unwrap().push(command.clone());
+            Ok(output(0, "500\n", ""))
+        });
+    let backend = backend(remote);
+    let spec = JobSpec::from_yaml_str(
+        "name: sweep\ncommand: echo $LR\nsweep: {LR: [\"0.1\", \"it's; rm -rf /\"]}\narray: {max_parallel: 1}\n",
+    )
+    .unwrap();
+    let record = backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(record.tasks.keys().copied().collect::<Vec<_>>(), [0, 1]);
+    let command = staged.lock().unwrap()[0].clone();
+    let payload = command.stdin_bytes().expect("the staged archive").to_vec();
+    let mut archive = tar::Archive::new(payload.as_slice());
+    let mut files = std::collections::BTreeMap::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut entry, &mut text).unwrap();
+        files.insert(entry.path().unwrap().display().to_string(), text);
+    }
+    let params = &files[&format!("{}/sweep/params.sh", record.id)];
+    // Sourced as the job does, task 1 gets its value back, byte for byte.
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("{params}\nprintf %s \"$LR\""))
+        .env("SLURM_ARRAY_TASK_ID", "1")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "it's; rm -rf /",
+        "{params}"
+    );
+    let argv = command.get_args().join(" ");
+    assert!(!argv.contains("rm -rf"), "values never in argv");
 }

@@ -43,7 +43,7 @@ fn the_issue_example_reads_and_resolves() {
     );
     assert_eq!(r.cpus_per_task, 16);
     assert_eq!(r.wall.to_slurm(), "04:00:00");
-    assert_eq!(r.child_timeout_minutes, 228);
+    assert_eq!(r.child_timeout_secs, 13_680);
     assert_eq!(r.partition.as_deref(), Some("gpu"));
     assert!(r.requeue);
 }
@@ -136,22 +136,26 @@ fn wall_above_the_maximum_is_refused_and_child_timeout_follows_the_wall() {
         .contains("exceeds the partition's maximum 04:00:00"));
     assert_eq!(invalid_field(err), "time");
     s.time = Some(WallTime::parse("02:00:00").unwrap());
-    assert_eq!(s.resolve(&d).unwrap().child_timeout_minutes, 114);
+    assert_eq!(s.resolve(&d).unwrap().child_timeout_secs, 6_840);
     s.time = Some(WallTime::parse("10").unwrap());
-    assert_eq!(s.resolve(&d).unwrap().child_timeout_minutes, 9);
+    assert_eq!(s.resolve(&d).unwrap().child_timeout_secs, 570);
     s.time = Some(WallTime::parse("1").unwrap());
+    assert_eq!(s.resolve(&d).unwrap().child_timeout_secs, 57);
+    s.time = Some(WallTime::from_secs(30));
     assert_eq!(invalid_field(s.resolve(&d).unwrap_err()), "time");
     s.time = Some(WallTime::parse("02:00:00").unwrap());
     s.child_timeout = Some(WallTime::parse("02:00:00").unwrap());
     assert_eq!(invalid_field(s.resolve(&d).unwrap_err()), "child_timeout");
     s.child_timeout = Some(WallTime::parse("01:50:00").unwrap());
-    assert_eq!(s.resolve(&d).unwrap().child_timeout_minutes, 110);
+    assert_eq!(s.resolve(&d).unwrap().child_timeout_secs, 6_600);
     s.child_timeout = Some(WallTime::parse("01:50:30").unwrap());
+    assert_eq!(s.resolve(&d).unwrap().child_timeout_secs, 6_630);
+    s.child_timeout = Some(WallTime::from_secs(0));
     assert_eq!(invalid_field(s.resolve(&d).unwrap_err()), "child_timeout");
     // A longer partition, passed in as limits.
     let long = SpecDefaults {
         limits: Limits {
-            max_wall: WallTime::from_hours(48),
+            max_wall: Some(WallTime::from_hours(48)),
             ..Limits::default()
         },
         ..SpecDefaults::default()
@@ -159,8 +163,22 @@ fn wall_above_the_maximum_is_refused_and_child_timeout_follows_the_wall() {
     let mut s = spec();
     s.time = Some(WallTime::parse("1-00:00:00").unwrap());
     let r = s.resolve(&long).unwrap();
-    assert_eq!(r.child_timeout_minutes, 1368);
-    assert!(u64::from(r.child_timeout_minutes) < r.wall.minutes());
+    assert_eq!(r.child_timeout_secs, 82_080);
+    assert!(r.child_timeout_secs < r.wall.as_secs());
+    // A partition without a limit takes any time.
+    let unlimited = SpecDefaults {
+        limits: Limits {
+            max_wall: None,
+            ..Limits::default()
+        },
+        ..SpecDefaults::default()
+    };
+    s.time = Some(WallTime::parse("30-00:00:00").unwrap());
+    assert_eq!(
+        s.resolve(&unlimited).unwrap().wall.to_slurm(),
+        "30-00:00:00"
+    );
+    assert_eq!(invalid_field(s.resolve(&d).unwrap_err()), "time");
 }
 
 #[test]
@@ -432,7 +450,7 @@ mod props {
                 prop_assert_eq!(u64::from(r.gpus), u64::from(r.nodes) * u64::from(r.gpus_per_node));
                 prop_assert!(r.gpus_per_node <= 8 && r.nodes >= 1);
                 prop_assert_eq!(r.exclusive, r.gpus_per_node == 8);
-                prop_assert!(u64::from(r.child_timeout_minutes) < r.wall.minutes());
+                prop_assert!(r.child_timeout_secs < r.wall.as_secs() && r.child_timeout_secs > 0);
                 prop_assert!(r.wall <= WallTime::from_hours(4));
                 if let Some(g) = gpus { prop_assert_eq!(r.gpus, g); }
             }
@@ -449,8 +467,8 @@ fn unquoted_yaml_times_are_read_as_slurm_times() {
     assert_eq!(
         s.resolve(&SpecDefaults::default())
             .unwrap()
-            .child_timeout_minutes,
-        180
+            .child_timeout_secs,
+        10_800
     );
 }
 
@@ -478,4 +496,18 @@ fn force_reconvert_latest_is_for_floating_registry_images_only() {
     let yaml =
         "name: j\ncommand: 'true'\nimage: nvcr.io/x/y:latest\nforce_reconvert_latest: true\n";
     assert!(JobSpec::from_yaml_str(yaml).unwrap().force_reconvert_latest);
+}
+
+/// Issue 14, point 5: a one-minute smoke test is a valid job (its child timeout is
+/// counted in seconds, not refused for not filling a whole minute).
+#[test]
+fn a_one_minute_smoke_test_is_accepted() {
+    let mut s = spec();
+    s.time = Some(WallTime::parse("00:01:00").unwrap());
+    let r = s.resolve(&SpecDefaults::default()).unwrap();
+    assert_eq!(r.wall.as_secs(), 60);
+    let mut s = spec();
+    s.time = Some(WallTime::parse("00:02:00").unwrap());
+    s.child_timeout = Some(WallTime::parse("00:00:30").unwrap());
+    assert!(s.resolve(&SpecDefaults::default()).is_ok());
 }

@@ -41,7 +41,9 @@ use crate::backend::{
 };
 use crate::classify::{ErrorClass, RetryPolicy};
 use crate::record::{JobId, JobRecord, RecordFilter};
-use crate::spec::{JobSpec, WallTime};
+use crate::spec::{
+    ArraySpec, Dependency, DependencyCondition, JobSpec, Scalar, Sweep, TaskSet, WallTime,
+};
 use crate::state::JobState;
 use crate::{ErrorKind, Result};
 
@@ -214,6 +216,7 @@ pub async fn logs_tail_each_stream<F: BackendFixture + ?Sized>(fixture: &F) {
             LogOptions {
                 stream: LogStream::Out,
                 tail: 2,
+                task: None,
             },
         )
         .await
@@ -229,6 +232,7 @@ pub async fn logs_tail_each_stream<F: BackendFixture + ?Sized>(fixture: &F) {
             LogOptions {
                 stream: LogStream::Err,
                 tail: 10,
+                task: None,
             },
         )
         .await
@@ -353,27 +357,7 @@ pub async fn an_infra_failure_is_retried_as_a_linked_record<F: BackendFixture + 
         "echo 'NCCL error: unhandled system error' >&2; exit 1",
     );
     let first = submit(fixture, &spec).await;
-    let options = WatchOptions {
-        interval: fixture.poll_interval(),
-        retry: Some(RetryPolicy {
-            budget: 1,
-            ..RetryPolicy::default()
-        }),
-        ..WatchOptions::default()
-    };
-    let mut events = fixture
-        .backend()
-        .watch(std::slice::from_ref(&first.id), options);
-    let mut retries = Vec::new();
-    let deadline = Instant::now() + fixture.deadline() * 2;
-    while let Some(event) = tokio::time::timeout_at(deadline.into(), events.next())
-        .await
-        .unwrap_or_else(|_| panic!("the watch never ended; retries {retries:?}"))
-    {
-        if let WatchEvent::Retried { previous, record } = event.unwrap() {
-            retries.push((previous, *record));
-        }
-    }
+    let retries = watch_with_retries(fixture, std::slice::from_ref(&first.id), 1).await;
     assert_eq!(retries.len(), 1, "a budget of one: {retries:?}");
     let (previous, second) = &retries[0];
     assert_eq!(previous, &first.id);
@@ -455,6 +439,293 @@ pub async fn bad_input_is_refused_and_nothing_recorded<F: BackendFixture + ?Size
     backend.cancel(&running.id).await.unwrap();
 }
 
+/// Watch `ids` with a retry budget until every job is terminal (panics after twice the
+/// fixture's deadline): the retries, as (failed record, new record), in order.
+pub async fn watch_with_retries<F: BackendFixture + ?Sized>(
+    fixture: &F,
+    ids: &[JobId],
+    budget: u32,
+) -> Vec<(JobId, JobRecord)> {
+    let options = WatchOptions {
+        interval: fixture.poll_interval(),
+        retry: Some(RetryPolicy {
+            budget,
+            ..RetryPolicy::default()
+        }),
+        ..WatchOptions::default()
+    };
+    let mut events = fixture.backend().watch(ids, options);
+    let mut retries = Vec::new();
+    let deadline = Instant::now() + fixture.deadline() * 2;
+    while let Some(event) = tokio::time::timeout_at(deadline.into(), events.next())
+        .await
+        .unwrap_or_else(|_| panic!("the watch never ended; retries {retries:?}"))
+    {
+        if let WatchEvent::Retried { previous, record } = event.unwrap() {
+            retries.push((previous, *record));
+        }
+    }
+    retries
+}
+
+/// A command that fails as infra ("NCCL error") the first time it runs in a results
+/// root and succeeds after: a marker file beside the job's folder (its working folder)
+/// remembers the first run.
+fn fails_once(tag: &str) -> String {
+    let marker = format!("../.conf-once-{tag}-{:08x}", rand::random::<u32>());
+    format!("if [ -e {marker} ]; then echo second-run-ok; else touch {marker}; echo 'NCCL error: unhandled system error' >&2; exit 1; fi")
+}
+
+/// When `record` entered `state` first (panics when it never did).
+fn entered(record: &JobRecord, state: JobState) -> chrono::DateTime<chrono::Utc> {
+    record
+        .history
+        .iter()
+        .find(|t| t.state == state)
+        .unwrap_or_else(|| panic!("{} never was {state}: {record:?}", record.id))
+        .at
+}
+
+async fn submit_after<F: BackendFixture + ?Sized>(
+    fixture: &F,
+    spec: &JobSpec,
+    after: Vec<Dependency>,
+) -> JobRecord {
+    let options = SubmitOptions {
+        after,
+        ..SubmitOptions::default()
+    };
+    match fixture.backend().submit(spec, options).await {
+        Ok(record) => record,
+        Err(error) => panic!("submit of {}: {error}", spec.name),
+    }
+}
+
+/// A pipeline: a dependant starts only once its parent completed (the backend's queue
+/// or scheduler holds it, not the caller), and `any` runs after a failure too.
+pub async fn dependants_start_after_their_parents<F: BackendFixture + ?Sized>(fixture: &F) {
+    let _guard = fixture.enter(false).await;
+    let train = submit(
+        fixture,
+        &fixture.spec("conf-train", "sleep 2; echo trained"),
+    )
+    .await;
+    let eval = submit_after(
+        fixture,
+        &fixture.spec("conf-eval", "echo evaluated"),
+        vec![Dependency::ok(train.id.clone())],
+    )
+    .await;
+    let broken = submit(fixture, &fixture.spec("conf-broken", "exit 4")).await;
+    let cleanup = submit_after(
+        fixture,
+        &fixture.spec("conf-cleanup", "echo cleaned"),
+        vec![Dependency {
+            job: broken.id.clone(),
+            condition: DependencyCondition::Any,
+        }],
+    )
+    .await;
+    assert_eq!(eval.after, vec![Dependency::ok(train.id.clone())]);
+    let eval = wait_terminal(fixture, &eval.id).await;
+    let train = wait_terminal(fixture, &train.id).await;
+    assert_eq!(eval.state(), JobState::Complete, "{eval:?}");
+    assert_eq!(train.state(), JobState::Complete, "{train:?}");
+    let started = eval
+        .record
+        .history
+        .iter()
+        .find(|t| t.state == JobState::Running);
+    if let Some(started) = started {
+        assert!(
+            started.at >= entered(&train.record, JobState::Running),
+            "the dependant ran before its parent"
+        );
+    }
+    let cleanup = wait_terminal(fixture, &cleanup.id).await;
+    assert_eq!(cleanup.state(), JobState::Complete, "{cleanup:?}");
+    // A parent that cannot meet the condition any more is refused at submit.
+    let error = fixture
+        .backend()
+        .submit(
+            &fixture.spec("conf-late", "true"),
+            SubmitOptions {
+                after: vec![Dependency::ok(broken.id.clone())],
+                ..SubmitOptions::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Invalid, "{error}");
+    assert!(error.to_string().contains(broken.id.as_str()), "{error}");
+}
+
+/// A parent that fails for good ends its dependant ERROR, naming the parent and why,
+/// and leaves it waiting nowhere.
+pub async fn a_failed_parent_ends_its_dependant<F: BackendFixture + ?Sized>(fixture: &F) {
+    let _guard = fixture.enter(false).await;
+    let parent = submit(
+        fixture,
+        &fixture.spec("conf-parent", "sleep 1; echo 'ValueError: bad' >&2; exit 3"),
+    )
+    .await;
+    let child = submit_after(
+        fixture,
+        &fixture.spec("conf-child", "echo never"),
+        vec![Dependency::ok(parent.id.clone())],
+    )
+    .await;
+    let done = wait_terminal(fixture, &child.id).await;
+    assert_eq!(done.state(), JobState::Error, "{done:?}");
+    assert_eq!(done.err_class(), Some(ErrorClass::Program));
+    let message = done.record.last_message();
+    assert!(message.contains(parent.id.as_str()), "{message}");
+    assert!(message.contains("never"), "{message}");
+    assert!(
+        !states(&done.record).contains(&JobState::Running),
+        "it never ran"
+    );
+}
+
+/// A parent failing as infra and retried by a watch is followed by its dependant, which
+/// runs after the new attempt instead of failing.
+pub async fn a_dependant_follows_a_retried_parent<F: BackendFixture + ?Sized>(fixture: &F) {
+    let _guard = fixture.enter(false).await;
+    let parent = submit(fixture, &fixture.spec("conf-flaky", &fails_once("parent"))).await;
+    let child = submit_after(
+        fixture,
+        &fixture.spec("conf-follower", "echo followed"),
+        vec![Dependency::ok(parent.id.clone())],
+    )
+    .await;
+    let retried = watch_with_retries(fixture, &[parent.id.clone(), child.id.clone()], 1)
+        .await
+        .pop()
+        .map(|(_, record)| record);
+    let retry = retried.expect("the parent was retried");
+    let backend = fixture.backend();
+    assert_eq!(backend.record(&retry.id).unwrap().state, JobState::Complete);
+    let child = backend.record(&child.id).unwrap();
+    assert_eq!(child.state, JobState::Complete, "{child:?}");
+    assert_eq!(
+        child.after,
+        vec![Dependency::ok(retry.id.clone())],
+        "it follows the retry"
+    );
+}
+
+/// An array (here a sweep of three points, two at a time) is one record with one state
+/// per task; each task sees its index and its values, and has its own log.
+pub async fn a_sweep_runs_each_task_with_its_values<F: BackendFixture + ?Sized>(fixture: &F) {
+    let _guard = fixture.enter(false).await;
+    let mut spec = fixture.spec("conf-sweep", "echo \"task=$TASK_INDEX lr=$LR\"");
+    spec.sweep = Some(Sweep::Grid(
+        [(
+            "LR".to_string(),
+            vec![
+                Scalar("0.1".into()),
+                Scalar("0.01".into()),
+                Scalar("1e-3".into()),
+            ],
+        )]
+        .into(),
+    ));
+    spec.array = Some(ArraySpec {
+        max_parallel: Some(2),
+        ..ArraySpec::default()
+    });
+    let record = submit(fixture, &spec).await;
+    assert_eq!(record.tasks.keys().copied().collect::<Vec<_>>(), [0, 1, 2]);
+    let done = wait_terminal(fixture, &record.id).await;
+    assert_eq!(done.state(), JobState::Complete, "{done:?}");
+    assert!(done
+        .record
+        .tasks
+        .values()
+        .all(|t| t.state == JobState::Complete));
+    for (task, lr) in [(0, "0.1"), (1, "0.01"), (2, "1e-3")] {
+        let log = fixture
+            .backend()
+            .logs(
+                &record.id,
+                LogOptions {
+                    task: Some(task),
+                    ..LogOptions::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(log.trim(), format!("task={task} lr={lr}"), "task {task}");
+    }
+    let error = fixture
+        .backend()
+        .logs(&record.id, LogOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Invalid, "{error}");
+}
+
+/// Some tasks of an array are cancelled; the others go on; then the whole array.
+pub async fn tasks_of_an_array_are_cancelled<F: BackendFixture + ?Sized>(fixture: &F) {
+    let _guard = fixture.enter(false).await;
+    let mut spec = fixture.spec("conf-array", "sleep 300");
+    spec.array = Some(ArraySpec {
+        size: Some(3),
+        ..ArraySpec::default()
+    });
+    let record = submit(fixture, &spec).await;
+    let backend = fixture.backend();
+    let one = TaskSet::parse("tasks", "1").unwrap();
+    let after = backend.cancel_tasks(&record.id, &one).await.unwrap();
+    assert_eq!(after.tasks[&1].state, JobState::Canceled, "{after:?}");
+    assert!(!after.state.is_terminal(), "the others go on: {after:?}");
+    assert!(after.tasks[&0].state != JobState::Canceled);
+    let missing = TaskSet::parse("tasks", "7").unwrap();
+    let error = backend
+        .cancel_tasks(&record.id, &missing)
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Invalid, "{error}");
+    let all = backend.cancel(&record.id).await.unwrap();
+    assert_eq!(all.state, JobState::Canceled, "{all:?}");
+    assert!(all.tasks.values().all(|t| t.state == JobState::Canceled));
+}
+
+/// A task failing as infra is retried alone: a new, smaller array of just that index,
+/// linked to the first; the tasks that completed are not run again.
+pub async fn a_failed_task_is_retried_alone<F: BackendFixture + ?Sized>(fixture: &F) {
+    let _guard = fixture.enter(false).await;
+    let command = format!(
+        "if [ \"$TASK_INDEX\" = 1 ]; then {}; else echo fine; fi",
+        fails_once("task")
+    );
+    let mut spec = fixture.spec("conf-retry-task", &command);
+    spec.array = Some(ArraySpec {
+        size: Some(3),
+        ..ArraySpec::default()
+    });
+    let first = submit(fixture, &spec).await;
+    let retried = watch_with_retries(fixture, std::slice::from_ref(&first.id), 1)
+        .await
+        .pop()
+        .map(|(_, record)| record);
+    let backend = fixture.backend();
+    let first = backend.record(&first.id).unwrap();
+    assert_eq!(
+        (first.state, first.err_class),
+        (JobState::Error, Some(ErrorClass::Infra))
+    );
+    assert_eq!(first.tasks[&0].state, JobState::Complete);
+    let retry = backend.record(&retried.expect("retried").id).unwrap();
+    assert_eq!(retry.retry_of.as_ref(), Some(&first.id));
+    assert_eq!(
+        retry.tasks.keys().copied().collect::<Vec<_>>(),
+        [1],
+        "only the failed task"
+    );
+    assert_eq!(retry.state, JobState::Complete, "{retry:?}");
+}
+
 /// Expands to one `#[tokio::test]` per case of the Backend conformance suite, each
 /// with a fixture from `$fixture` (an expression, evaluated once per case):
 /// `slurm_core::backend_conformance!(my_backend, MyFixture::new());`.
@@ -485,6 +756,12 @@ macro_rules! backend_conformance {
             case!(watch_reports_each_change_once);
             case!(an_infra_failure_is_retried_as_a_linked_record);
             case!(bad_input_is_refused_and_nothing_recorded);
+            case!(dependants_start_after_their_parents);
+            case!(a_failed_parent_ends_its_dependant);
+            case!(a_dependant_follows_a_retried_parent);
+            case!(a_sweep_runs_each_task_with_its_values);
+            case!(tasks_of_an_array_are_cancelled);
+            case!(a_failed_task_is_retried_alone);
         }
     };
 }

@@ -132,6 +132,18 @@ pub async fn remote(harness: &Harness, command: Command) -> String {
     output.stdout_text()
 }
 
+/// The batch script a submit staged for `record` (`sbatch/job_<id>.sbatch`).
+pub async fn staged_script(harness: &Harness, record: &slurm_core::JobRecord) -> String {
+    remote(
+        harness,
+        Command::new("cat").arg(format!(
+            "{}/sbatch/job_{}.sbatch",
+            record.results_dir, record.id
+        )),
+    )
+    .await
+}
+
 /// The SLURM job ids carrying `name`, from squeue and sacct.
 pub async fn jobs_named(harness: &Harness, name: &str) -> Vec<String> {
     let out = remote(
@@ -161,4 +173,55 @@ pub fn admin(testbed: &Testbed, program: &str, args: &[&str]) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The message of a record's last transition (empty when it has none).
+pub fn last_message(record: &slurm_core::JobRecord) -> String {
+    record.last_message().to_string()
+}
+
+/// Watch `ids` with a retry budget until every job is terminal (or `seconds` pass):
+/// the retries (new records) and the errors the watch reported.
+pub async fn watch_retrying(
+    backend: &TestBackend,
+    ids: &[JobId],
+    budget: u32,
+    seconds: u64,
+) -> (Vec<slurm_core::JobRecord>, Vec<slurm_core::Error>) {
+    use futures::StreamExt;
+    use slurm_core::backend::{WatchEvent, WatchOptions};
+    let options = WatchOptions {
+        interval: Duration::from_millis(500),
+        retry: Some(slurm_core::classify::RetryPolicy {
+            budget,
+            ..Default::default()
+        }),
+        ..WatchOptions::default()
+    };
+    let mut events = backend.watch(ids, options);
+    let (mut retries, mut errors) = (Vec::new(), Vec::new());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    while let Some(event) = tokio::time::timeout_at(deadline, events.next())
+        .await
+        .expect("the watch ends in time")
+    {
+        match event {
+            Ok(WatchEvent::Retried { record, .. }) => retries.push(*record),
+            Ok(_) => {}
+            Err(error) => errors.push(error),
+        }
+    }
+    (retries, errors)
+}
+
+/// Puts a node of the test bed back in service when dropped, whatever the test did.
+pub struct ResumeNode<'a>(pub &'a crate::Testbed, pub String);
+
+impl Drop for ResumeNode<'_> {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("scontrol")
+            .args(["update", &format!("nodename={}", self.1), "state=resume"])
+            .env("SLURM_CONF", self.0.dir().join("etc/slurm.conf"))
+            .status();
+    }
 }

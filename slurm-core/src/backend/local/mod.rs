@@ -4,7 +4,7 @@
 
 mod slots;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
@@ -19,17 +19,18 @@ use futures::stream::{self, BoxStream, StreamExt};
 use tokio::process::Command;
 use tokio::sync::oneshot;
 
-use slots::{CancelRequest, Launch, Outcome, Queue};
+use slots::{CancelRequest, Key, Launch, Queue};
 
 use crate::backend::{
     watch_by_polling, Backend, CheckKind, JobStatus, LogOptions, LogStream, NativeStatus,
     PreflightReport, SubmitOptions, WatchEvent, WatchOptions,
 };
+use crate::dependency::{check_before_submit, follow_retry, never_satisfied, resolve_dependencies};
 use crate::record::{
     BackendRef, JobId, JobRecord, Mark, RecordFilter, RecordStore, TransitionSource,
 };
 use crate::redact::SecretRegistry;
-use crate::spec::{JobSpec, SpecDefaults};
+use crate::spec::{JobSpec, SpecDefaults, TaskSet};
 use crate::state::JobState;
 use crate::storage::RemotePath;
 use crate::{Error, Result};
@@ -43,7 +44,9 @@ use crate::{Error, Result};
 /// - The command sees its spec's `env` and `extra_env`, its secrets (from the submit
 ///   options or this process's environment; redacted from its logs), `NODE_RANK=0`,
 ///   `WORLD_SIZE=1`, `MASTER_ADDR=127.0.0.1`, `MASTER_PORT=29500` and `RESULTS_DIR`.
-/// - Its wall time is enforced (ERROR, program); a non-zero exit is ERROR, classed
+/// - Its child timeout (95% of the wall time unless the spec sets one) is enforced as
+///   on a cluster: ERROR, program, with a message saying the command was killed by its
+///   own time limit (exit 124); a non-zero exit is ERROR, classed
 ///   infra or program from its logs like a cluster job; a cancel kills its whole
 ///   process group.
 /// - No containers, GPUs or nodes: a spec with an `image` is refused.
@@ -74,10 +77,13 @@ struct Inner {
     max_running: usize,
     next_native_id: AtomicU64,
     queue: Mutex<Queue>,
-    /// The cancel channel of every job not yet ended (pending ones included).
-    cancels: Mutex<HashMap<JobId, oneshot::Sender<CancelRequest>>>,
-    exits: Mutex<HashMap<JobId, i32>>,
+    /// The cancel channel of every job (and array task) not yet ended, pending ones included.
+    cancels: Mutex<HashMap<Key, oneshot::Sender<CancelRequest>>>,
+    exits: Mutex<HashMap<Key, i32>>,
     secrets: Mutex<SecretRegistry>,
+    /// Records whose end a status call already reported: a dependant of one that can
+    /// never meet its condition ends at the next status (a watch may retry it first).
+    ended_seen: Mutex<HashSet<JobId>>,
 }
 
 impl fmt::Debug for LocalBackend {
@@ -105,6 +111,7 @@ impl LocalBackend {
                 cancels: Mutex::new(HashMap::new()),
                 exits: Mutex::new(HashMap::new()),
                 secrets: Mutex::new(SecretRegistry::new()),
+                ended_seen: Mutex::new(HashSet::new()),
             }),
         })
     }
@@ -123,14 +130,22 @@ impl LocalBackend {
         &self.inner.root
     }
 
-    fn log_path(record: &JobRecord, stream: LogStream) -> Option<PathBuf> {
+    /// `logs/<id>-<native>/` of a job, `logs/<id>-<native>_<task>/` of an array task.
+    fn log_dir(record: &JobRecord, task: Option<u32>) -> Option<PathBuf> {
         let native = &record.backend_ref.as_ref()?.native_id;
+        let name = match task {
+            Some(task) => format!("{}-{native}_{task}", record.id),
+            None => format!("{}-{native}", record.id),
+        };
         Some(
             Path::new(record.results_dir.as_str())
                 .join("logs")
-                .join(format!("{}-{native}", record.id))
-                .join(stream.file_name()),
+                .join(name),
         )
+    }
+
+    fn log_path(record: &JobRecord, task: Option<u32>, stream: LogStream) -> Option<PathBuf> {
+        Some(Self::log_dir(record, task)?.join(stream.file_name()))
     }
 
     fn redact(&self, text: &str) -> String {
@@ -139,6 +154,44 @@ impl LocalBackend {
             .lock()
             .expect("secrets lock")
             .redact(text)
+    }
+
+    /// The status of `record` in the scheduler's words (this machine's), with each task's.
+    fn native_status(&self, record: JobRecord) -> JobStatus {
+        let exits = self.inner.exits.lock().expect("exits lock");
+        let native = |state: JobState, key: &Key| NativeStatus {
+            state: state.to_string(),
+            reason: (state == JobState::Pending).then(|| {
+                if record.after.is_empty() {
+                    "waiting for a free slot".to_string()
+                } else {
+                    "waiting for a free slot or a dependency".to_string()
+                }
+            }),
+            exit_code: exits
+                .get(key)
+                .copied()
+                .or((state == JobState::Complete).then_some(0)),
+            nodes: (state != JobState::Pending).then(|| "localhost".to_string()),
+            source: "local",
+        };
+        let tasks: BTreeMap<u32, NativeStatus> = record
+            .tasks
+            .iter()
+            .map(|(index, task)| {
+                (
+                    *index,
+                    native(task.state, &(record.id.clone(), Some(*index))),
+                )
+            })
+            .collect();
+        let whole = native(record.state, &(record.id.clone(), None));
+        drop(exits);
+        JobStatus {
+            native: Some(whole),
+            tasks,
+            record,
+        }
     }
 
     /// The secret values `spec` names, from the options or this process's environment.
@@ -232,6 +285,7 @@ impl Backend for LocalBackend {
     }
 
     async fn submit(&self, spec: &JobSpec, options: SubmitOptions) -> Result<JobRecord> {
+        let spec = spec.with_after(&options.after);
         spec.validate()?;
         let resources = spec.resolve(&SpecDefaults::default())?;
         if spec.image.is_some() {
@@ -240,16 +294,22 @@ impl Backend for LocalBackend {
                 "the local backend runs commands on this machine, without containers; remove `image` or use the SLURM backend",
             ));
         }
-        let secrets = Self::secrets(spec, &options)?;
+        let plan = spec.array_plan()?;
+        let secrets = Self::secrets(&spec, &options)?;
         let previous = match &options.retry_of {
             Some(id) => Some(self.inner.store.get(id)?),
             None => None,
         };
+        // Parents must be accepted and able to meet their condition; this queue waits.
+        check_before_submit(&*self.inner.store, &spec.after)?;
 
-        let id = JobId::mint_for(spec);
+        let id = JobId::mint_for(&spec);
         let dir = self.inner.root.join(id.as_str());
         let results_dir = RemotePath::parse_for("results_dir", &dir.to_string_lossy())?;
-        let mut record = JobRecord::new(id.clone(), spec, results_dir)?;
+        let mut record = JobRecord::new(id.clone(), &spec, results_dir)?;
+        if let Some(plan) = &plan {
+            record = record.with_tasks(plan.indices.iter());
+        }
         if let Some(previous) = &previous {
             record = record.retry_of(previous);
         }
@@ -258,20 +318,60 @@ impl Backend for LocalBackend {
             .next_native_id
             .fetch_add(1, Ordering::SeqCst)
             .to_string();
-        let log_dir = dir.join("logs").join(format!("{id}-{native_id}"));
-        for folder in [dir.join("specs"), log_dir.clone()] {
-            fs::create_dir_all(&folder)
-                .map_err(|e| Error::io(format!("creating {}", folder.display()), e))?;
-        }
+        let tasks: Vec<Option<u32>> = match &plan {
+            Some(plan) => plan.indices.iter().map(Some).collect(),
+            None => vec![None],
+        };
+        fs::create_dir_all(dir.join("specs"))
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         let spec_json =
-            serde_json::to_vec_pretty(spec).map_err(|e| Error::parse("spec", e.to_string()))?;
+            serde_json::to_vec_pretty(&spec).map_err(|e| Error::parse("spec", e.to_string()))?;
         fs::write(dir.join("specs/spec.json"), spec_json)
             .map_err(|e| Error::io("writing specs/spec.json", e))?;
-        let open = |name: &str| {
-            fs::File::create(log_dir.join(name))
-                .map_err(|e| Error::io(format!("creating {name}"), e))
-        };
-        let (out, err) = (open("main.out")?, open("main.err")?);
+        record.backend_ref = Some(BackendRef::new(native_id.clone()));
+        let mut launches = Vec::new();
+        for task in &tasks {
+            let log_dir = Self::log_dir(&record, *task).expect("the native id is set");
+            let task_dir = match task {
+                Some(task) => dir.join("tasks").join(task.to_string()),
+                None => dir.clone(),
+            };
+            for folder in [&log_dir, &task_dir] {
+                fs::create_dir_all(folder)
+                    .map_err(|e| Error::io(format!("creating {}", folder.display()), e))?;
+            }
+            let open = |name: &str| {
+                fs::File::create(log_dir.join(name))
+                    .map_err(|e| Error::io(format!("creating {name}"), e))
+            };
+            let (out, err) = (open("main.out")?, open("main.err")?);
+            let mut command = Command::new("bash");
+            command
+                .arg("-c")
+                .arg(&spec.command)
+                .current_dir(&dir)
+                .envs(&spec.env)
+                .envs(&spec.extra_env)
+                .envs(secrets.iter().cloned())
+                .env("NODE_RANK", "0")
+                .env("WORLD_SIZE", "1")
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", "29500")
+                .env("RESULTS_DIR", &dir)
+                .stdin(Stdio::null())
+                .stdout(out)
+                .stderr(err)
+                .process_group(0)
+                .kill_on_drop(true);
+            if let Some(task) = task {
+                command
+                    .env("TASK_INDEX", task.to_string())
+                    .env("TASK_RESULTS_DIR", &task_dir)
+                    .envs(spec.sweep_point(*task).unwrap_or_default());
+            }
+            launches.push((*task, command));
+        }
+        record.backend_ref = None;
         self.inner.store.open(&record)?;
         {
             let mut registry = self.inner.secrets.lock().expect("secrets lock");
@@ -279,43 +379,35 @@ impl Backend for LocalBackend {
                 registry.register(name.clone(), value.clone());
             }
         }
-
-        let mut command = Command::new("bash");
-        command
-            .arg("-c")
-            .arg(&spec.command)
-            .current_dir(&dir)
-            .envs(&spec.env)
-            .envs(&spec.extra_env)
-            .envs(secrets)
-            .env("NODE_RANK", "0")
-            .env("WORLD_SIZE", "1")
-            .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", "29500")
-            .env("RESULTS_DIR", &dir)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .process_group(0)
-            .kill_on_drop(true);
-        let (cancel_tx, cancel_rx) = oneshot::channel();
-        self.inner
-            .cancels
-            .lock()
-            .expect("cancels lock")
-            .insert(id.clone(), cancel_tx);
+        let mut queued = Vec::new();
+        for (task, command) in launches {
+            let (cancel_tx, cancel_rx) = oneshot::channel();
+            self.inner
+                .cancels
+                .lock()
+                .expect("cancels lock")
+                .insert((id.clone(), task), cancel_tx);
+            queued.push(Launch {
+                id: id.clone(),
+                task,
+                command,
+                cancel: cancel_rx,
+                limit: Duration::from_secs(resources.child_timeout_secs),
+                max_parallel: plan.as_ref().and_then(|p| p.max_parallel),
+            });
+        }
         self.inner.store.mark(
             &id,
             Mark::new(JobState::Pending, TransitionSource::Agent)
-                .message("queued on this machine")
+                .message(if spec.after.is_empty() {
+                    "queued on this machine".to_string()
+                } else {
+                    let parents: Vec<String> = spec.after.iter().map(ToString::to_string).collect();
+                    format!("queued on this machine after {}", parents.join(", "))
+                })
                 .backend_ref(BackendRef::new(native_id)),
         )?;
-        self.enqueue(Launch {
-            id: id.clone(),
-            command,
-            cancel: cancel_rx,
-            limit: Duration::from_secs(resources.wall.as_secs()),
-        });
+        self.enqueue(queued);
         self.inner.store.get(&id)
     }
 
@@ -333,52 +425,79 @@ impl Backend for LocalBackend {
         let path = Path::new(previous.results_dir.as_str()).join("specs/spec.json");
         let text = fs::read_to_string(&path)
             .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-        let spec = JobSpec::from_json_str(&text)?;
-        self.submit(
-            &spec,
-            SubmitOptions {
-                retry_of: Some(id.clone()),
-                ..SubmitOptions::default()
-            },
-        )
-        .await
+        let mut spec = JobSpec::from_json_str(&text)?;
+        if let Some(failed) = previous.tasks_to_retry() {
+            spec = spec.for_tasks(failed);
+        }
+        let record = self
+            .submit(
+                &spec,
+                SubmitOptions {
+                    retry_of: Some(id.clone()),
+                    ..SubmitOptions::default()
+                },
+            )
+            .await?;
+        // Dependants of the failed attempt wait for this one (the queue follows the
+        // retry chain; the records say so).
+        follow_retry(&*self.inner.store, id, &record.id)?;
+        Ok(record)
     }
 
     async fn status(&self, id: &JobId) -> Result<JobStatus> {
-        let record = self.inner.store.get(id)?;
-        let exit = self
-            .inner
-            .exits
-            .lock()
-            .expect("exits lock")
-            .get(id)
-            .copied()
-            .or((record.state == JobState::Complete).then_some(0));
-        let native = NativeStatus {
-            state: record.state.to_string(),
-            reason: (record.state == JobState::Pending)
-                .then(|| "waiting for a free slot".to_string()),
-            exit_code: exit,
-            nodes: (record.state != JobState::Pending).then(|| "localhost".to_string()),
-            source: "local",
-        };
-        Ok(JobStatus {
-            native: Some(native),
-            record,
-        })
+        Ok(self.status_many(std::slice::from_ref(id)).await?.remove(0))
     }
 
     async fn status_many(&self, ids: &[JobId]) -> Result<Vec<JobStatus>> {
+        let known_ended = self.inner.ended_seen.lock().expect("ended lock").clone();
+        let mut seen_now = Vec::new();
         let mut all = Vec::with_capacity(ids.len());
         for id in ids {
-            all.push(self.status(id).await?);
+            let mut record = self.inner.store.get(id)?;
+            if !record.after.is_empty() && !record.state.is_terminal() {
+                let resolved = resolve_dependencies(&*self.inner.store, &record.after)?;
+                seen_now.extend(
+                    resolved
+                        .iter()
+                        .filter(|r| r.parent.state.is_terminal())
+                        .map(|r| r.parent.id.clone()),
+                );
+                if let Some(why) = never_satisfied(&resolved, &known_ended) {
+                    record = self.end_unsatisfiable(&record, why);
+                }
+            }
+            if record.state.is_terminal() {
+                seen_now.push(record.id.clone());
+            }
+            all.push(self.native_status(record));
         }
+        self.inner
+            .ended_seen
+            .lock()
+            .expect("ended lock")
+            .extend(seen_now);
         Ok(all)
     }
 
     async fn logs(&self, id: &JobId, options: LogOptions) -> Result<String> {
         let record = self.inner.store.get(id)?;
-        let path = Self::log_path(&record, options.stream)
+        match (record.is_array(), options.task) {
+            (true, None) => {
+                return Err(Error::invalid(
+                    "task",
+                    format!("{id} is an array; name the task whose log to read"),
+                ))
+            }
+            (false, Some(_)) => {
+                return Err(Error::invalid(
+                    "task",
+                    format!("{id} is a single job; it has no tasks"),
+                ))
+            }
+            (true, Some(task)) => record.check_tasks(&TaskSet::from_iter([task]))?,
+            (false, None) => {}
+        }
+        let path = Self::log_path(&record, options.task, options.stream)
             .filter(|path| path.exists())
             .ok_or_else(|| {
                 Error::NotFound(format!("{id}: no {} yet", options.stream.file_name()))
@@ -406,7 +525,9 @@ impl Backend for LocalBackend {
                 };
                 let terminal = record.state.is_terminal();
                 let mut chunk = Vec::new();
-                if let Some(Ok(mut file)) = Self::log_path(&record, stream).map(fs::File::open) {
+                if let Some(Ok(mut file)) =
+                    Self::log_path(&record, None, stream).map(fs::File::open)
+                {
                     if file.seek(SeekFrom::Start(offset)).is_ok() {
                         let _ = file.read_to_end(&mut chunk);
                     }
@@ -430,25 +551,23 @@ impl Backend for LocalBackend {
         if record.state.is_terminal() {
             return Ok(record);
         }
-        let sender = self.inner.cancels.lock().expect("cancels lock").remove(id);
-        if let Some(sender) = sender {
-            let (done_tx, done_rx) = oneshot::channel();
-            if sender.send(done_tx).is_ok() {
-                // A waiting job is cancelled where it waits: take it off the queue.
-                let waiting = {
-                    let mut queue = self.inner.queue.lock().expect("queue lock");
-                    let index = queue.waiting.iter().position(|l| &l.id == id);
-                    index.and_then(|i| queue.waiting.remove(i))
-                };
-                if let Some(mut launch) = waiting {
-                    let request = launch.cancel.try_recv().ok();
-                    self.finish(id, Outcome::Canceled(request));
-                }
-                // Answered once the process is gone and the record marked (or dropped
-                // when the job ended by itself first).
-                let _ = done_rx.await;
-            }
-        }
+        let keys: Vec<Key> = match record.is_array() {
+            true => record
+                .tasks
+                .keys()
+                .map(|t| (id.clone(), Some(*t)))
+                .collect(),
+            false => vec![(id.clone(), None)],
+        };
+        self.cancel_keys(&keys).await;
+        self.inner.store.get(id)
+    }
+
+    async fn cancel_tasks(&self, id: &JobId, tasks: &TaskSet) -> Result<JobRecord> {
+        let record = self.inner.store.get(id)?;
+        record.check_tasks(tasks)?;
+        let keys: Vec<Key> = tasks.iter().map(|t| (id.clone(), Some(t))).collect();
+        self.cancel_keys(&keys).await;
         self.inner.store.get(id)
     }
 

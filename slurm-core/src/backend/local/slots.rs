@@ -1,8 +1,9 @@
-//! The slots of a `LocalBackend`: jobs wait for a free slot in submit order, run as a
-//! process group under a supervisor (exit, cancel or wall time), and are marked when
-//! they end.
+//! The slots of a `LocalBackend`: jobs (and array tasks) wait for a free slot in submit
+//! order, their array's maximum in parallel and their dependencies (this queue enforces
+//! them), run as a process group under a supervisor (exit, cancel or child timeout), and
+//! are marked when they end.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use tokio::process::{Child, Command};
@@ -10,26 +11,37 @@ use tokio::sync::oneshot;
 
 use super::{last_lines, LocalBackend};
 use crate::backend::LogStream;
-use crate::classify::{classify_failure, Ending, ErrorClass, LOG_TAIL_LINES};
-use crate::record::{JobId, Mark, TransitionSource};
+use crate::classify::{
+    classify_failure, Ending, ErrorClass, CHILD_TIMEOUT_EXIT, CHILD_TIMEOUT_NOTE, LOG_TAIL_LINES,
+};
+use crate::dependency::{resolve_dependencies, Verdict};
+use crate::record::{JobId, JobRecord, Mark, TaskMark, TransitionSource};
 use crate::state::JobState;
 
 /// A cancel request, answered once the job's process is gone and its record marked.
 pub(super) type CancelRequest = oneshot::Sender<()>;
 
+/// A job, or one task of an array.
+pub(super) type Key = (JobId, Option<u32>);
+
 /// The jobs running and the ones waiting for a slot.
 #[derive(Default)]
 pub(super) struct Queue {
     pub(super) running: usize,
+    /// Tasks running per array.
+    pub(super) running_tasks: HashMap<JobId, usize>,
     pub(super) waiting: VecDeque<Launch>,
 }
 
-/// What it takes to start a job.
+/// What it takes to start a job or an array task.
 pub(super) struct Launch {
     pub(super) id: JobId,
+    pub(super) task: Option<u32>,
     pub(super) command: Command,
     pub(super) cancel: oneshot::Receiver<CancelRequest>,
     pub(super) limit: Duration,
+    /// The array's maximum in parallel.
+    pub(super) max_parallel: Option<u32>,
 }
 
 /// How a job's process ended.
@@ -41,34 +53,132 @@ pub(super) enum Outcome {
 }
 
 impl LocalBackend {
-    /// Queue `launch` and start every job a free slot allows.
-    pub(super) fn enqueue(&self, launch: Launch) {
+    /// Queue `launches` and start every job a free slot allows.
+    pub(super) fn enqueue(&self, launches: Vec<Launch>) {
         self.inner
             .queue
             .lock()
             .expect("queue lock")
             .waiting
-            .push_back(launch);
+            .extend(launches);
         self.start_waiting();
     }
 
-    /// Start waiting jobs while slots are free.
-    fn start_waiting(&self) {
+    /// Whether every dependency of `id` holds now (its parents' latest attempts).
+    fn dependencies_met(&self, id: &JobId) -> bool {
+        let Ok(record) = self.inner.store.get(id) else {
+            return false;
+        };
+        if record.after.is_empty() {
+            return true;
+        }
+        resolve_dependencies(&*self.inner.store, &record.after)
+            .map(|all| all.iter().all(|r| r.verdict == Verdict::Satisfied))
+            .unwrap_or(false)
+    }
+
+    /// Start waiting jobs while slots are free: the first in submit order whose array
+    /// is below its maximum in parallel and whose dependencies hold.
+    pub(super) fn start_waiting(&self) {
+        let mut met: HashMap<JobId, bool> = HashMap::new();
         loop {
             let launch = {
                 let mut queue = self.inner.queue.lock().expect("queue lock");
                 if queue.running >= self.inner.max_running {
                     return;
                 }
-                let Some(launch) = queue.waiting.pop_front() else {
+                let position = queue.waiting.iter().position(|launch| {
+                    let running = queue.running_tasks.get(&launch.id).copied().unwrap_or(0);
+                    let room = launch.max_parallel.is_none_or(|max| running < max as usize);
+                    room && *met
+                        .entry(launch.id.clone())
+                        .or_insert_with(|| self.dependencies_met(&launch.id))
+                });
+                let Some(launch) = position.and_then(|p| queue.waiting.remove(p)) else {
                     return;
                 };
                 queue.running += 1;
+                *queue.running_tasks.entry(launch.id.clone()).or_default() += 1;
                 launch
             };
+            let id = launch.id.clone();
             if !self.start(launch) {
+                self.free_slot(&id);
+            }
+        }
+    }
+
+    /// A job or task ended (or never started): its slot is free.
+    fn free_slot(&self, id: &JobId) {
+        let mut queue = self.inner.queue.lock().expect("queue lock");
+        queue.running = queue.running.saturating_sub(1);
+        if let Some(n) = queue.running_tasks.get_mut(id) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// Cancel the jobs or tasks `keys`: a waiting one is taken off the queue, a running
+    /// one killed; answered once each is marked.
+    pub(super) async fn cancel_keys(&self, keys: &[Key]) {
+        for key in keys {
+            let sender = self.inner.cancels.lock().expect("cancels lock").remove(key);
+            let Some(sender) = sender else { continue };
+            let (done_tx, done_rx) = oneshot::channel();
+            if sender.send(done_tx).is_err() {
+                continue;
+            }
+            let waiting = {
                 let mut queue = self.inner.queue.lock().expect("queue lock");
-                queue.running = queue.running.saturating_sub(1);
+                let index = queue
+                    .waiting
+                    .iter()
+                    .position(|l| l.id == key.0 && l.task == key.1);
+                index.and_then(|i| queue.waiting.remove(i))
+            };
+            if let Some(mut launch) = waiting {
+                let request = launch.cancel.try_recv().ok();
+                self.finish(key, Outcome::Canceled(request));
+            }
+            // Answered once the process is gone and the record marked (or dropped when
+            // the job ended by itself first).
+            let _ = done_rx.await;
+        }
+    }
+
+    /// End the waiting dependant `record` whose dependency can never hold: off the
+    /// queue, ERROR (program: a retry would wait for the same parent) saying why.
+    pub(super) fn end_unsatisfiable(&self, record: &JobRecord, why: String) -> JobRecord {
+        let removed: Vec<Launch> = {
+            let mut queue = self.inner.queue.lock().expect("queue lock");
+            let (gone, kept): (Vec<Launch>, Vec<Launch>) =
+                queue.waiting.drain(..).partition(|l| l.id == record.id);
+            queue.waiting = kept.into();
+            gone
+        };
+        for launch in &removed {
+            self.inner
+                .cancels
+                .lock()
+                .expect("cancels lock")
+                .remove(&(launch.id.clone(), launch.task));
+        }
+        let mark = Mark::new(JobState::Error, TransitionSource::Poll)
+            .message(why.clone())
+            .err_class(ErrorClass::Program);
+        let mark = removed
+            .iter()
+            .filter_map(|l| l.task)
+            .fold(mark, |mark, task| {
+                let mut task_mark = TaskMark::new(JobState::Error);
+                task_mark.err_class = Some(ErrorClass::Program);
+                task_mark.message = Some(why.clone());
+                mark.task(task, task_mark)
+            });
+        match self.inner.store.mark(&record.id, mark) {
+            Ok(updated) => updated,
+            Err(error) => {
+                tracing::warn!(job = %record.id, %error, "cannot record an unsatisfiable dependency");
+                record.clone()
             }
         }
     }
@@ -78,29 +188,38 @@ impl LocalBackend {
     fn start(&self, launch: Launch) -> bool {
         let Launch {
             id,
+            task,
             mut command,
             mut cancel,
             limit,
+            ..
         } = launch;
+        let key = (id, task);
         if let Ok(request) = cancel.try_recv() {
-            self.finish(&id, Outcome::Canceled(Some(request)));
+            self.finish(&key, Outcome::Canceled(Some(request)));
             return false;
         }
         match command.spawn() {
             Ok(child) => {
-                let started = self.inner.store.mark(
-                    &id,
-                    Mark::new(JobState::Running, TransitionSource::Poll)
-                        .message(format!("started as pid {}", child.id().unwrap_or_default())),
-                );
-                if let Err(error) = started {
-                    tracing::warn!(job = %id, %error, "cannot record the start of a local job");
+                let message = format!("started as pid {}", child.id().unwrap_or_default());
+                let mut mark = Mark::new(JobState::Running, TransitionSource::Poll);
+                match key.1 {
+                    Some(task) => {
+                        let mut task_mark = TaskMark::new(JobState::Running);
+                        task_mark.message = Some(message);
+                        task_mark.nodes = Some(vec!["localhost".to_string()]);
+                        mark = mark.task(task, task_mark);
+                    }
+                    None => mark = mark.message(message).nodes(vec!["localhost".to_string()]),
                 }
-                tokio::spawn(self.clone().supervise(id, child, cancel, limit));
+                if let Err(error) = self.inner.store.mark(&key.0, mark) {
+                    tracing::warn!(job = %key.0, %error, "cannot record the start of a local job");
+                }
+                tokio::spawn(self.clone().supervise(key, child, cancel, limit));
                 true
             }
             Err(e) => {
-                self.finish(&id, Outcome::Lost(format!("bash did not start: {e}")));
+                self.finish(&key, Outcome::Lost(format!("bash did not start: {e}")));
                 false
             }
         }
@@ -109,7 +228,7 @@ impl LocalBackend {
     /// Wait for the job's process, a cancel or the wall time; then mark the record.
     async fn supervise(
         self,
-        id: JobId,
+        key: Key,
         mut child: Child,
         mut cancel: oneshot::Receiver<CancelRequest>,
         limit: Duration,
@@ -128,16 +247,14 @@ impl LocalBackend {
                 Outcome::TimedOut
             }
         };
-        self.finish(&id, outcome);
-        {
-            let mut queue = self.inner.queue.lock().expect("queue lock");
-            queue.running = queue.running.saturating_sub(1);
-        }
+        self.finish(&key, outcome);
+        self.free_slot(&key.0);
         self.start_waiting();
     }
 
-    /// Record how job `id` ended and answer a cancel that asked for it.
-    pub(super) fn finish(&self, id: &JobId, outcome: Outcome) {
+    /// Record how job or task `key` ended and answer a cancel that asked for it.
+    pub(super) fn finish(&self, key: &Key, outcome: Outcome) {
+        let (id, task) = (&key.0, key.1);
         let mark = match &outcome {
             Outcome::Exited(Some(0)) => {
                 Mark::new(JobState::Complete, TransitionSource::Poll).message("exit 0")
@@ -148,13 +265,13 @@ impl LocalBackend {
                         .exits
                         .lock()
                         .expect("exits lock")
-                        .insert(id.clone(), *code);
+                        .insert(key.clone(), *code);
                 }
                 let class = match self.inner.store.get(id) {
                     Ok(record) => {
                         let mut tail = String::new();
                         for stream in [LogStream::Out, LogStream::Err] {
-                            if let Some(path) = Self::log_path(&record, stream) {
+                            if let Some(path) = Self::log_path(&record, task, stream) {
                                 tail.push_str(&last_lines(&path, LOG_TAIL_LINES));
                             }
                         }
@@ -172,17 +289,38 @@ impl LocalBackend {
             Outcome::Canceled(_) => {
                 Mark::new(JobState::Canceled, TransitionSource::User).message("cancelled")
             }
-            Outcome::TimedOut => Mark::new(JobState::Error, TransitionSource::Poll)
-                .message("the wall time was reached")
-                .err_class(ErrorClass::Program),
+            Outcome::TimedOut => {
+                self.inner
+                    .exits
+                    .lock()
+                    .expect("exits lock")
+                    .insert(key.clone(), CHILD_TIMEOUT_EXIT);
+                Mark::new(JobState::Error, TransitionSource::Poll)
+                    .message(format!("exit {CHILD_TIMEOUT_EXIT}: {CHILD_TIMEOUT_NOTE}"))
+                    .err_class(ErrorClass::Program)
+            }
             Outcome::Lost(why) => Mark::new(JobState::Error, TransitionSource::Poll)
                 .message(format!("lost the process: {why}"))
                 .err_class(ErrorClass::Infra),
         };
+        let mark = match task {
+            // A task's end is a task mark; the array's state follows from its tasks.
+            Some(task) => Mark::new(mark.state, mark.source).task(
+                task,
+                TaskMark {
+                    state: mark.state,
+                    err_class: mark.err_class,
+                    message: mark.message,
+                    nodes: None,
+                    node_fault: false,
+                },
+            ),
+            None => mark,
+        };
         if let Err(error) = self.inner.store.mark(id, mark) {
             tracing::warn!(job = %id, %error, "cannot record the end of a local job");
         }
-        self.inner.cancels.lock().expect("cancels lock").remove(id);
+        self.inner.cancels.lock().expect("cancels lock").remove(key);
         if let Outcome::Canceled(Some(done)) = outcome {
             let _ = done.send(());
         }

@@ -192,10 +192,51 @@ impl SlurmIdField {
         self.array.is_none() && self.het.is_none() && self.step.is_none()
     }
 
+    /// Whether the row describes job `job` itself (`task` None) or its array task
+    /// `task`: that task's own row (`123_4`) or a pending range holding it
+    /// (`123_[4-9%2]`); never a step or het component.
+    pub(crate) fn describes(&self, job: SlurmJobId, task: Option<u32>) -> bool {
+        if self.job != job || self.het.is_some() || self.step.is_some() {
+            return false;
+        }
+        match (task, &self.array) {
+            (None, None) => true,
+            (Some(t), Some(ArrayPart::Task(own))) => *own == t,
+            (Some(t), Some(ArrayPart::Pending(range))) => range_holds(range, t),
+            _ => false,
+        }
+    }
+
+    /// Whether the row is a step of job `job` itself or of its array task `task`.
+    pub(crate) fn is_step_of(&self, job: SlurmJobId, task: Option<u32>) -> bool {
+        let own = match (&self.array, task) {
+            (None, None) => true,
+            (Some(ArrayPart::Task(own)), Some(t)) => *own == t,
+            _ => false,
+        };
+        self.job == job && self.het.is_none() && self.step.is_some() && own
+    }
+
     /// Whether the row describes a step (`.batch`, `.extern`, `.0`, ...).
     pub(crate) fn is_step(&self) -> bool {
         self.step.is_some()
     }
+}
+
+/// Whether a pending array range (`4-9%2`, `1,3,5-7`, `0-15:4`) holds task `task`.
+pub(crate) fn range_holds(range: &str, task: u32) -> bool {
+    let list = range.split('%').next().unwrap_or("");
+    list.split(',').any(|part| {
+        let (span, step) = match part.split_once(':') {
+            Some((span, step)) => (span, step.parse::<u32>().unwrap_or(1).max(1)),
+            None => (part, 1),
+        };
+        let (low, high) = span.split_once('-').unwrap_or((span, span));
+        match (low.parse::<u32>(), high.parse::<u32>()) {
+            (Ok(low), Ok(high)) => task >= low && task <= high && (task - low).is_multiple_of(step),
+            _ => false,
+        }
+    })
 }
 
 impl fmt::Display for SlurmIdField {
@@ -274,6 +315,27 @@ mod tests {
         ] {
             assert!(SlurmIdField::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn rows_describe_a_job_or_one_of_its_tasks() {
+        let job = SlurmJobId::new(123).unwrap();
+        let row = |t: &str| SlurmIdField::parse(t).unwrap();
+        assert!(row("123").describes(job, None));
+        assert!(!row("123").describes(job, Some(1)));
+        assert!(row("123_4").describes(job, Some(4)));
+        assert!(!row("123_4").describes(job, Some(5)));
+        assert!(!row("123_4").describes(job, None));
+        assert!(row("123_[4-9%2]").describes(job, Some(7)));
+        assert!(!row("123_[4-9%2]").describes(job, Some(3)));
+        assert!(row("123_[1,3,10-12]").describes(job, Some(11)));
+        assert!(row("123_[0-15:4]").describes(job, Some(8)));
+        assert!(!row("123_[0-15:4]").describes(job, Some(9)));
+        assert!(!row("123_4.batch").describes(job, Some(4)));
+        assert!(row("123_4.batch").is_step_of(job, Some(4)));
+        assert!(!row("123_4.batch").is_step_of(job, None));
+        assert!(row("123.batch").is_step_of(job, None));
+        assert!(!row("124_4").describes(job, Some(4)));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 pub(crate) mod errors;
 pub(crate) mod id;
+pub(crate) mod nodelist;
 pub(crate) mod sacct;
 pub(crate) mod sbatch;
 pub(crate) mod scontrol;
@@ -14,7 +15,8 @@ pub(crate) mod squeue;
 pub(crate) use errors::{is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error};
 pub(crate) use id::SlurmIdField;
 pub use id::SlurmJobId;
-pub(crate) use sacct::{parse_sacct, resolve_newest, SacctRow, SACCT_FORMAT};
+pub(crate) use nodelist::expand_nodelist;
+pub(crate) use sacct::{parse_sacct, resolve_newest_of, SacctRow, SACCT_FORMAT};
 pub(crate) use sbatch::{parse_sbatch_parsable, SbatchOutcome};
 pub(crate) use scontrol::parse_scontrol_show_job;
 pub(crate) use squeue::{parse_squeue, SQUEUE_FORMAT};

@@ -134,9 +134,19 @@ fn parse_time(text: &str) -> std::result::Result<Option<NaiveDateTime>, String> 
 /// the one with the latest submit time and, among equal submit times, the one
 /// printed last (sacct prints older records first). Start times are not used: a
 /// requeued row still waiting has none, yet it is the newest.
+#[cfg(test)]
 pub(crate) fn resolve_newest(rows: &[SacctRow], id: SlurmJobId) -> Option<&SacctRow> {
+    resolve_newest_of(rows, id, None)
+}
+
+/// [`resolve_newest`] for job `id` itself (`task` None) or its array task `task`.
+pub(crate) fn resolve_newest_of(
+    rows: &[SacctRow],
+    id: SlurmJobId,
+    task: Option<u32>,
+) -> Option<&SacctRow> {
     rows.iter()
-        .filter(|r| r.id.job == id && r.id.is_job_itself())
+        .filter(|r| r.id.describes(id, task))
         .max_by_key(|r| (r.submit, r.position))
 }
 
