@@ -69,6 +69,8 @@ pub(super) struct Inner<T, R, S> {
     pub(super) preflight_once: tokio::sync::Mutex<()>,
     /// Held while a submit-time NCCL probe runs, so concurrent submits probe once.
     pub(super) probe_once: tokio::sync::Mutex<()>,
+    /// The secret values this backend submitted (never stored): logs are redacted of them.
+    pub(super) secrets: Mutex<crate::redact::SecretRegistry>,
 }
 
 /// A partition as `scontrol show partition` describes it.
@@ -130,7 +132,18 @@ where
                 cache: Mutex::new(Cache::default()),
                 preflight_once: tokio::sync::Mutex::new(()),
                 probe_once: tokio::sync::Mutex::new(()),
+                secrets: Mutex::new(crate::redact::SecretRegistry::new()),
             }),
+        }
+    }
+
+    /// Remember the values of `secrets` for log redaction (in memory only).
+    pub(super) fn remember_secrets(&self, secrets: &crate::redact::SecretRegistry) {
+        let mut known = self.inner.secrets.lock().expect("secrets lock");
+        for (name, value) in secrets.entries() {
+            if !known.entries().any(|(_, v)| v == value) {
+                known.register(name, value);
+            }
         }
     }
 
