@@ -34,6 +34,12 @@ pub struct Harness {
 
 /// A backend on the test bed with its own record folder.
 pub fn harness() -> Harness {
+    harness_with_reconcile_wait(Duration::from_secs(15))
+}
+
+/// [`harness`] whose submits keep settling an unknown outcome for up to `wait` (a test
+/// that stops the controller for longer than the default).
+pub fn harness_with_reconcile_wait(wait: Duration) -> Harness {
     let testbed = testbed_env();
     let ssh = Ssh2Transport::new(
         Ssh2TransportBuilder::from_lookup(testbed.lookup()).expect("test bed ssh settings"),
@@ -45,7 +51,7 @@ pub fn harness() -> Harness {
         .with_env_from(testbed.lookup())
         .with_state_dir(records.path())
         .with_poll_interval(Duration::from_millis(500))
-        .with_reconcile_wait(Duration::from_secs(15))
+        .with_reconcile_wait(wait)
         .build()
         .expect("test bed backend config");
     let store = FileRecordStore::new(records.path()).expect("record store");

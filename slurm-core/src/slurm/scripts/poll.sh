@@ -13,6 +13,7 @@
 live=$1
 shift
 awk -v dir="$frame_dir" '{ print $2 > (dir "/all." $1); if ($3 == 1) print $2 > (dir "/run." $1) }'
+# shellcheck disable=SC2317 # runs through `part`
 # chunked FILE CMD ARGS...: CMD ARGS --jobs=ID,ID,... for every 2000 ids of FILE; the
 # first failure's status.
 chunked() {

@@ -16,11 +16,13 @@
 wait=$1 since=$2
 list=$frame_dir/settle.list
 cat >"$list"
+# shellcheck disable=SC2317 # the functions below run through `part`
 hex() { local text; text=$(od -An -v -tx1 -- "$1" 2>/dev/null | tr -d ' \n'); printf '%s' "${text:--}"; }
+# shellcheck disable=SC2317 # runs through `part`
 fence() {
   local folder name attempts n d deadline fenced_all
   while IFS=$'\t' read -r folder name attempts; do
-    [ -n "$name" ] && [ "${attempts:-0}" -gt 0 ] 2>/dev/null || continue
+    if [ -z "$name" ] || ! [ "${attempts:-0}" -gt 0 ] 2>/dev/null; then continue; fi
     mkdir -p -- "$folder" 2>/dev/null
     fenced_all=1
     for ((n = 1; n <= attempts; n++)); do
@@ -45,6 +47,7 @@ fence() {
   done <"$list"
 }
 mapfile -t names < <(cut -f2 -- "$list")
+# shellcheck disable=SC2317 # runs through `part`
 # by_names CMD ARGS...: CMD ARGS --name=N1,N2,... for every 100 names; the first failure's status.
 by_names() {
   local rc=0 i chunk
