@@ -34,7 +34,7 @@
 //! - `3` the remote side or the connection failed: Connect, Auth, HostKey, Transport,
 //!   Remote, Timeout, Ambiguous (a submit a person must settle), Parse of the
 //!   cluster's output, and a failed `ssh` preflight check.
-//! - `4` `watch` saw a job end ERROR or CANCELED (after its retries).
+//! - `4` `watch` saw a job end ERROR, CANCELED or NOT_SUBMITTED (after its retries).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{IsTerminal, Write};
@@ -61,7 +61,7 @@ type Slurm = SlurmBackend<Arc<dyn Transport>, HandlebarsRenderer, FileRecordStor
     name = "slurmctl",
     version,
     about = "Run GPU jobs on a SLURM cluster over SSH: preflight, submit, status, watch, logs, cancel.",
-    after_help = "Exit status: 0 success; 2 bad input or configuration; 3 remote or connection failure; 4 watch saw ERROR or CANCELED."
+    after_help = "Exit status: 0 success; 2 bad input or configuration; 3 remote or connection failure; 4 watch saw ERROR, CANCELED or NOT_SUBMITTED."
 )]
 struct Cli {
     #[command(flatten)]
@@ -135,7 +135,7 @@ enum Cmd {
         #[arg(required = true)]
         ids: Vec<String>,
     },
-    /// Follow jobs until each is terminal; exit 4 when one ends ERROR or CANCELED.
+    /// Follow jobs until each is terminal; exit 4 when one ends ERROR, CANCELED or NOT_SUBMITTED.
     Watch {
         /// Record ids.
         #[arg(required = true)]
@@ -397,7 +397,7 @@ async fn run(cli: &Cli, out: &Out) -> slurm_run::Result<u8> {
     }
 }
 
-/// Follow `ids` to the end; 4 when one ended ERROR or CANCELED.
+/// Follow `ids` to the end; 4 when one ended ERROR, CANCELED or NOT_SUBMITTED.
 async fn watch(
     backend: &Slurm,
     ids: &[JobId],

@@ -67,7 +67,11 @@ async fn assert_no_secret_left(h: &Harness, id: &slurm_core::JobId, canary: &str
             .arg(record.results_dir.as_str()),
     )
     .await;
-    assert_eq!(found.trim(), "", "the secret of {id} is still at rest in: {found}");
+    assert_eq!(
+        found.trim(),
+        "",
+        "the secret of {id} is still at rest in: {found}"
+    );
     assert!(
         !record.secrets_staged,
         "{id}: the sidecar's removal was not confirmed"
@@ -141,7 +145,10 @@ async fn secrets_are_gone_after_a_refusal_a_cancel_a_dependency_and_a_completion
     let status = wait_terminal(&h.backend, &done.id, 120).await;
     assert_eq!(status.state(), JobState::Complete, "{:?}", status.native);
     let out = main_out(&h, &status.record).await;
-    assert!(out.contains(&digest(&secret)), "the job had its secret: {out}");
+    assert!(
+        out.contains(&digest(&secret)),
+        "the job had its secret: {out}"
+    );
     assert_no_secret_left(&h, &done.id, &secret).await;
 }
 
@@ -184,15 +191,17 @@ async fn a_requeued_run_still_gets_its_secrets_and_a_node_failure_leaves_none() 
     admin(
         &h.testbed,
         "scontrol",
-        &[
-            "requeue",
-            &running.native_id().unwrap().to_string(),
-        ],
+        &["requeue", running.native_id().unwrap()],
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
     start_now(&h, &running.record);
     let status = wait_terminal(&h.backend, &requeued.id, 180).await;
-    assert_eq!(status.state(), JobState::Complete, "{:?}", status.record.history);
+    assert_eq!(
+        status.state(),
+        JobState::Complete,
+        "{:?}",
+        status.record.history
+    );
     let out = main_out(&h, &status.record).await;
     let runs: Vec<&str> = out.lines().filter(|l| l.starts_with("run ")).collect();
     assert_eq!(runs.len(), 2, "two runs: {out}");
@@ -240,7 +249,12 @@ async fn a_requeued_run_still_gets_its_secrets_and_a_node_failure_leaves_none() 
     tokio::time::sleep(Duration::from_secs(3)).await;
     start_now(&h, &again_running.record);
     let status = wait_terminal(&h.backend, &again.id, 180).await;
-    assert_eq!(status.state(), JobState::Complete, "{:?}", status.record.history);
+    assert_eq!(
+        status.state(),
+        JobState::Complete,
+        "{:?}",
+        status.record.history
+    );
     let out = main_out(&h, &status.record).await;
     assert!(
         out.lines()
@@ -277,7 +291,8 @@ async fn with_slurmdbd_stopped_submits_work_and_unknown_outcomes_wait_for_it() {
     // answers "no job" but sacct cannot; could-not-ask is never "no job".
     let spec = small_spec("dbd-unknown", "true");
     let id = slurm_core::JobId::mint_for(&spec);
-    let root = slurm_core::storage::RemotePath::parse(h.testbed.get("SLURM_BASE_RESULTS_DIR")).unwrap();
+    let root =
+        slurm_core::storage::RemotePath::parse(h.testbed.get("SLURM_BASE_RESULTS_DIR")).unwrap();
     let mut record = JobRecord::new(id.clone(), &spec, root.join(id.as_str()).unwrap()).unwrap();
     record.submit_attempts = Some(1);
     record.submitted_at -= chrono::Duration::seconds(30);
@@ -372,8 +387,14 @@ async fn a_job_that_rewrites_its_spec_is_retried_with_the_spec_the_client_kept()
     )
     .await;
     assert!(staged.contains("./files/data.txt"), "{staged}");
-    assert!(!staged.contains("id_ed25519"), "the private key was staged: {staged}");
-    assert!(!staged.contains("./env/"), "an environment secret was staged: {staged}");
+    assert!(
+        !staged.contains("id_ed25519"),
+        "the private key was staged: {staged}"
+    );
+    assert!(
+        !staged.contains("./env/"),
+        "an environment secret was staged: {staged}"
+    );
     let first = h.backend.record(&first.id).unwrap();
     assert_eq!(first.retried_as.as_ref(), Some(&retry.id));
 }
@@ -407,7 +428,10 @@ async fn two_slurmctl_watchers_retry_an_infra_failure_once() {
         Duration::from_secs(120),
     );
     submitted.expect_code(0);
-    let id = submitted.json_lines()[0]["id"].as_str().unwrap().to_string();
+    let id = submitted.json_lines()[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     // Two watchers, two processes, one record folder.
     let watchers: Vec<_> = (0..2)
         .map(|_| {
@@ -437,4 +461,45 @@ async fn two_slurmctl_watchers_retry_an_infra_failure_once() {
     assert_eq!(first.retried_as.as_ref(), Some(&retries[0].id));
     assert_eq!(jobs_named(&h, retries[0].id.as_str()).await.len(), 1);
     assert_eq!(jobs_named(&h, &id).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_of_twenty_thousand_ids_works() {
+    // Issue 11, item 12: 20,000 ids as one argument (~140 KB) were over Linux's 128 KiB
+    // limit for one argument; they travel on stdin, in chunks, to the real squeue and sacct.
+    let _cluster = cluster::shared().await;
+    let h = harness();
+    let real = h
+        .backend
+        .submit(&small_spec("many-ids", "true"), SubmitOptions::default())
+        .await
+        .unwrap();
+    let real_id: u64 = real
+        .backend_ref
+        .as_ref()
+        .unwrap()
+        .native_id
+        .parse()
+        .unwrap();
+    wait_terminal(&h.backend, &real.id, 120).await;
+    let mut ids: Vec<slurm_core::slurm::SlurmJobId> = (9_000_000..9_019_999)
+        .map(|n| slurm_core::slurm::SlurmJobId::new(n).unwrap())
+        .collect();
+    ids.push(slurm_core::slurm::SlurmJobId::new(real_id).unwrap());
+    let command = slurm_core::testing::poll_command(&ids).unwrap();
+    let started = std::time::Instant::now();
+    let output = slurm_core::transport::Transport::run(&h.transport, &command)
+        .await
+        .expect("the poll runs");
+    let parts = slurm_core::transport::round_trip::split(&output, 2).unwrap();
+    assert!(parts[0].success(), "squeue: {}", parts[0].stderr_text());
+    assert!(parts[1].success(), "sacct: {}", parts[1].stderr_text());
+    assert!(
+        parts[1]
+            .stdout_text()
+            .lines()
+            .any(|l| l.starts_with(&format!("{real_id}|"))),
+        "sacct answered for the real job among 20,000 ids"
+    );
+    println!("a poll of {} ids took {:?}", ids.len(), started.elapsed());
 }

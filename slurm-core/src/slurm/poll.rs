@@ -65,7 +65,7 @@ pub(super) fn slurm_job(record: &JobRecord) -> Result<Option<Key>> {
 /// One poll of every cluster in `groups` (see `poll.sh`): per cluster squeue for its
 /// ids, then sacct for those squeue cannot settle; `running` are the ids whose records
 /// are RUNNING. The ids travel on standard input, so any number of them fits.
-fn poll_command(
+pub(crate) fn poll_command(
     groups: &BTreeMap<Option<String>, Vec<SlurmJobId>>,
     running: &BTreeSet<SlurmJobId>,
 ) -> Result<Command> {

@@ -217,8 +217,12 @@ impl Testbed {
             other => panic!("unknown daemon {other}"),
         };
         match output {
-            Ok(out) if daemon == "slurmctld" => String::from_utf8_lossy(&out.stdout).contains("is UP"),
-            Ok(out) => out.status.success() && !String::from_utf8_lossy(&out.stderr).contains("error"),
+            Ok(out) if daemon == "slurmctld" => {
+                String::from_utf8_lossy(&out.stdout).contains("is UP")
+            }
+            Ok(out) => {
+                out.status.success() && !String::from_utf8_lossy(&out.stderr).contains("error")
+            }
             Err(_) => false,
         }
     }
