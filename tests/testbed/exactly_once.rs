@@ -503,3 +503,61 @@ async fn a_poll_of_twenty_thousand_ids_works() {
     );
     println!("a poll of {} ids took {:?}", ids.len(), started.elapsed());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slurmctl_shows_an_unsettled_submit_plainly() {
+    // Issue 11, item 2: a record whose submitter died, and one whose settle could not
+    // ask the scheduler (with the jobs it saw), as `slurmctl records` shows them.
+    let _cluster = cluster::shared().await;
+    let state = tempfile::tempdir().unwrap();
+    let store = slurm_core::FileRecordStore::new(state.path()).unwrap();
+    let root = slurm_core::storage::RemotePath::parse("/shared/results").unwrap();
+    let spec = small_spec("orphaned", "true");
+    let orphan = slurm_core::JobId::mint_for(&spec);
+    let mut record =
+        JobRecord::new(orphan.clone(), &spec, root.join(orphan.as_str()).unwrap()).unwrap();
+    record.submitted_at -= chrono::Duration::minutes(3);
+    store.open(&record).unwrap();
+    let waiting = slurm_core::JobId::mint_for(&spec);
+    let mut record =
+        JobRecord::new(waiting.clone(), &spec, root.join(waiting.as_str()).unwrap()).unwrap();
+    record.unsettled =
+        Some("the scheduler could not be asked: sacct: Problem talking to the database".into());
+    record.candidates = vec![slurm_core::record::BackendRef::new("4711")];
+    store.open(&record).unwrap();
+
+    let env = ctl_env(state.path());
+    let text = run(
+        &example("slurmctl"),
+        &["records"],
+        &env,
+        Duration::from_secs(60),
+    );
+    text.expect_code(0);
+    assert!(
+        text.stdout.contains("submit not settled since"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout
+            .contains(&format!("`slurmctl status {orphan}` settles it")),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.contains("?4711"), "{}", text.stdout);
+    let json = run(
+        &example("slurmctl"),
+        &["--json", "records"],
+        &env,
+        Duration::from_secs(60),
+    );
+    let lines = json.expect_code(0).json_lines();
+    let line = lines.iter().find(|l| l["id"] == waiting.as_str()).unwrap();
+    assert_eq!(line["state"], "SUBMITTING");
+    assert!(line["unsettled"]
+        .as_str()
+        .unwrap()
+        .contains("Problem talking"));
+    assert_eq!(line["candidates"][0], "4711");
+}

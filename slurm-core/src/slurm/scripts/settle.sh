@@ -41,7 +41,7 @@ fence() {
       fi
     done
     if [ "$fenced_all" = 1 ] && [ -d "$folder" ]; then
-      rm -f -- "$folder/env/job_$name.env"
+      rm -rf -- "$folder/env"
       [ -e "$folder/env/job_$name.env" ] || echo "$name forgot"
     fi
   done <"$list"
