@@ -112,7 +112,7 @@ where
         // The lease tells `status` elsewhere not to settle this record while it is submitted.
         let _lease = self.inner.store.submit_lease(&id)?;
         self.inner.store.open(&prepared.record)?;
-        self.remember_secrets(&secrets);
+        self.remember_secrets(&id, &secrets);
         tracing::info!(job = %id, "record opened; submitting");
         if let Some(previous) = &previous {
             if let RetryClaim::Taken(winner) = claim_retry(&self.inner.store, &previous.id, &id)? {
@@ -186,11 +186,20 @@ where
             }
         };
         let spec = previous.spec_for_retry(cluster_copy.as_deref())?;
+        // The secrets' values this backend submitted the failed record with (kept in
+        // memory only), else this process's environment.
+        let secret_values = self
+            .inner
+            .submitted_secrets
+            .lock()
+            .expect("secrets lock")
+            .get(id)
+            .cloned();
         self.submit_job(
             &spec,
             SubmitOptions {
                 retry_of: Some(id.clone()),
-                ..SubmitOptions::default()
+                secret_values,
             },
             self.inner.config.submit.clone(),
         )

@@ -1425,3 +1425,56 @@ async fn following_a_large_log_reads_bounded_chunks_from_the_last_offset() {
     );
     assert!(starts[3..].iter().all(|o| *o == size), "{starts:?}");
 }
+
+#[tokio::test]
+async fn a_retry_gets_the_secret_values_its_first_submit_was_given() {
+    // Values given in `SubmitOptions::secret_values` (not in the environment) reach the
+    // retry a watch makes, from memory; the record holds only their names.
+    let mut remote = MockRemote::new();
+    let sidecars = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = std::sync::Arc::clone(&sidecars);
+    remote.expect_run().withf(is_submit).returning(move |c| {
+        let mut archive = tar::Archive::new(c.stdin_bytes().unwrap());
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            if entry
+                .path()
+                .unwrap()
+                .display()
+                .to_string()
+                .contains("/env/")
+            {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut entry, &mut text).unwrap();
+                seen.lock().unwrap().push(text);
+            }
+        }
+        Ok(output(0, "321\n", ""))
+    });
+    let backend = backend(remote);
+    let mut spec = JobSpec::new("secret-retry", "true");
+    spec.secrets = vec!["SLURM_RUN_TEST_ONLY_IN_OPTIONS".into()];
+    let options = SubmitOptions {
+        secret_values: Some(
+            [(
+                "SLURM_RUN_TEST_ONLY_IN_OPTIONS".to_string(),
+                "opt-secret-value".to_string(),
+            )]
+            .into(),
+        ),
+        ..SubmitOptions::default()
+    };
+    let first = backend.submit(&spec, options).await.unwrap();
+    backend
+        .store()
+        .mark(
+            &first.id,
+            crate::record::Mark::new(JobState::Error, crate::record::TransitionSource::Poll)
+                .err_class(crate::classify::ErrorClass::Infra),
+        )
+        .unwrap();
+    backend.resubmit(&first.id).await.unwrap();
+    let sidecars = sidecars.lock().unwrap();
+    assert_eq!(sidecars.len(), 2);
+    assert!(sidecars[1].contains("opt-secret-value"), "{}", sidecars[1]);
+}
