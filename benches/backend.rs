@@ -195,15 +195,19 @@ async fn main() {
     let mut library = Vec::new();
     let mut bare = Vec::new();
     let mut spec = backend::small_spec("benchsubmit", "true");
-    spec.extra_sbatch = vec!["--hold".into()];
+    spec.extra_sbatch = vec!["--begin=now+1hour".into()];
     let warm = h
         .backend
         .submit(&spec, SubmitOptions::default())
         .await
         .unwrap();
     let mut submitted = vec![SlurmJobId::parse(&warm.backend_ref.unwrap().native_id).unwrap()];
-    let bare_command =
-        Command::new("sbatch").args(["--parsable", "--hold", "--output=/dev/null", "--wrap=true"]);
+    let bare_command = Command::new("sbatch").args([
+        "--parsable",
+        "--begin=now+1hour",
+        "--output=/dev/null",
+        "--wrap=true",
+    ]);
     for _ in 0..15 {
         let start = Instant::now();
         let record = h

@@ -39,7 +39,7 @@
 //! - `3` the remote side or the connection failed: Connect, Auth, HostKey, Transport,
 //!   Remote, Timeout, Ambiguous (a submit a person must settle), Parse of the
 //!   cluster's output, and a failed `ssh` preflight check.
-//! - `4` `watch` saw a job end ERROR or CANCELED (after its retries).
+//! - `4` `watch` saw a job end ERROR, CANCELED or NOT_SUBMITTED (after its retries).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{IsTerminal, Write};
@@ -68,7 +68,7 @@ type Slurm = SlurmBackend<Arc<dyn Transport>, HandlebarsRenderer, FileRecordStor
     name = "slurmctl",
     version,
     about = "Run GPU jobs on a SLURM cluster over SSH: preflight, submit, status, watch, logs, cancel.",
-    after_help = "Exit status: 0 success; 2 bad input or configuration; 3 remote or connection failure; 4 watch saw ERROR or CANCELED."
+    after_help = "Exit status: 0 success; 2 bad input or configuration; 3 remote or connection failure; 4 watch saw ERROR, CANCELED or NOT_SUBMITTED."
 )]
 struct Cli {
     #[command(flatten)]
@@ -148,7 +148,7 @@ enum Cmd {
         #[arg(required = true)]
         ids: Vec<String>,
     },
-    /// Follow jobs until each is terminal; exit 4 when one ends ERROR or CANCELED.
+    /// Follow jobs until each is terminal; exit 4 when one ends ERROR, CANCELED or NOT_SUBMITTED.
     Watch {
         /// Record ids.
         #[arg(required = true)]
@@ -491,7 +491,7 @@ async fn run(cli: &Cli, out: &Out) -> slurm_run::Result<u8> {
     }
 }
 
-/// Follow `ids` to the end; 4 when one ended ERROR or CANCELED.
+/// Follow `ids` to the end; 4 when one ended ERROR, CANCELED or NOT_SUBMITTED.
 async fn watch(
     backend: &Slurm,
     ids: &[JobId],
@@ -562,7 +562,10 @@ async fn watch(
     let mut finals = Vec::new();
     for record in latest.values() {
         let record = backend.record(&record.id)?;
-        failed |= matches!(record.state, JobState::Error | JobState::Canceled);
+        failed |= matches!(
+            record.state,
+            JobState::Error | JobState::Canceled | JobState::NotSubmitted
+        );
         finals.push(record);
     }
     if out.json {
@@ -703,6 +706,8 @@ fn job_json(record: &JobRecord, native: Option<&NativeStatus>) -> Value {
         "exit_code": native.and_then(|n| n.exit_code),
         "nodes": native.and_then(|n| n.nodes.clone()),
         "message": record.history.last().and_then(|t| t.message.clone()),
+        "unsettled": unsettled_note(record),
+        "candidates": record.candidates.iter().map(|r| r.native_id.clone()).collect::<Vec<_>>(),
         "submitted_at": record.submitted_at,
         "updated_at": record.updated_at,
     })
@@ -722,6 +727,37 @@ fn task_json(record: &JobRecord, index: u32, native: Option<&NativeStatus>) -> V
     object["message"] = json!(task.message);
     object["task_nodes"] = json!(task.nodes);
     object
+}
+
+/// For a SUBMITTING record whose submit is not settled (its outcome was lost, or its
+/// submitter died): what is known, and how to settle it; `None` otherwise.
+fn unsettled_note(record: &JobRecord) -> Option<String> {
+    if record.state != JobState::Submitting {
+        return None;
+    }
+    let age = chrono::Utc::now().signed_duration_since(record.submitted_at);
+    if record.unsettled.is_none() && age < chrono::Duration::seconds(5) {
+        return None;
+    }
+    let mut note = match &record.unsettled {
+        Some(why) => format!("submit not settled: {why}"),
+        None => format!(
+            "submit not settled since {} (its submitter stopped before the scheduler answered)",
+            record
+                .submitted_at
+                .with_timezone(&chrono::Local)
+                .format("%H:%M:%S")
+        ),
+    };
+    if !record.candidates.is_empty() {
+        let ids: Vec<String> = record.candidates.iter().map(|r| r.to_string()).collect();
+        note.push_str(&format!(
+            "; SLURM jobs seen with its name: {}",
+            ids.join(", ")
+        ));
+    }
+    note.push_str(&format!("; `slurmctl status {}` settles it", record.id));
+    Some(note)
 }
 
 fn logs_json(record: &JobRecord, stream: LogStream, text: &str) -> Value {
@@ -778,7 +814,7 @@ impl Out {
         let code = match state {
             JobState::Complete => "32",
             JobState::Error => "31",
-            JobState::Canceled => "33",
+            JobState::Canceled | JobState::NotSubmitted => "33",
             JobState::Running => "36",
             JobState::Unknown => "35",
             JobState::Pending | JobState::Submitting => "34",
@@ -843,8 +879,8 @@ impl Out {
         let rows: Vec<(JobState, [String; 6])> = jobs
             .iter()
             .map(|(record, native)| {
-                let reason = native
-                    .and_then(|n| n.reason.clone())
+                let reason = unsettled_note(record)
+                    .or_else(|| native.and_then(|n| n.reason.clone()))
                     .or_else(|| record.err_class.map(|c| c.to_string()))
                     .unwrap_or_else(|| "-".into());
                 (
@@ -852,11 +888,17 @@ impl Out {
                     [
                         record.id.to_string(),
                         record.state.to_string(),
-                        record
-                            .backend_ref
-                            .as_ref()
-                            .map(|r| r.native_id.clone())
-                            .unwrap_or_else(|| "-".into()),
+                        match (&record.backend_ref, record.candidates.as_slice()) {
+                            (Some(r), _) => r.native_id.clone(),
+                            (None, []) => "-".into(),
+                            (None, seen) => format!(
+                                "?{}",
+                                seen.iter()
+                                    .map(|r| r.native_id.clone())
+                                    .collect::<Vec<_>>()
+                                    .join(",?")
+                            ),
+                        },
                         match &record.retry_of {
                             Some(prev) => format!("{} (retry of {prev})", record.attempt),
                             None => record.attempt.to_string(),
@@ -925,7 +967,7 @@ impl Out {
         if self.json {
             for c in checks {
                 self.line(
-                    &json!({"check": c.check, "ok": c.ok, "detail": c.detail, "remedy": c.remedy})
+                    &json!({"check": c.check, "ok": c.ok, "degraded": c.degraded, "detail": c.detail, "remedy": c.remedy})
                         .to_string(),
                 );
             }
@@ -933,13 +975,13 @@ impl Out {
         }
         let width = checks.iter().map(|c| c.check.len()).max().unwrap_or(0);
         for c in checks {
-            let mark = if c.ok {
-                self.paint("32", "ok  ")
-            } else {
-                self.paint("31", "FAIL")
+            let mark = match (c.ok, c.degraded) {
+                (true, false) => self.paint("32", "ok  "),
+                (true, true) => self.paint("33", "WARN"),
+                (false, _) => self.paint("31", "FAIL"),
             };
             self.line(&format!("{mark} {:width$}  {}", c.check, c.detail));
-            if !c.ok {
+            if !c.ok || c.degraded {
                 self.line(&format!("     {:width$}  remedy: {}", "", c.remedy));
             }
         }

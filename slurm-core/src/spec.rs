@@ -57,8 +57,8 @@ mod wall_time;
 use crate::names::{validate_safe_name, validate_shell_name};
 pub use array::{ArrayPlan, ArraySpec, Scalar, Sweep, TaskSet, MAX_TASKS};
 pub use depend::{Dependency, DependencyCondition, Verdict};
-pub use validate::validate_sbatch_line;
 pub(crate) use validate::{first_duplicate, validate_memory, validate_partition};
+pub use validate::{normalise_sbatch_line, validate_sbatch_line};
 pub use wall_time::WallTime;
 
 /// How slurm-run decides that a COMPLETED job really succeeded.

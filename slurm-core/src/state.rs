@@ -1,10 +1,11 @@
 //! The job-state vocabulary and the state machine: which changes are legal, which are no-ops, which are ignored.
 //!
 //! # States
-//! `SUBMITTING` (a record opened but not yet accepted by the scheduler), `PENDING`,
-//! `RUNNING`, `COMPLETE`, `ERROR`, `CANCELED` and `UNKNOWN` (the scheduler no longer
-//! knows the job, or the answer was lost). `COMPLETE`, `ERROR` and `CANCELED` are
-//! terminal.
+//! `SUBMITTING` (a record opened but not yet accepted by the scheduler, or whose submit
+//! has an unknown outcome the scheduler has not settled yet), `PENDING`, `RUNNING`,
+//! `COMPLETE`, `ERROR`, `CANCELED`, `NOT_SUBMITTED` (the scheduler said it has no job of
+//! this record: the submit never reached it) and `UNKNOWN` (the scheduler no longer
+//! knows the job). `COMPLETE`, `ERROR`, `CANCELED` and `NOT_SUBMITTED` are terminal.
 //!
 //! # Transitions
 //! The table below is [`TRANSITIONS`]; [`JobState::check_transition`] reads it.
@@ -13,20 +14,25 @@
 //! observation is dropped (UNKNOWN never overwrites a terminal state), and
 //! "illegal" is [`Error::InvalidTransition`].
 //!
-//! | from \ to  | SUBMITTING | PENDING | RUNNING | COMPLETE | ERROR   | CANCELED | UNKNOWN |
-//! |------------|------------|---------|---------|----------|---------|----------|---------|
-//! | SUBMITTING | no-op      | apply   | apply   | apply    | apply   | apply    | apply   |
-//! | PENDING    | illegal    | no-op   | apply   | apply    | apply   | apply    | apply   |
-//! | RUNNING    | illegal    | apply   | no-op   | apply    | apply   | apply    | apply   |
-//! | COMPLETE   | illegal    | illegal | illegal | no-op    | illegal | illegal  | ignore  |
-//! | ERROR      | illegal    | illegal | illegal | illegal  | no-op   | illegal  | ignore  |
-//! | CANCELED   | illegal    | illegal | illegal | illegal  | illegal | no-op    | ignore  |
-//! | UNKNOWN    | illegal    | apply   | apply   | apply    | apply   | apply    | no-op   |
+//! | from \ to     | SUBMITTING | PENDING | RUNNING | COMPLETE | ERROR   | CANCELED | NOT_SUBMITTED | UNKNOWN |
+//! |---------------|------------|---------|---------|----------|---------|----------|---------------|---------|
+//! | SUBMITTING    | no-op      | apply   | apply   | apply    | apply   | apply    | apply         | apply   |
+//! | PENDING       | illegal    | no-op   | apply   | apply    | apply   | apply    | illegal       | apply   |
+//! | RUNNING       | illegal    | apply   | no-op   | apply    | apply   | apply    | illegal       | apply   |
+//! | COMPLETE      | illegal    | illegal | illegal | no-op    | illegal | illegal  | illegal       | ignore  |
+//! | ERROR         | illegal    | illegal | illegal | illegal  | no-op   | illegal  | illegal       | ignore  |
+//! | CANCELED      | illegal    | illegal | illegal | illegal  | illegal | no-op    | illegal       | ignore  |
+//! | NOT_SUBMITTED | illegal    | illegal | illegal | illegal  | illegal | illegal  | no-op         | ignore  |
+//! | UNKNOWN       | illegal    | apply   | apply   | apply    | apply   | apply    | illegal       | no-op   |
 //!
 //! Why these rows:
 //! - Nothing goes back to `SUBMITTING`: once a submit was tried, the record only learns.
 //! - `SUBMITTING` may jump to any observed state: a fast job can already be running or
-//!   finished at the first poll; a refused submit is `ERROR`; a lost answer is `UNKNOWN`.
+//!   finished at the first poll; a refused submit is `ERROR`. A submit whose outcome is
+//!   unknown stays `SUBMITTING` until the scheduler settles it: the job is adopted
+//!   (`PENDING` or further), or the scheduler says there is none (`NOT_SUBMITTED`).
+//! - Only `SUBMITTING` may become `NOT_SUBMITTED`: a record that had a job never
+//!   loses it.
 //! - `PENDING` and `RUNNING` may skip each other (a short job runs between two polls).
 //! - `RUNNING -> PENDING` is a scheduler requeue (NODE_FAIL, preemption): same record.
 //! - `UNKNOWN` over a non-terminal state is applied: the record honestly says the
@@ -59,6 +65,9 @@ pub enum JobState {
     Error,
     /// Cancelled, preempted or revoked (terminal).
     Canceled,
+    /// The scheduler said it has no job of this record: the submit never reached it
+    /// (terminal; submitting again is safe).
+    NotSubmitted,
     /// The scheduler does not know the job, or its answer was lost.
     Unknown,
 }
@@ -75,13 +84,14 @@ pub enum TransitionOutcome {
 }
 
 /// Every state, in declaration order.
-pub const ALL_STATES: [JobState; 7] = [
+pub const ALL_STATES: [JobState; 8] = [
     JobState::Submitting,
     JobState::Pending,
     JobState::Running,
     JobState::Complete,
     JobState::Error,
     JobState::Canceled,
+    JobState::NotSubmitted,
     JobState::Unknown,
 ];
 
@@ -94,19 +104,28 @@ pub const TRANSITIONS: &[(JobState, &[JobState])] = {
     &[
         (
             Submitting,
-            &[Pending, Running, Complete, Error, Canceled, Unknown],
+            &[
+                Pending,
+                Running,
+                Complete,
+                Error,
+                Canceled,
+                NotSubmitted,
+                Unknown,
+            ],
         ),
         (Pending, &[Running, Complete, Error, Canceled, Unknown]),
         (Running, &[Pending, Complete, Error, Canceled, Unknown]),
         (Complete, &[]),
         (Error, &[]),
         (Canceled, &[]),
+        (NotSubmitted, &[]),
         (Unknown, &[Pending, Running, Complete, Error, Canceled]),
     ]
 };
 
 impl JobState {
-    /// The upper-case name: `SUBMITTING`, `PENDING`, ...
+    /// The upper-case name: `SUBMITTING`, `PENDING`, ... `NOT_SUBMITTED`.
     pub fn as_str(self) -> &'static str {
         match self {
             JobState::Submitting => "SUBMITTING",
@@ -115,15 +134,16 @@ impl JobState {
             JobState::Complete => "COMPLETE",
             JobState::Error => "ERROR",
             JobState::Canceled => "CANCELED",
+            JobState::NotSubmitted => "NOT_SUBMITTED",
             JobState::Unknown => "UNKNOWN",
         }
     }
 
-    /// Whether the state is final (COMPLETE, ERROR, CANCELED).
+    /// Whether the state is final (COMPLETE, ERROR, CANCELED, NOT_SUBMITTED).
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            JobState::Complete | JobState::Error | JobState::Canceled
+            JobState::Complete | JobState::Error | JobState::Canceled | JobState::NotSubmitted
         )
     }
 
@@ -190,7 +210,7 @@ impl FromStr for JobState {
                 Error::invalid(
                     "state",
                     format!(
-                        "`{s}` is not a job state; use one of SUBMITTING, PENDING, RUNNING, COMPLETE, ERROR, CANCELED, UNKNOWN"
+                        "`{s}` is not a job state; use one of SUBMITTING, PENDING, RUNNING, COMPLETE, ERROR, CANCELED, NOT_SUBMITTED, UNKNOWN"
                     ),
                 )
             })
@@ -205,68 +225,29 @@ mod tests {
 
     /// The expected outcome of every (from, to) pair, written out independently of [`TRANSITIONS`].
     fn expected(from: JobState, to: JobState) -> Option<TransitionOutcome> {
-        let rows: [(JobState, [Option<TransitionOutcome>; 7]); 7] = [
-            // to: Submitting, Pending, Running, Complete, Error, Canceled, Unknown
-            (
-                Submitting,
-                [
-                    Some(NoOp),
-                    Some(Apply),
-                    Some(Apply),
-                    Some(Apply),
-                    Some(Apply),
-                    Some(Apply),
-                    Some(Apply),
-                ],
-            ),
-            (
-                Pending,
-                [
-                    None,
-                    Some(NoOp),
-                    Some(Apply),
-                    Some(Apply),
-                    Some(Apply),
-                    Some(Apply),
-                    Some(Apply),
-                ],
-            ),
-            (
-                Running,
-                [
-                    None,
-                    Some(Apply),
-                    Some(NoOp),
-                    Some(Apply),
-                    Some(Apply),
-                    Some(Apply),
-                    Some(Apply),
-                ],
-            ),
+        let a = Some(Apply);
+        let rows: [(JobState, [Option<TransitionOutcome>; 8]); 8] = [
+            // to: Submitting, Pending, Running, Complete, Error, Canceled, NotSubmitted, Unknown
+            (Submitting, [Some(NoOp), a, a, a, a, a, a, a]),
+            (Pending, [None, Some(NoOp), a, a, a, a, None, a]),
+            (Running, [None, a, Some(NoOp), a, a, a, None, a]),
             (
                 Complete,
-                [None, None, None, Some(NoOp), None, None, Some(Ignore)],
+                [None, None, None, Some(NoOp), None, None, None, Some(Ignore)],
             ),
             (
                 Error,
-                [None, None, None, None, Some(NoOp), None, Some(Ignore)],
+                [None, None, None, None, Some(NoOp), None, None, Some(Ignore)],
             ),
             (
                 Canceled,
-                [None, None, None, None, None, Some(NoOp), Some(Ignore)],
+                [None, None, None, None, None, Some(NoOp), None, Some(Ignore)],
             ),
             (
-                Unknown,
-                [
-                    None,
-                    Some(Apply),
-                    Some(Apply),
-                    Some(Apply),
-                    Some(Apply),
-                    Some(Apply),
-                    Some(NoOp),
-                ],
+                NotSubmitted,
+                [None, None, None, None, None, None, Some(NoOp), Some(Ignore)],
             ),
+            (Unknown, [None, a, a, a, a, a, None, Some(NoOp)]),
         ];
         let row = rows.iter().find(|(f, _)| *f == from).unwrap();
         let col = ALL_STATES.iter().position(|s| *s == to).unwrap();
@@ -292,13 +273,13 @@ mod tests {
                 checked += 1;
             }
         }
-        assert_eq!(checked, 49);
+        assert_eq!(checked, 64);
     }
 
     #[test]
     fn terminal_states_are_exactly_three() {
         let terminal: Vec<_> = ALL_STATES.iter().filter(|s| s.is_terminal()).collect();
-        assert_eq!(terminal, vec![&Complete, &Error, &Canceled]);
+        assert_eq!(terminal, vec![&Complete, &Error, &Canceled, &NotSubmitted]);
         for s in ALL_STATES {
             assert_eq!(s.is_terminal(), s.successors().is_empty(), "{s}");
         }

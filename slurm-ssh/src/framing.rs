@@ -21,7 +21,10 @@
 //!    group that carry the command's marker in their environment (`__SR_JOB`). So a
 //!    reused pid, or a shell that landed on another host behind the same name, is never hit.
 //! 3. *A command.* One line `__sr_run MARKER N 'QUOTED COMMAND LINE'`, then exactly
-//!    `N` raw stdin bytes (read by `head -c N` into a file), then the line `MARKER`.
+//!    `N` raw stdin bytes (read by `head -c N` into a file, removed when the command
+//!    ends: the input of a submit holds the secrets sidecar), then the line `MARKER`.
+//!    All `N` bytes are read even when the file cannot be written (a full `/tmp`): the
+//!    command is then refused, and no byte of its input is ever read as shell input.
 //!    Output goes to files named per command (a background process a command left
 //!    behind writes into its own file, never into the framing or the next command's
 //!    output); old files are removed every 64 commands.
@@ -77,15 +80,21 @@ __sr_run() {
   __sr_n=$((__sr_n + 1))
   if [ $((__sr_n % 64)) -eq 0 ]; then rm -f -- "$__sr_d"/[oei].*; fi
   o=$__sr_d/o.$__sr_n e=$__sr_d/e.$__sr_n
-  if [ "$n" -gt 0 ]; then src=$__sr_d/i.$__sr_n; head -c "$n" > "$src"; fi
+  if [ "$n" -gt 0 ]; then
+    src=$__sr_d/i.$__sr_n
+    head -c "$n" | { cat > "$src" || { cat > /dev/null; rm -f -- "$src"; }; }
+  fi
   IFS= read -r ok
-  if [ "$ok" != "$m" ]; then printf '%s X\n' "$m"; return; fi
+  if [ "$ok" != "$m" ] || { [ "$n" -gt 0 ] && [ ! -e "$src" ]; }; then
+    if [ "$n" -gt 0 ]; then rm -f -- "$src"; fi
+    printf '%s X\n' "$m"; return
+  fi
   ( umask "$__sr_um"; export __SR_JOB="$m"; eval "$3" ) < "$src" > "$o" 2> "$e" &
   p=$!
   if read -r f < "/proc/$p/stat"; then read -r -a f <<< "${f##*) }"; t=${f[19]}; fi
   printf '%s P %d %s %s\n' "$m" "$p" "$t" "$__sr_boot"
   wait "$p"; s=$?
-  if [ "$n" -gt 0 ]; then : > "$src"; fi
+  if [ "$n" -gt 0 ]; then rm -f -- "$src"; fi
   if [ -s "$o" ] || [ -s "$e" ]; then
     printf '%s O' "$m" > "$__sr_d/m"
     cat -- "$o" "$__sr_d/m" "$e"
@@ -531,12 +540,26 @@ mod tests {
 
     impl Bash {
         fn start() -> Bash {
-            Bash::start_killing(&[])
+            Bash::start_with("", &[])
         }
 
         fn start_killing(kills: &[Orphan]) -> Bash {
+            Bash::start_with("", kills)
+        }
+
+        /// A bash that runs `setup` first (a limit, a trap), then the protocol.
+        fn start_after(setup: &str) -> Bash {
+            Bash::start_with(setup, &[])
+        }
+
+        fn start_with(setup: &str, kills: &[Orphan]) -> Bash {
             let child = std::process::Command::new("bash")
-                .args(["--noprofile", "--norc"])
+                .args([
+                    "--noprofile",
+                    "--norc",
+                    "-c",
+                    &format!("{setup} exec bash --noprofile --norc"),
+                ])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
@@ -604,6 +627,29 @@ mod tests {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+
+    #[test]
+    fn an_input_that_cannot_be_stored_is_refused_and_never_read_as_commands() {
+        // A full /tmp on the login node: the shell cannot store a command's input. It
+        // must still read every byte of it (else the rest is read as shell commands:
+        // a submit's input holds spec, script and secrets) and refuse the command.
+        // Simulated with an 8 KiB file size limit (bash counts in KiB).
+        let tmp = tempfile::tempdir().unwrap();
+        let marker = tmp.path().join("ran-from-stdin");
+        let mut bash = Bash::start_after("trap '' XFSZ; ulimit -f 8;");
+        let line = format!("touch {}\n", marker.display());
+        let payload = line.as_bytes().repeat(40_000 / line.len() + 1);
+        bash.proto
+            .send(&Command::new("cat").stdin(payload))
+            .unwrap();
+        let events = bash.pump_until(|e| e.contains(&ShellEvent::Refused));
+        assert_eq!(events, vec![ShellEvent::Refused]);
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            !marker.exists(),
+            "bytes of the command's input were run as shell commands"
+        );
     }
 
     #[test]

@@ -606,4 +606,73 @@ mod tests {
             hex::encode(sha2::Sha256::digest(bytes))
         }
     }
+
+    /// A shell whose `$TMPDIR` is `dir`, through `bash -c SETUP; exec bash`.
+    fn shell_in(dir: &std::path::Path, setup: &str) -> ProcessShellTransport {
+        let mut config = ProcessShellConfig::new(
+            "bash",
+            [
+                "--noprofile".to_string(),
+                "--norc".to_string(),
+                "-c".to_string(),
+                format!(
+                    "export TMPDIR={}; {setup} exec bash --noprofile --norc",
+                    dir.display()
+                ),
+            ],
+        );
+        config.shells = 1;
+        config.label = "local bash (test)".into();
+        ProcessShellTransport::new(config).unwrap()
+    }
+
+    /// Every file under `dir` holding `needle`.
+    fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+        let mut found = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(folder) = stack.pop() {
+            for entry in std::fs::read_dir(&folder).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if std::fs::read(&path)
+                    .map(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
+                    .unwrap_or(false)
+                {
+                    found.push(path);
+                }
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn a_command_input_is_removed_once_the_command_ends() {
+        // The input of a submit holds the secrets sidecar: no copy of it stays in the
+        // shell's folder (truncating it would leave the file; it is removed).
+        rt().block_on(async {
+            let tmp = tempfile::tempdir().unwrap();
+            let t = shell_in(tmp.path(), "");
+            let canary = b"CANARY-stdin-7f3a1c\n".to_vec();
+            let out = t
+                .run(&Command::new("wc").arg("-c").stdin(canary.clone()))
+                .await
+                .unwrap();
+            assert_eq!(out.stdout_text().trim(), canary.len().to_string());
+            // The shell is still alive (its folder exists) and holds no input file.
+            let out = t
+                .run(&Command::bash_script(
+                    "ls -A -- \"$1\"/slurm-run-shell.*/",
+                    [tmp.path().display().to_string()],
+                ))
+                .await
+                .unwrap();
+            assert!(
+                !out.stdout_text().lines().any(|l| l.starts_with("i.")),
+                "an input file is left: {}",
+                out.stdout_text()
+            );
+            assert!(files_holding(tmp.path(), b"CANARY-stdin-7f3a1c").is_empty());
+        });
+    }
 }

@@ -10,6 +10,7 @@ mod backend;
 mod backend_conformance;
 mod cluster_scenarios;
 mod containers;
+mod exactly_once;
 mod examples;
 mod half_open;
 mod host_keys;

@@ -15,6 +15,7 @@ const VOCABULARY: &[&str] = &[
     "COMPLETE",
     "ERROR",
     "CANCELED",
+    "NOT_SUBMITTED",
     "UNKNOWN",
 ];
 

@@ -44,7 +44,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
     async fn submit(&self, spec: &JobSpec, options: SubmitOptions) -> Result<JobRecord>;
 
     /// Submit the workload of the terminal record `id` again, as a new record linked
-    /// by `retry_of` (the attempt number one higher, a fresh results folder).
+    /// by `retry_of` (the attempt number one higher, a fresh results folder), from the
+    /// spec the record kept (never a copy the job could have rewritten). A retry is
+    /// claimed once, under `id`'s lock: when `id` was already retried (by another
+    /// watcher or process), that retry is returned and nothing is submitted.
     async fn resubmit(&self, id: &JobId) -> Result<JobRecord>;
 
     /// The current status of one job (its record updated by what was observed).

@@ -17,9 +17,13 @@ pub struct PreflightCheck {
     pub check: String,
     /// Whether it passed.
     pub ok: bool,
+    /// Passed in a degraded mode: jobs can run, but something works less well (the
+    /// detail says what, the remedy how to restore it), e.g. a cluster without accounting.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub degraded: bool,
     /// What was found.
     pub detail: String,
-    /// What to do when it failed (empty when it passed).
+    /// What to do when it failed or is degraded (empty when it passed fully).
     pub remedy: String,
 }
 
@@ -67,9 +71,34 @@ impl PreflightReport {
             kind,
             check: check.into(),
             ok,
+            degraded: false,
             detail: detail.into(),
             remedy: if ok { String::new() } else { remedy.into() },
         });
+    }
+
+    /// Add a check that passed in a degraded mode (jobs run; `detail` says what works
+    /// less well, `remedy` how to restore it).
+    pub fn push_degraded(
+        &mut self,
+        kind: CheckKind,
+        check: impl Into<String>,
+        detail: impl Into<String>,
+        remedy: impl Into<String>,
+    ) {
+        self.checks.push(PreflightCheck {
+            kind,
+            check: check.into(),
+            ok: true,
+            degraded: true,
+            detail: detail.into(),
+            remedy: remedy.into(),
+        });
+    }
+
+    /// The checks that passed in a degraded mode.
+    pub fn degraded(&self) -> impl Iterator<Item = &PreflightCheck> {
+        self.checks.iter().filter(|c| c.degraded)
     }
 }
 
@@ -80,11 +109,15 @@ impl fmt::Display for PreflightReport {
             write!(
                 f,
                 "{} {:width$}  {}",
-                if c.ok { "ok  " } else { "FAIL" },
+                match (c.ok, c.degraded) {
+                    (true, false) => "ok  ",
+                    (true, true) => "WARN",
+                    (false, _) => "FAIL",
+                },
                 c.check,
                 c.detail
             )?;
-            if !c.ok {
+            if !c.ok || c.degraded {
                 write!(f, "\n     {:width$}  remedy: {}", "", c.remedy)?;
             }
             writeln!(f)?;
@@ -117,5 +150,22 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_degraded_check_passes_and_says_so() {
+        let mut report = PreflightReport::default();
+        report.push_degraded(
+            CheckKind::Accounting,
+            "accounting (sacct)",
+            "disabled",
+            "enable slurmdbd",
+        );
+        assert!(report.passed());
+        assert_eq!(report.degraded().count(), 1);
+        let text = report.to_string();
+        assert!(text.starts_with("WARN accounting"), "{text}");
+        assert!(text.contains("remedy: enable slurmdbd"), "{text}");
+        report.into_result().unwrap();
     }
 }

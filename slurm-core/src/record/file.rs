@@ -1,7 +1,9 @@
 //! `FileRecordStore`: one JSON file per record, written atomically under a per-record lock.
 //!
 //! Layout of the folder: `<id>.json` (the record), `<id>.lock` (an empty file
-//! locked with `File::lock` while a process changes the record), and transient
+//! locked with `File::lock` while a process changes the record), `<id>.submit` (an
+//! empty file locked while a process submits the record: its submit lease, released by
+//! the kernel when that process dies), and transient
 //! `.tmp-*.partial` files (a write in progress, or one a crash interrupted;
 //! never read).
 //!
@@ -15,7 +17,8 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::record::{
-    apply_mark, apply_update, JobId, JobRecord, Mark, RecordFilter, RecordStore, SCHEMA_VERSION,
+    apply_mark, apply_update, JobId, JobRecord, Mark, RecordFilter, RecordStore, SubmitLease,
+    SCHEMA_VERSION,
 };
 use crate::redact::SecretRegistry;
 use crate::{Error, Result};
@@ -78,6 +81,17 @@ impl FileRecordStore {
         file.lock()
             .map_err(|e| Error::io(format!("locking {}", path.display()), e))?;
         Ok(file)
+    }
+
+    /// The submit lease file of record `id`, opened (created when missing).
+    fn lease_file(&self, id: &JobId) -> Result<File> {
+        let path = self.dir.join(format!("{id}.submit"));
+        OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io(format!("opening submit lease {}", path.display()), e))
     }
 
     /// Write `record` atomically; with `exclusive`, fail if it exists.
@@ -225,6 +239,25 @@ impl RecordStore for FileRecordStore {
         }
         out.sort_by(|a, b| (a.submitted_at, &a.id).cmp(&(b.submitted_at, &b.id)));
         Ok(out)
+    }
+
+    fn submit_lease(&self, id: &JobId) -> Result<SubmitLease> {
+        let file = self.lease_file(id)?;
+        file.lock()
+            .map_err(|e| Error::io(format!("locking the submit lease of {id}"), e))?;
+        Ok(SubmitLease::holding(file))
+    }
+
+    fn submit_in_progress(&self, id: &JobId) -> Result<Option<bool>> {
+        let file = self.lease_file(id)?;
+        match file.try_lock() {
+            // Free: nobody submits it (the lock is released when `file` drops).
+            Ok(()) => Ok(Some(false)),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(Some(true)),
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(Error::io(format!("checking the submit lease of {id}"), e))
+            }
+        }
     }
 }
 

@@ -1,9 +1,11 @@
 //! `MemoryRecordStore`: records in a map, for tests and for callers that need no durability.
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 
-use crate::record::{apply_mark, apply_update, JobId, JobRecord, Mark, RecordFilter, RecordStore};
+use crate::record::{
+    apply_mark, apply_update, JobId, JobRecord, Mark, RecordFilter, RecordStore, SubmitLease,
+};
 use crate::redact::SecretRegistry;
 use crate::{Error, Result};
 
@@ -13,6 +15,23 @@ use crate::{Error, Result};
 pub struct MemoryRecordStore {
     records: Mutex<BTreeMap<JobId, JobRecord>>,
     redactor: Option<SecretRegistry>,
+    /// Records whose submit is in progress (their leases are alive).
+    leases: Arc<Mutex<BTreeSet<JobId>>>,
+}
+
+/// A held lease of the memory store: removes its id when dropped.
+struct MemoryLease {
+    leases: Arc<Mutex<BTreeSet<JobId>>>,
+    id: JobId,
+}
+
+impl Drop for MemoryLease {
+    fn drop(&mut self) {
+        self.leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
+    }
 }
 
 impl MemoryRecordStore {
@@ -90,5 +109,25 @@ impl RecordStore for MemoryRecordStore {
             .collect();
         out.sort_by(|a, b| (a.submitted_at, &a.id).cmp(&(b.submitted_at, &b.id)));
         Ok(out)
+    }
+
+    fn submit_lease(&self, id: &JobId) -> Result<SubmitLease> {
+        self.leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.clone());
+        Ok(SubmitLease::holding(MemoryLease {
+            leases: Arc::clone(&self.leases),
+            id: id.clone(),
+        }))
+    }
+
+    fn submit_in_progress(&self, id: &JobId) -> Result<Option<bool>> {
+        Ok(Some(
+            self.leases
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(id),
+        ))
     }
 }

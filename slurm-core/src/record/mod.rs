@@ -116,7 +116,7 @@ impl std::str::FromStr for JobId {
 /// Where the job lives on the backend: the scheduler's own id for it, as text, and
 /// the cluster when the scheduler named one. Scheduler neutral: a SLURM job id is
 /// `"4242"`, a local process could be its pid.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct BackendRef {
     /// The scheduler's id of the job (SLURM: the job id).
     #[serde(alias = "slurm_job_id", deserialize_with = "native_id_text")]
@@ -256,6 +256,40 @@ pub struct JobRecord {
     /// The nodes this attempt was kept off (earlier attempts' faulty nodes).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub excluded_nodes: Vec<String>,
+    /// The spec as submitted, kept by the client: a retry submits this copy, never one
+    /// read back from the cluster (which the job itself could rewrite). It holds secret
+    /// names only, never values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<JobSpec>,
+    /// The names of the secrets the job receives (never their values): what log
+    /// redaction looks up in the viewer's environment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_names: Vec<String>,
+    /// Whether a secrets sidecar may still be on the cluster's shared storage: set when
+    /// one is staged, cleared once its removal is confirmed (the record has ended).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub secrets_staged: bool,
+    /// How many times the scheduler was asked to take this job, each attempt counted
+    /// before it is sent (`None`: a record of a backend that does not count them, or
+    /// written before they were counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submit_attempts: Option<u32>,
+    /// The scheduler's jobs seen carrying this record's name while its submit was not
+    /// settled (every one is kept, for a person and for the next settle).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<BackendRef>,
+    /// While `SUBMITTING`: why the submit is not settled yet (the outcome was lost and
+    /// the scheduler has not answered, or several jobs carry the name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsettled: Option<String>,
+    /// The record that retries this one: claimed once, under the record's lock, so two
+    /// watchers (in one process or several) retry a failure once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retried_as: Option<JobId>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl JobRecord {
@@ -291,6 +325,13 @@ impl JobRecord {
             nodes: Vec::new(),
             node_fault: false,
             excluded_nodes: Vec::new(),
+            spec: Some(spec.clone()),
+            secret_names: spec.secrets.clone(),
+            secrets_staged: false,
+            submit_attempts: None,
+            candidates: Vec::new(),
+            unsettled: None,
+            retried_as: None,
         })
     }
 
@@ -370,6 +411,41 @@ impl JobRecord {
             }
         }
         nodes
+    }
+
+    /// The spec to submit again for a retry: the client's own copy ([`JobRecord::spec`]);
+    /// for a record without one, `cluster_copy` (read back from the cluster) only when it
+    /// has the digest the record was submitted with. A copy the job could have rewritten
+    /// is never trusted.
+    pub fn spec_for_retry(&self, cluster_copy: Option<&str>) -> Result<JobSpec> {
+        if let Some(spec) = &self.spec {
+            if spec.digest() != self.spec_digest {
+                return Err(Error::CorruptRecord {
+                    path: self.id.to_string(),
+                    message: "the kept spec does not match the record's spec_digest; submit the spec again by hand".into(),
+                });
+            }
+            return Ok(spec.clone());
+        }
+        let text = cluster_copy.ok_or_else(|| {
+            Error::NotFound(format!(
+                "{}: the record keeps no copy of its spec; submit the spec again by hand",
+                self.id
+            ))
+        })?;
+        let spec = JobSpec::from_json_str(text)?;
+        if spec.digest() != self.spec_digest {
+            return Err(Error::invalid(
+                "spec",
+                format!(
+                    "{}: specs/spec.json on the cluster no longer matches the submitted spec (digest {} instead of {}): the job or someone else rewrote it; it is not submitted again. Submit the spec again by hand",
+                    self.id,
+                    crate::names::short(&spec.digest()),
+                    crate::names::short(&self.spec_digest)
+                ),
+            ));
+        }
+        Ok(spec)
     }
 
     /// This record as the retry of `previous`: `retry_of` set and the attempt one higher.
@@ -532,6 +608,79 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
 
     /// The records passing `filter`, oldest first.
     fn list(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>>;
+
+    /// Mark a submit of `id` as in progress for as long as the returned lease lives
+    /// (taken before the record is opened, dropped when the submit returns or its
+    /// process dies), so that [`RecordStore::submit_in_progress`] tells others not to
+    /// settle a record whose submitter is still at work. The default cannot tell
+    /// anyone: it returns a lease that marks nothing.
+    fn submit_lease(&self, id: &JobId) -> Result<SubmitLease> {
+        let _ = id;
+        Ok(SubmitLease::none())
+    }
+
+    /// Whether a submit of `id` is in progress (its lease is held, by this process or
+    /// another sharing the store); `None` when this store cannot tell (callers then
+    /// wait longer before they settle a record).
+    fn submit_in_progress(&self, id: &JobId) -> Result<Option<bool>> {
+        let _ = id;
+        Ok(None)
+    }
+}
+
+/// A held submit lease (see [`RecordStore::submit_lease`]); released on drop.
+pub struct SubmitLease {
+    _held: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl SubmitLease {
+    /// A lease that marks nothing (stores that cannot tell).
+    pub fn none() -> Self {
+        SubmitLease { _held: None }
+    }
+
+    /// A lease that holds `guard` until it is dropped.
+    pub fn holding(guard: impl std::any::Any + Send + Sync) -> Self {
+        SubmitLease {
+            _held: Some(Box::new(guard)),
+        }
+    }
+}
+
+impl fmt::Debug for SubmitLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubmitLease")
+            .field("held", &self._held.is_some())
+            .finish()
+    }
+}
+
+/// How [`claim_retry`] went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryClaim {
+    /// `next` now holds the claim: submit it.
+    Won,
+    /// Another record already retries `previous`: follow it, submit nothing.
+    Taken(JobId),
+}
+
+/// Claim the retry of `previous` for the record `next` (already opened), under
+/// `previous`'s lock: the first claim wins and is kept in
+/// [`JobRecord::retried_as`]; every later claim, from this process or another sharing
+/// the store, sees the winner.
+pub fn claim_retry(store: &dyn RecordStore, previous: &JobId, next: &JobId) -> Result<RetryClaim> {
+    let mut winner: Option<JobId> = None;
+    store.update(previous, &mut |record| {
+        match &record.retried_as {
+            Some(existing) if existing != next => winner = Some(existing.clone()),
+            _ => record.retried_as = Some(next.clone()),
+        }
+        Ok(())
+    })?;
+    Ok(match winner {
+        Some(other) => RetryClaim::Taken(other),
+        None => RetryClaim::Won,
+    })
 }
 
 #[allow(dead_code)]
@@ -559,6 +708,10 @@ pub(crate) fn apply_mark(
     let now = Utc::now();
     match outcome {
         TransitionOutcome::Apply => {
+            if record.state == JobState::Submitting {
+                // The submit is settled now (or ended): no note of why it was not.
+                record.unsettled = None;
+            }
             record.state = mark.state;
             if let Some(r) = mark.backend_ref {
                 record.backend_ref = Some(r);

@@ -69,6 +69,10 @@ pub(super) struct Inner<T, R, S> {
     pub(super) preflight_once: tokio::sync::Mutex<()>,
     /// Held while a submit-time NCCL probe runs, so concurrent submits probe once.
     pub(super) probe_once: tokio::sync::Mutex<()>,
+    /// The secret values this backend submitted (never stored): logs are redacted of them.
+    pub(super) secrets: Mutex<crate::redact::SecretRegistry>,
+    /// The same values by record (memory only), for the retries this backend makes.
+    pub(super) submitted_secrets: Mutex<HashMap<JobId, std::collections::BTreeMap<String, String>>>,
 }
 
 /// A partition as `scontrol show partition` describes it.
@@ -135,8 +139,35 @@ where
                 cache: Mutex::new(Cache::default()),
                 preflight_once: tokio::sync::Mutex::new(()),
                 probe_once: tokio::sync::Mutex::new(()),
+                secrets: Mutex::new(crate::redact::SecretRegistry::new()),
+                submitted_secrets: Mutex::new(HashMap::new()),
             }),
         }
+    }
+
+    /// Remember the values of `secrets` of record `id` (in memory only): for log
+    /// redaction, and for a retry of `id` from this backend.
+    pub(super) fn remember_secrets(&self, id: &JobId, secrets: &crate::redact::SecretRegistry) {
+        if secrets.is_empty() {
+            return;
+        }
+        let mut known = self.inner.secrets.lock().expect("secrets lock");
+        for (name, value) in secrets.entries() {
+            if !known.entries().any(|(_, v)| v == value) {
+                known.register(name, value);
+            }
+        }
+        self.inner
+            .submitted_secrets
+            .lock()
+            .expect("secrets lock")
+            .insert(
+                id.clone(),
+                secrets
+                    .entries()
+                    .map(|(n, v)| (n.to_string(), v.to_string()))
+                    .collect(),
+            );
     }
 
     /// The configuration.

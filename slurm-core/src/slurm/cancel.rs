@@ -1,10 +1,13 @@
 //! Cancel: `scancel` (of a job, a whole array, or some of its tasks), then the record goes
-//! CANCELED once the scheduler confirms; a finished job is left as it is.
+//! CANCELED once the scheduler confirms; a finished job is left as it is. A record whose
+//! submit was left unsettled is settled first (adopted and cancelled, or ended
+//! NOT_SUBMITTED); several jobs carrying its name are all cancelled.
 
 use std::time::{Duration, Instant};
 
 use super::backend::SlurmBackend;
 use super::commands;
+use super::parse::SlurmJobId;
 use super::poll::slurm_job;
 use crate::record::{JobId, JobRecord, Mark, RecordStore, TaskMark, TransitionSource};
 use crate::render::Renderer;
@@ -23,18 +26,23 @@ where
     S: RecordStore + 'static,
 {
     pub(super) async fn cancel_job(&self, id: &JobId) -> Result<JobRecord> {
-        let record = self.inner.store.get(id)?;
+        let mut record = self.inner.store.get(id)?;
         if record.state.is_terminal() {
             return Ok(record);
         }
+        if record.state == JobState::Submitting && record.backend_ref.is_none() {
+            // Settle it now: adopt the job that carries its name, or end it.
+            record = self
+                .poll_settling(std::slice::from_ref(id), Duration::ZERO)
+                .await?
+                .remove(0)
+                .record;
+            if record.state.is_terminal() {
+                return Ok(record);
+            }
+        }
         let Some((cluster, slurm_id)) = slurm_job(&record)? else {
-            return Err(Error::invalid(
-                "id",
-                format!(
-                    "{id} was never accepted by the scheduler (state {}); nothing to cancel",
-                    record.state
-                ),
-            ));
+            return self.cancel_unsettled(record).await;
         };
         let command = commands::scancel(slurm_id, cluster.as_deref());
         let tasks: TaskSet = record.tasks.keys().copied().collect();
@@ -110,5 +118,44 @@ where
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+    }
+
+    /// Cancel a record still `SUBMITTING` after a settle: every job seen carrying its
+    /// name once the scheduler has listed them all (several: a duplicate submit), or an
+    /// error saying why it cannot be cancelled yet.
+    async fn cancel_unsettled(&self, record: JobRecord) -> Result<JobRecord> {
+        let id = &record.id;
+        if self.inner.store.submit_in_progress(id)? == Some(true) {
+            return Err(Error::invalid(
+                "id",
+                format!("{id} is being submitted right now; cancel it once the submit returns"),
+            ));
+        }
+        let several = record.candidates.len() > 1
+            && record
+                .unsettled
+                .as_deref()
+                .is_some_and(|note| note.contains("SLURM jobs carry its name"));
+        if !several {
+            return Err(Error::Ambiguous(format!(
+                "{id} is SUBMITTING and not settled yet ({}); nothing known to cancel. Run `status` once the cluster answers",
+                record.unsettled.as_deref().unwrap_or("its submit is still being settled")
+            )));
+        }
+        for job in &record.candidates {
+            let slurm_id = SlurmJobId::parse(&job.native_id)?;
+            let command = commands::scancel(slurm_id, job.cluster.as_deref());
+            self.inner.transport.run(&command).await?.check(&command)?;
+        }
+        let ids: Vec<String> = record.candidates.iter().map(ToString::to_string).collect();
+        let ended = self.inner.store.mark(
+            id,
+            Mark::new(JobState::Canceled, TransitionSource::User).message(format!(
+                "scancel of every SLURM job carrying its name: {}",
+                ids.join(", ")
+            )),
+        )?;
+        self.forget_secrets(std::slice::from_ref(&ended)).await;
+        self.inner.store.get(id)
     }
 }

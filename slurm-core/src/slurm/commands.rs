@@ -4,13 +4,14 @@
 use super::parse::{SlurmJobId, SACCT_FORMAT, SQUEUE_FORMAT};
 use crate::names::validate_safe_name;
 use crate::transport::Command;
-use crate::{Error, Result};
+use crate::Result;
 
 /// The `--jobs=` value for `ids`; refuses an empty list (squeue and sacct would then
 /// list every job).
+#[cfg(any(test, feature = "testing"))]
 fn jobs_arg(ids: &[SlurmJobId]) -> Result<String> {
     if ids.is_empty() {
-        return Err(Error::invalid(
+        return Err(crate::Error::invalid(
             "slurm job ids",
             "give at least one SLURM job id (an empty list would query every job)",
         ));
@@ -26,12 +27,28 @@ fn cluster_arg(cluster: &str) -> Result<String> {
 }
 
 /// squeue listing `ids` in every state, no header, in [`SQUEUE_FORMAT`], optionally on
-/// one cluster of a federation.
+/// one cluster of a federation (the bare query benches compare against; the poll
+/// script adds the ids itself, see [`squeue_rows`]).
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn squeue_jobs(ids: &[SlurmJobId], cluster: Option<&str>) -> Result<Command> {
     let mut command = Command::new("squeue").args([
         "--noheader".to_string(),
         "--states=all".to_string(),
         jobs_arg(ids)?,
+        format!("--format={SQUEUE_FORMAT}"),
+    ]);
+    if let Some(cluster) = cluster {
+        command = command.arg(cluster_arg(cluster)?);
+    }
+    Ok(command)
+}
+
+/// squeue in every state, no header, in [`SQUEUE_FORMAT`], optionally on one cluster of
+/// a federation; without `--jobs=` (the poll script adds the ids, in chunks).
+pub(crate) fn squeue_rows(cluster: Option<&str>) -> Result<Command> {
+    let mut command = Command::new("squeue").args([
+        "--noheader".to_string(),
+        "--states=all".to_string(),
         format!("--format={SQUEUE_FORMAT}"),
     ]);
     if let Some(cluster) = cluster {
@@ -60,26 +77,6 @@ pub(crate) fn sacct_rows(cluster: Option<&str>) -> Result<Command> {
 #[cfg(any(test, feature = "testing"))]
 pub(crate) fn sacct_jobs(ids: &[SlurmJobId], cluster: Option<&str>) -> Result<Command> {
     Ok(sacct_rows(cluster)?.arg(jobs_arg(ids)?))
-}
-
-/// The ids of the jobs named `name`, in the queue (any state).
-pub(crate) fn squeue_by_name(name: &str) -> Command {
-    Command::new("squeue")
-        .args(["--noheader", "--states=all", "--format=%i"])
-        .arg(format!("--name={name}"))
-}
-
-/// The ids of the jobs named `name` in accounting over the last week.
-pub(crate) fn sacct_by_name(name: &str) -> Command {
-    Command::new("sacct")
-        .args([
-            "--noheader",
-            "-X",
-            "--parsable2",
-            "--starttime=now-7days",
-            "--format=JobIDRaw",
-        ])
-        .arg(format!("--name={name}"))
 }
 
 /// `scontrol show job` of one job, one line per job.
@@ -198,9 +195,5 @@ mod tests {
             ["-M", "c2", "--oneliner", "show", "job", "9"]
         );
         assert_eq!(scancel(id(9), Some("c2")).get_args(), ["-M", "c2", "9"]);
-        assert_eq!(
-            squeue_by_name("job-abc").get_args().last().unwrap(),
-            "--name=job-abc"
-        );
     }
 }

@@ -10,6 +10,10 @@ use super::scripts::READ_FROM;
 use crate::backend::{Backend, LogOptions, LogStream};
 use crate::record::{JobId, JobRecord, RecordStore};
 use crate::redact::{is_secret_name, SecretRegistry};
+
+/// The most bytes one read of a followed log returns; a log that grew more is read in
+/// further chunks, from where the last one stopped.
+pub(super) const FOLLOW_CHUNK: u64 = 1024 * 1024;
 use crate::render::Renderer;
 use crate::spec::TaskSet;
 use crate::transport::Transport;
@@ -59,8 +63,9 @@ where
     pub(super) async fn read_logs(&self, id: &JobId, options: LogOptions) -> Result<String> {
         let record = self.inner.store.get(id)?;
         let path = self.log_path(&record, options.task, options.stream)?;
+        let registry = self.log_redactor(&record);
         match self.inner.transport.tail_file(&path, options.tail).await {
-            Ok(bytes) => Ok(redact_env_secrets(&String::from_utf8_lossy(&bytes))),
+            Ok(bytes) => Ok(registry.redact(&String::from_utf8_lossy(&bytes))),
             Err(Error::NotFound(_)) => Err(Error::NotFound(format!(
                 "{id}: {path} does not exist yet (the job is {}; logs appear once it starts)",
                 record.state
@@ -80,6 +85,8 @@ where
             id: JobId,
             offset: u64,
             done: bool,
+            /// Read again at once (the last read was a full chunk: more is waiting).
+            more: bool,
             first: bool,
         }
         let state = Follow {
@@ -87,6 +94,7 @@ where
             id,
             offset: 0,
             done: false,
+            more: false,
             first: true,
         };
         stream::unfold(state, move |mut st| async move {
@@ -94,20 +102,26 @@ where
                 if st.done {
                     return None;
                 }
-                if !st.first {
+                if !st.first && !st.more {
                     tokio::time::sleep(interval).await;
                 }
                 st.first = false;
                 // Whether the job is over is read before the log, so the last read
-                // after the end sees everything the job wrote.
-                let terminal = match st.backend.status(&st.id).await {
-                    Ok(status) => status.state().is_terminal(),
-                    Err(error) if error.is_transient() => false,
-                    Err(error) => {
-                        st.done = true;
-                        return Some((Err(error), st));
+                // after the end sees everything the job wrote. While catching up on a
+                // large log (full chunks), the status is not asked again.
+                let terminal = if st.more {
+                    false
+                } else {
+                    match st.backend.status(&st.id).await {
+                        Ok(status) => status.state().is_terminal(),
+                        Err(error) if error.is_transient() => false,
+                        Err(error) => {
+                            st.done = true;
+                            return Some((Err(error), st));
+                        }
                     }
                 };
+                st.more = false;
                 let record = match st.backend.inner.store.get(&st.id) {
                     Ok(record) => record,
                     Err(error) => {
@@ -117,7 +131,11 @@ where
                 };
                 let chunk = match st.backend.log_path(&record, None, stream) {
                     Ok(path) => {
-                        let command = READ_FROM.command([path, st.offset.to_string()]);
+                        let command = READ_FROM.command([
+                            path,
+                            st.offset.to_string(),
+                            FOLLOW_CHUNK.to_string(),
+                        ]);
                         match st.backend.inner.transport.run(&command).await {
                             Ok(output) if output.success() => {
                                 let text = output.stdout;
@@ -129,6 +147,7 @@ where
                                     .unwrap_or(st.offset);
                                 let body = text.get(newline + 1..).unwrap_or_default().to_vec();
                                 st.offset = st.offset.max(size.min(st.offset + body.len() as u64));
+                                st.more = st.offset < size;
                                 body
                             }
                             Ok(_) => Vec::new(),
@@ -141,11 +160,14 @@ where
                     }
                     Err(_) => Vec::new(),
                 };
-                if terminal {
+                if terminal && !st.more {
                     st.done = true;
                 }
                 if !chunk.is_empty() {
-                    let text = redact_env_secrets(&String::from_utf8_lossy(&chunk));
+                    let text = st
+                        .backend
+                        .log_redactor(&record)
+                        .redact(&String::from_utf8_lossy(&chunk));
                     return Some((Ok(text), st));
                 }
             }
@@ -154,14 +176,28 @@ where
     }
 }
 
-/// Logs may echo a secret the job received; hide the values this process knows
-/// (the secrets in its environment named like secrets).
-fn redact_env_secrets(text: &str) -> String {
-    let mut registry = SecretRegistry::new();
-    for (name, value) in std::env::vars() {
-        if is_secret_name(&name) {
-            registry.register(name, value);
+impl<T, R, S> SlurmBackend<T, R, S>
+where
+    T: Transport + 'static,
+    R: Renderer + 'static,
+    S: RecordStore + 'static,
+{
+    /// Logs may echo a secret the job received; hide every value this process knows:
+    /// the secrets this backend submitted, the values in this process's environment of
+    /// the names the record declares in `secrets` (`WANDB_KEY`, `DB_PASS`, ...), and of
+    /// every variable named like a secret.
+    pub(super) fn log_redactor(&self, record: &JobRecord) -> SecretRegistry {
+        let mut registry = self.inner.secrets.lock().expect("secrets lock").clone();
+        for name in &record.secret_names {
+            if let Ok(value) = std::env::var(name) {
+                registry.register(name.clone(), value);
+            }
         }
+        for (name, value) in std::env::vars() {
+            if is_secret_name(&name) {
+                registry.register(name, value);
+            }
+        }
+        registry
     }
-    registry.redact(text)
 }

@@ -51,6 +51,8 @@ pub use states::{map_state, SlurmBaseState, SlurmState};
 
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use commands::{sacct_jobs, squeue_jobs};
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use poll::{poll_command, Group as PollGroup};
 
 /// What a submit to SLURM does beyond the generic
 /// [`SubmitOptions`](crate::backend::SubmitOptions): the NCCL probe. The backend's

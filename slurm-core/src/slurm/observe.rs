@@ -279,6 +279,22 @@ pub(super) fn settle(decision: &mut Decision, part: &Output) {
                 mark.message.clone().unwrap_or_default()
             ));
         }
+        Followup::StatusJson if status_json_unreadable(part) => {
+            // The job finished, but status.json could not be read (a transient NFS
+            // error, a dropped read): not a verdict. The record stays unfinished and the
+            // next poll reads it again; only a file that is absent or says otherwise
+            // makes the job an ERROR.
+            mark.state = JobState::Running;
+            mark.message = Some(format!(
+                "{}; status.json could not be read ({}), read again at the next poll",
+                mark.message.clone().unwrap_or_default(),
+                part.stderr_text()
+                    .trim()
+                    .chars()
+                    .take(300)
+                    .collect::<String>()
+            ));
+        }
         Followup::StatusJson => {
             if !status_json_says_success(part) {
                 mark.state = JobState::Error;
@@ -382,6 +398,12 @@ fn describe(observed: &Observation) -> String {
         }
     }
     text
+}
+
+/// Whether a `cat status.json` failed for another reason than the file being absent
+/// (an I/O error, a stale NFS handle, a read that never came back).
+fn status_json_unreadable(output: &Output) -> bool {
+    !output.success() && !output.stderr_text().contains("No such file or directory")
 }
 
 /// Whether a `cat status.json` says success: the last JSON object with a `status`
@@ -542,6 +564,59 @@ mod tests {
         assert!(!text(&crashed).contains("timeout"), "{}", text(&crashed));
         assert_eq!(timed_out.mark.err_class, Some(ErrorClass::Program));
         assert_eq!(timed_out.followup, Followup::None);
+    }
+
+    #[test]
+    fn a_status_json_that_cannot_be_read_is_no_verdict() {
+        let record = crate::record::JobRecord::new(
+            crate::record::JobId::parse("job-abcdef").unwrap(),
+            &{
+                let mut spec = crate::spec::JobSpec::new("job", "true");
+                spec.completion_check = CompletionCheck::StatusJson;
+                spec
+            },
+            crate::storage::RemotePath::parse("/r/job-abcdef").unwrap(),
+        )
+        .unwrap();
+        let completed = Observation {
+            state: SlurmState::from_base(SlurmBaseState::Completed),
+            reason: None,
+            exit_code: Some(0),
+            nodes: None,
+            source: "sacct",
+            requeued_after: None,
+            failed_step: None,
+        };
+        let read = |status: i32, stdout: &str, stderr: &str| Output {
+            status,
+            stdout: stdout.as_bytes().to_vec(),
+            stderr: stderr.as_bytes().to_vec(),
+        };
+        // A transient NFS error: not terminal, read again next poll.
+        let mut decision = decide(&record, Some(completed.clone()));
+        assert_eq!(decision.followup, Followup::StatusJson);
+        settle(
+            &mut decision,
+            &read(1, "", "cat: /r/job-abcdef/status.json: Stale file handle\n"),
+        );
+        assert_eq!(decision.mark.state, JobState::Running);
+        assert!(!decision.mark.state.is_terminal());
+        assert!(decision.mark.message.unwrap().contains("Stale file handle"));
+        // Absent: the job did not report success.
+        let mut decision = decide(&record, Some(completed.clone()));
+        settle(
+            &mut decision,
+            &read(
+                1,
+                "",
+                "cat: /r/job-abcdef/status.json: No such file or directory\n",
+            ),
+        );
+        assert_eq!(decision.mark.state, JobState::Error);
+        // Present and successful.
+        let mut decision = decide(&record, Some(completed));
+        settle(&mut decision, &read(0, r#"{"status": "SUCCESS"}"#, ""));
+        assert_eq!(decision.mark.state, JobState::Complete);
     }
 
     #[test]

@@ -3,10 +3,15 @@
 //! failure classification only when a job needs them. Array jobs are one id each, their
 //! tasks read from the same rows (`123_4`, `123_[5-7%2]`). The parents of dependants are
 //! observed in the same round trip, so a dependency that can never hold is settled from
-//! their records ([`crate::dependency`]). What the answers mean is decided in
+//! their records ([`crate::dependency`]). `SUBMITTING` records a dead submitter left are
+//! settled first ([`reconcile`](super::reconcile)), and the secrets of jobs that ended
+//! are removed in the follow-up round trip. What the answers mean is decided in
 //! [`observe`](super::observe); this file asks and records.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::Duration;
+
+use chrono::Utc;
 
 use super::backend::SlurmBackend;
 use super::commands;
@@ -14,7 +19,8 @@ use super::observe::{
     decide, from_scontrol, merge, settle, Decision, Followup, Observation, TaskKey,
 };
 use super::parse::SlurmJobId;
-use super::scripts::{POLL, TAIL_LOGS};
+use super::reconcile::Verdict;
+use super::scripts::{FORGET_SECRETS, POLL, TAIL_LOGS};
 use super::states::live_state_names;
 use crate::backend::JobStatus;
 use crate::classify::LOG_TAIL_LINES;
@@ -24,6 +30,24 @@ use crate::render::Renderer;
 use crate::state::JobState;
 use crate::transport::{round_trip, Command, Output, Transport};
 use crate::{Error, Result};
+
+/// A `SUBMITTING` record this old whose submit is not in progress (its lease is free)
+/// is settled by `status`, `watch` and `cancel`: its submitter died or gave up.
+pub(super) const SETTLE_AFTER: Duration = Duration::from_secs(5);
+
+/// For a store that cannot tell whether a submit is in progress: settle only records
+/// this old (no submit runs this long).
+const SETTLE_UNLEASED_AFTER: Duration = Duration::from_secs(600);
+
+/// How long a settle from `status` waits for an attempt still running sbatch.
+const STATUS_FENCE_WAIT: Duration = Duration::from_secs(5);
+
+/// The most commands of one follow-up round trip (their arguments stay far below the
+/// kernel's limits); more go in further round trips.
+const FOLLOWUP_CHUNK: usize = 200;
+
+/// The most jobs one `forget-secrets` command names.
+const FORGET_CHUNK: usize = 200;
 
 /// A job (or array task) on a cluster (`None`: the default one).
 type Key = (Option<String>, TaskKey);
@@ -56,7 +80,7 @@ fn column(key: &TaskKey) -> String {
 
 /// One cluster's part of a poll.
 #[derive(Default)]
-struct Group {
+pub(crate) struct Group {
     jobs: Vec<SlurmJobId>,
     keys: Vec<TaskKey>,
     /// Keys whose record (or task) is RUNNING: squeue showing one pending again sends
@@ -66,25 +90,45 @@ struct Group {
     expected: Vec<TaskKey>,
 }
 
-/// One poll of one cluster (see `poll.sh`): squeue for the group's jobs, then sacct for
-/// those squeue cannot settle.
-fn poll_command(cluster: Option<&str>, group: &Group) -> Result<Command> {
-    let csv = |keys: &[TaskKey]| keys.iter().map(column).collect::<Vec<_>>().join(",");
-    let jobs: Vec<String> = group.jobs.iter().map(ToString::to_string).collect();
-    let squeue = commands::squeue_jobs(&group.jobs, cluster)?;
-    let sacct = commands::sacct_rows(cluster)?;
-    let mut params = vec![
-        jobs.join(","),
-        csv(&group.running),
-        live_state_names(),
-        csv(&group.expected),
-    ];
-    params.push(squeue.program().to_string());
-    params.extend(squeue.get_args().iter().cloned());
-    params.push("--slurm-run-next--".to_string());
-    params.push(sacct.program().to_string());
-    params.extend(sacct.get_args().iter().cloned());
-    Ok(POLL.command(params))
+impl Group {
+    /// The group of single jobs `ids`, none RUNNING.
+    pub(crate) fn of_jobs(ids: &[SlurmJobId]) -> Group {
+        Group {
+            jobs: ids.to_vec(),
+            keys: ids.iter().map(|id| (*id, None)).collect(),
+            ..Group::default()
+        }
+    }
+}
+
+/// One poll of every cluster in `groups` (see `poll.sh`): per cluster squeue for its
+/// jobs, then sacct for those squeue cannot settle. What to ask travels on standard
+/// input (`K J ID`, `K R KEY`, `K E KEY`), so any number of jobs and tasks fits.
+pub(crate) fn poll_command(groups: &BTreeMap<Option<String>, Group>) -> Result<Command> {
+    let mut params = vec![live_state_names()];
+    let mut stdin = String::new();
+    for (k, (cluster, group)) in groups.iter().enumerate() {
+        let squeue = commands::squeue_rows(cluster.as_deref())?;
+        let sacct = commands::sacct_rows(cluster.as_deref())?;
+        if k > 0 {
+            params.push("--slurm-run-group--".to_string());
+        }
+        params.push(squeue.program().to_string());
+        params.extend(squeue.get_args().iter().cloned());
+        params.push("--slurm-run-next--".to_string());
+        params.push(sacct.program().to_string());
+        params.extend(sacct.get_args().iter().cloned());
+        for job in &group.jobs {
+            stdin.push_str(&format!("{k} J {job}\n"));
+        }
+        for key in &group.running {
+            stdin.push_str(&format!("{k} R {}\n", column(key)));
+        }
+        for key in &group.expected {
+            stdin.push_str(&format!("{k} E {}\n", column(key)));
+        }
+    }
+    Ok(POLL.command(params).stdin(stdin.into_bytes()))
 }
 
 impl<T, R, S> SlurmBackend<T, R, S>
@@ -94,9 +138,24 @@ where
     S: RecordStore + 'static,
 {
     /// Observe `ids` and update their records. One round trip for any number of jobs
-    /// and array tasks in the common case; answers in the order of `ids`.
+    /// and array tasks in the common case; answers in the order of `ids`. `SUBMITTING`
+    /// records left by a submit that died or gave up are settled first
+    /// ([`SETTLE_AFTER`]).
     pub(super) async fn poll(&self, ids: &[JobId]) -> Result<Vec<JobStatus>> {
+        self.poll_settling(ids, SETTLE_AFTER).await
+    }
+
+    /// [`poll`](Self::poll), settling `SUBMITTING` records whose submit is not in
+    /// progress once they are `settle_after` old.
+    pub(super) async fn poll_settling(
+        &self,
+        ids: &[JobId],
+        settle_after: Duration,
+    ) -> Result<Vec<JobStatus>> {
         let store = &self.inner.store;
+        let mut records: Vec<JobRecord> =
+            ids.iter().map(|id| store.get(id)).collect::<Result<_>>()?;
+        self.settle_stale(&mut records, settle_after).await?;
         // The parents of dependants still waiting are observed too, and whether each had
         // ended before this poll is kept: a dependant of a parent whose failure is new
         // waits one poll (a watch may retry the parent first).
@@ -122,6 +181,7 @@ where
         let (mut statuses, mut cancels) = self.observe_records(&all).await?;
         statuses.truncate(ids.len());
         let mut follow = Vec::new();
+        let mut ended = Vec::new();
         for status in statuses.iter_mut() {
             let record = &status.record;
             if record.state.is_terminal() || record.after.is_empty() {
@@ -139,6 +199,7 @@ where
                         .message(message)
                         .err_class(crate::classify::ErrorClass::Program),
                 )?;
+                ended.push(status.record.clone());
             } else if resolved.iter().any(|r| r.parent.id != r.dependency.job) {
                 // A parent was retried elsewhere: this dependant follows the new attempt.
                 follow.push(record.clone());
@@ -148,6 +209,14 @@ where
             self.follow_retries(&follow).await?;
         }
         self.cancel_on_cluster(&cancels).await;
+        if ended.iter().any(|r| r.secrets_staged) {
+            self.forget_secrets(&ended).await;
+            for status in statuses.iter_mut() {
+                if ended.iter().any(|r| r.id == status.record.id) {
+                    status.record = store.get(&status.record.id)?;
+                }
+            }
+        }
         Ok(statuses)
     }
 
@@ -236,11 +305,38 @@ where
                     .collect()
             })
             .collect();
-        self.run_followups(&records, &mut decisions).await?;
+        // The secrets of jobs that have ended go in the same round trip: the records
+        // ending now, and ended ones whose sidecar could not be removed before (an
+        // array's once the array has ended).
+        let forget: Vec<usize> = records
+            .iter()
+            .zip(&decisions)
+            .enumerate()
+            .filter(|(_, (record, decided))| {
+                record.secrets_staged
+                    && (record.state.is_terminal()
+                        || (!record.is_array()
+                            && decided.iter().any(|(_, d)| {
+                                d.mark.state.is_terminal() || d.followup != Followup::None
+                            })))
+            })
+            .map(|(index, _)| index)
+            .collect();
+        let forgotten = self
+            .run_followups(&records, &mut decisions, &forget)
+            .await?;
 
         let mut cancels = Vec::new();
         let mut answers = Vec::with_capacity(records.len());
         for (record, decided) in records.into_iter().zip(decisions) {
+            let record = if forgotten.contains(&record.id) {
+                store.update(&record.id, &mut |r| {
+                    r.secrets_staged = false;
+                    Ok(())
+                })?
+            } else {
+                record
+            };
             for (key, decision) in &decided {
                 if decision.cancel {
                     cancels.push((key.0.clone(), key.1 .0));
@@ -336,34 +432,16 @@ where
         &self,
         groups: &BTreeMap<Option<String>, Group>,
     ) -> Result<HashMap<Key, Observation>> {
-        let mut commands: Vec<Command> = Vec::new();
-        for (cluster, group) in groups {
-            commands.push(poll_command(cluster.as_deref(), group)?);
-        }
         let label = format!(
             "poll {} job(s)",
             groups.values().map(|g| g.jobs.len()).sum::<usize>()
         );
-        // One group (the usual case) runs as it is; several go in one round trip.
-        let outputs: Vec<Output> = if commands.len() == 1 {
-            vec![
-                self.inner
-                    .transport
-                    .run(&commands[0].clone().display_as(label))
-                    .await?,
-            ]
-        } else {
-            let output = self
-                .inner
-                .transport
-                .run(&round_trip::join(&commands).display_as(label))
-                .await?;
-            round_trip::split(&output, commands.len())?
-        };
+        let command = poll_command(groups)?.display_as(label);
+        let output = self.inner.transport.run(&command).await?;
+        let parts = round_trip::split(&output, 2 * groups.len())?;
         let mut observations = HashMap::new();
-        for ((cluster, group), output) in groups.iter().zip(&outputs) {
-            let parts = round_trip::split(output, 2)?;
-            for (key, observation) in merge(&group.keys, &parts[0], &parts[1])? {
+        for ((cluster, group), pair) in groups.iter().zip(parts.chunks(2)) {
+            for (key, observation) in merge(&group.keys, &pair[0], &pair[1])? {
                 observations.insert((cluster.clone(), key), observation);
             }
         }
@@ -376,12 +454,7 @@ where
             .iter()
             .map(|(cluster, key)| commands::scontrol_show_job(key.0, cluster.as_deref()))
             .collect();
-        let output = self
-            .inner
-            .transport
-            .run(&round_trip::join(&commands))
-            .await?;
-        let parts = round_trip::split(&output, commands.len())?;
+        let parts = self.run_joined(&commands).await?;
         let mut observations = HashMap::new();
         for (key, part) in keys.iter().zip(parts) {
             if let Some(observation) = from_scontrol(key.1 .0, &part)? {
@@ -391,13 +464,26 @@ where
         Ok(observations)
     }
 
+    /// `commands` in as few round trips as their number allows (at most
+    /// [`FOLLOWUP_CHUNK`] each); one answer per command, in order.
+    async fn run_joined(&self, commands: &[Command]) -> Result<Vec<Output>> {
+        let mut parts = Vec::with_capacity(commands.len());
+        for chunk in commands.chunks(FOLLOWUP_CHUNK) {
+            let output = self.inner.transport.run(&round_trip::join(chunk)).await?;
+            parts.extend(round_trip::split(&output, chunk.len())?);
+        }
+        Ok(parts)
+    }
+
     /// Classify failures from their logs and run the status.json check, for every job
-    /// or task that needs one, in one more round trip.
+    /// or task that needs one, and remove the secrets of the records in `forget`, in one
+    /// more round trip. Returns the records whose secrets are gone.
     async fn run_followups(
         &self,
         records: &[JobRecord],
         decisions: &mut [Vec<(Key, Decision)>],
-    ) -> Result<()> {
+        forget: &[usize],
+    ) -> Result<BTreeSet<JobId>> {
         let mut commands = Vec::new();
         let mut owners = Vec::new();
         for (index, (record, decided)) in records.iter().zip(decisions.iter()).enumerate() {
@@ -426,17 +512,122 @@ where
                 owners.push((index, position));
             }
         }
+        let followups = commands.len();
+        let forget_records: Vec<&JobRecord> = forget.iter().map(|i| &records[*i]).collect();
+        commands.extend(forget_commands(&forget_records));
         if commands.is_empty() {
+            return Ok(BTreeSet::new());
+        }
+        let parts = self.run_joined(&commands).await?;
+        for ((index, position), part) in owners.into_iter().zip(&parts) {
+            settle(&mut decisions[index][position].1, part);
+        }
+        Ok(forgotten(&forget_records, &parts[followups..]))
+    }
+
+    /// Remove the secrets sidecars of `records` (ended), best effort: the records whose
+    /// sidecar is confirmed gone are updated; the others keep `secrets_staged` and are
+    /// tried again at their next status.
+    pub(super) async fn forget_secrets(&self, records: &[JobRecord]) {
+        let refs: Vec<&JobRecord> = records.iter().filter(|r| r.secrets_staged).collect();
+        let commands = forget_commands(&refs);
+        if commands.is_empty() {
+            return;
+        }
+        let gone = match self.run_joined(&commands).await {
+            Ok(parts) => forgotten(&refs, &parts),
+            Err(error) => {
+                tracing::warn!(%error, "could not remove secrets sidecars yet; the next status tries again");
+                return;
+            }
+        };
+        for id in gone {
+            let _ = self.inner.store.update(&id, &mut |r| {
+                r.secrets_staged = false;
+                Ok(())
+            });
+        }
+    }
+
+    /// Settle the `SUBMITTING` records among `records` whose submit is not in progress
+    /// and that are at least `settle_after` old, in one round trip; `records` are
+    /// replaced by what the store holds afterwards. See [`reconcile`](super::reconcile).
+    async fn settle_stale(&self, records: &mut [JobRecord], settle_after: Duration) -> Result<()> {
+        let store = &self.inner.store;
+        let now = Utc::now();
+        let mut chosen: Vec<JobRecord> = Vec::new();
+        for record in records.iter() {
+            if record.state != JobState::Submitting
+                || record.backend_ref.is_some()
+                || chosen.iter().any(|c| c.id == record.id)
+            {
+                continue;
+            }
+            let age = now
+                .signed_duration_since(record.submitted_at)
+                .to_std()
+                .unwrap_or_default();
+            let eligible = match store.submit_in_progress(&record.id)? {
+                Some(true) => false,
+                Some(false) => age >= settle_after,
+                None => age >= SETTLE_UNLEASED_AFTER.max(settle_after),
+            };
+            if eligible {
+                chosen.push(record.clone());
+            }
+        }
+        if chosen.is_empty() {
             return Ok(());
         }
-        let output = self
-            .inner
-            .transport
-            .run(&round_trip::join(&commands))
-            .await?;
-        let parts = round_trip::split(&output, commands.len())?;
-        for ((index, position), part) in owners.into_iter().zip(parts) {
-            settle(&mut decisions[index][position].1, &part);
+        let settled = self.settle_records(&chosen, STATUS_FENCE_WAIT).await;
+        for (record, settled) in chosen.iter().zip(settled) {
+            let id = &record.id;
+            let marked = match settled.verdict {
+                Verdict::Adopt(job) => store.mark(
+                    id,
+                    Mark::new(JobState::Pending, TransitionSource::Poll)
+                        .message(format!(
+                            "adopted: SLURM job {job} carries its name (settled after its submit was left unsettled)"
+                        ))
+                        .backend_ref(job),
+                ),
+                Verdict::NoJob(why) => store.mark(
+                    id,
+                    Mark::new(JobState::NotSubmitted, TransitionSource::Poll)
+                        .message(format!("never reached the scheduler: {why}; submit it again")),
+                ),
+                Verdict::Refused(error) => store.mark(
+                    id,
+                    Mark::new(JobState::Error, TransitionSource::Poll)
+                        .message(format!("sbatch refused the job: {error}")),
+                ),
+                Verdict::Several(jobs) => {
+                    let list: Vec<String> = jobs.iter().map(ToString::to_string).collect();
+                    let note = format!(
+                        "{} SLURM jobs carry its name ({}); a person decides which to keep (`cancel` cancels them all)",
+                        jobs.len(),
+                        list.join(", ")
+                    );
+                    note_unsettled(store, id, &jobs, note)
+                }
+                Verdict::Unsettled { seen, why } => note_unsettled(store, id, &seen, why),
+            };
+            match marked {
+                Ok(_) => {}
+                // Settled meanwhile by someone else: keep what they found.
+                Err(Error::InvalidTransition { .. }) => {}
+                Err(error) => return Err(error),
+            }
+            if settled.secrets_removed {
+                store.update(id, &mut |r| {
+                    r.secrets_staged = false;
+                    Ok(())
+                })?;
+            }
+            let fresh = store.get(id)?;
+            for slot in records.iter_mut().filter(|r| &r.id == id) {
+                *slot = fresh.clone();
+            }
         }
         Ok(())
     }
@@ -461,36 +652,84 @@ where
     }
 }
 
+/// Keep `seen` and `why` in a record that stays `SUBMITTING`.
+fn note_unsettled<S: RecordStore>(
+    store: &S,
+    id: &JobId,
+    seen: &[BackendRef],
+    why: String,
+) -> Result<JobRecord> {
+    store.update(id, &mut |record| {
+        for job in seen {
+            if !record.candidates.contains(job) {
+                record.candidates.push(job.clone());
+            }
+        }
+        record.unsettled = Some(why.clone());
+        Ok(())
+    })
+}
+
+/// The `forget-secrets` commands for `records` (folder and name of each).
+fn forget_commands(records: &[&JobRecord]) -> Vec<Command> {
+    records
+        .chunks(FORGET_CHUNK)
+        .map(|chunk| {
+            FORGET_SECRETS.command(
+                chunk
+                    .iter()
+                    .flat_map(|r| [r.results_dir.as_str().to_string(), r.id.to_string()]),
+            )
+        })
+        .collect()
+}
+
+/// The records among `records` whose sidecar the `forget-secrets` answers in `parts`
+/// confirm gone.
+fn forgotten(records: &[&JobRecord], parts: &[Output]) -> BTreeSet<JobId> {
+    let names: BTreeSet<String> = parts
+        .iter()
+        .flat_map(|part| {
+            part.stdout_text()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    records
+        .iter()
+        .filter(|r| names.contains(r.id.as_str()))
+        .map(|r| r.id.clone())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Runs the poll script locally against fake `squeue` / `sacct` programs; returns
-    /// the two parts and the `--jobs=` sacct was given (None when it was not run).
-    async fn poll_locally(
-        squeue_lines: &str,
-        squeue_rc: i32,
-        all: &[u64],
-        running: &[u64],
-    ) -> (Vec<Output>, Option<String>) {
-        let ids = |list: &[u64]| -> Vec<SlurmJobId> {
-            list.iter().map(|n| SlurmJobId::new(*n).unwrap()).collect()
-        };
-        let group = Group {
+    fn ids(list: &[u64]) -> Vec<SlurmJobId> {
+        list.iter().map(|n| SlurmJobId::new(*n).unwrap()).collect()
+    }
+
+    /// A group of single jobs: `all`, of which `running` are RUNNING.
+    fn jobs(all: &[u64], running: &[u64]) -> Group {
+        Group {
             jobs: ids(all),
             keys: ids(all).into_iter().map(|j| (j, None)).collect(),
             running: ids(running).into_iter().map(|j| (j, None)).collect(),
             expected: Vec::new(),
-        };
-        poll_group_locally(squeue_lines, squeue_rc, &group).await
+        }
     }
 
-    /// [`poll_locally`] of any group (array tasks included).
+    /// Runs the poll script locally against fake `squeue` / `sacct` programs (squeue
+    /// prints `squeue_lines` and exits `squeue_rc`; sacct prints nothing); returns the
+    /// two parts, every `--jobs=` squeue was given (one a line), and every `--jobs=`
+    /// sacct was given (None when it was not run).
     async fn poll_group_locally(
         squeue_lines: &str,
         squeue_rc: i32,
-        group: &Group,
-    ) -> (Vec<Output>, Option<String>) {
+        group: Group,
+    ) -> (Vec<Output>, String, Option<String>) {
         use crate::transport::{LocalTransport, Transport};
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path();
@@ -498,15 +737,15 @@ mod tests {
         std::fs::write(
             bin.join("squeue"),
             format!(
-                "#!/bin/bash\ncat {}/squeue.out\nexit {squeue_rc}\n",
-                bin.display()
+                "#!/bin/bash\nfor a; do case $a in --jobs=*) echo \"${{a#--jobs=}}\" >> {dir}/squeue.jobs;; esac; done\ncat {dir}/squeue.out\nexit {squeue_rc}\n",
+                dir = bin.display()
             ),
         )
         .unwrap();
         std::fs::write(
             bin.join("sacct"),
             format!(
-                "#!/bin/bash\nfor a; do case $a in --jobs=*) echo \"${{a#--jobs=}}\" > {}/sacct.jobs;; esac; done\n",
+                "#!/bin/bash\nfor a; do case $a in --jobs=*) echo \"${{a#--jobs=}}\" >> {}/sacct.jobs;; esac; done\n",
                 bin.display()
             ),
         )
@@ -521,26 +760,28 @@ mod tests {
             bin.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let poll = poll_command(None, group).unwrap();
+        let groups: BTreeMap<Option<String>, Group> = [(None, group)].into();
+        let poll = poll_command(&groups).unwrap();
         let command = Command::new("env")
             .arg(path)
             .arg(poll.program())
-            .args(poll.get_args().iter().cloned());
+            .args(poll.get_args().iter().cloned())
+            .stdin(poll.stdin_bytes().unwrap().to_vec());
         let output = LocalTransport::new().run(&command).await.unwrap();
         let parts = round_trip::split(&output, 2).unwrap();
-        let jobs = std::fs::read_to_string(bin.join("sacct.jobs"))
+        let squeue = std::fs::read_to_string(bin.join("squeue.jobs")).unwrap_or_default();
+        let sacct = std::fs::read_to_string(bin.join("sacct.jobs"))
             .ok()
             .map(|j| j.trim().to_string());
-        (parts, jobs)
+        (parts, squeue, sacct)
     }
 
     #[tokio::test]
     async fn jobs_squeue_settles_cost_no_sacct() {
-        let (parts, sacct) = poll_locally(
+        let (parts, _, sacct) = poll_group_locally(
             "1|PENDING|Priority|(null)|a\n2|RUNNING|None|n1|b\n",
             0,
-            &[1, 2],
-            &[],
+            jobs(&[1, 2], &[]),
         )
         .await;
         assert_eq!(sacct, None, "all live: no sacct");
@@ -552,15 +793,14 @@ mod tests {
     async fn sacct_is_asked_only_for_what_squeue_cannot_settle() {
         // 3 finished (exit code and steps from sacct), 4 gone from squeue, 5 a RUNNING
         // record pending again (a requeue: sacct says why), 6 pending as before.
-        let (_, sacct) = poll_locally(
+        let (_, _, sacct) = poll_group_locally(
             "3|COMPLETED|None|n1|c\n5|PENDING|BeginTime|(null)|e\n6|PENDING|Priority|(null)|f\n",
             0,
-            &[3, 4, 5, 6],
-            &[5],
+            jobs(&[3, 4, 5, 6], &[5]),
         )
         .await;
         assert_eq!(sacct.as_deref(), Some("3,4,5"));
-        let (_, sacct) = poll_locally("", 1, &[7, 8], &[]).await;
+        let (_, _, sacct) = poll_group_locally("", 1, jobs(&[7, 8], &[])).await;
         assert_eq!(
             sacct.as_deref(),
             Some("7,8"),
@@ -579,10 +819,10 @@ mod tests {
             expected: expected.into_iter().map(task).collect(),
         };
         // Two running, the rest in the pending range: squeue settles all.
-        let (parts, sacct) = poll_group_locally(
+        let (parts, _, sacct) = poll_group_locally(
             "40_[2-7%2]|PENDING|JobArrayTaskLimit|(null)|a\n40_0|RUNNING|None|n1|a\n40_1|RUNNING|None|n2|a\n",
             0,
-            &group(vec![0, 1], (0..8).collect()),
+            group(vec![0, 1], (0..8).collect()),
         )
         .await;
         assert_eq!(sacct, None, "all live: no sacct");
@@ -594,20 +834,44 @@ mod tests {
             Some("JobArrayTaskLimit")
         );
         // A running task gone from squeue (it ended and was purged): sacct for the array.
-        let (_, sacct) = poll_group_locally(
+        let (_, _, sacct) = poll_group_locally(
             "40_[2-7%2]|PENDING|JobArrayTaskLimit|(null)|a\n40_1|RUNNING|None|n2|a\n",
             0,
-            &group(vec![0, 1], (0..8).collect()),
+            group(vec![0, 1], (0..8).collect()),
         )
         .await;
         assert_eq!(sacct.as_deref(), Some("40"));
         // A task listed as ended: sacct says how.
-        let (_, sacct) = poll_group_locally(
+        let (_, _, sacct) = poll_group_locally(
             "40_0|COMPLETED|None|n1|a\n40_1|RUNNING|None|n2|a\n",
             0,
-            &group(vec![1], vec![0, 1]),
+            group(vec![1], vec![0, 1]),
         )
         .await;
         assert_eq!(sacct.as_deref(), Some("40"));
+    }
+
+    #[tokio::test]
+    async fn a_poll_of_twenty_thousand_ids_travels_on_stdin_in_chunks() {
+        // 20,000 ids as one argument would be ~140 KB, above Linux's 128 KiB limit for one
+        // argument: they travel on stdin, and each tool gets at most 2000 per run.
+        let all: Vec<u64> = (1_000_000..1_020_000).collect();
+        let poll = poll_command(&[(None, jobs(&all, &[]))].into()).unwrap();
+        assert!(
+            poll.get_args().iter().all(|a| a.len() < 16 * 1024),
+            "no argument carries the ids"
+        );
+        let (_, squeue, sacct) = poll_group_locally("", 0, jobs(&all, &[])).await;
+        let chunks: Vec<&str> = squeue.lines().collect();
+        assert_eq!(chunks.len(), 10, "10 squeue runs of 2000 ids");
+        assert!(chunks.iter().all(|c| c.split(',').count() == 2000));
+        assert_eq!(chunks[0].split(',').next(), Some("1000000"));
+        let sacct = sacct.unwrap();
+        assert_eq!(
+            sacct.lines().count(),
+            10,
+            "sacct likewise, for the jobs squeue no longer lists"
+        );
+        assert_eq!(sacct.lines().flat_map(|l| l.split(',')).count(), 20_000);
     }
 }

@@ -162,18 +162,39 @@ where
                     );
                 }
                 Query::Accounting => {
+                    // Jobs run without accounting: a submit works, status reads finished
+                    // jobs from scontrol while slurmctld remembers them. So a cluster
+                    // without it (or whose slurmdbd is down now) passes, degraded.
                     let stderr = out.stderr_text();
-                    let ok = out.success()
-                        && !is_accounting_disabled(&stderr)
-                        && !stderr.to_lowercase().contains("error");
+                    let disabled = is_accounting_disabled(&stderr);
+                    let ok = out.success() && !disabled && !stderr.to_lowercase().contains("error");
                     cache.accounting = Some(ok);
-                    report.push(
-                        CheckKind::Accounting,
-                        "accounting (sacct)",
-                        ok,
-                        if ok { "sacct answers".to_string() } else { first_line(&stderr, "sacct failed") },
-                        "ask the cluster admins to enable slurmdbd accounting; without it finished jobs are read from scontrol while slurmctld remembers them (MinJobAge)",
-                    );
+                    if ok {
+                        report.push(
+                            CheckKind::Accounting,
+                            "accounting (sacct)",
+                            true,
+                            "sacct answers",
+                            "",
+                        );
+                    } else if disabled {
+                        report.push_degraded(
+                            CheckKind::Accounting,
+                            "accounting (sacct)",
+                            "disabled on this cluster: jobs run, but a finished job is read from scontrol only while slurmctld remembers it (MinJobAge), and a submit whose answer was lost is settled only while it is young",
+                            "ask the cluster admins to enable slurmdbd accounting",
+                        );
+                    } else {
+                        report.push_degraded(
+                            CheckKind::Accounting,
+                            "accounting (sacct)",
+                            format!(
+                                "sacct does not answer now ({}): jobs run, but finished jobs and lost submit answers wait until it does",
+                                first_line(&stderr, "sacct failed")
+                            ),
+                            "check slurmdbd (sacctmgr show cluster); ask the cluster admins if it stays down",
+                        );
+                    }
                 }
                 Query::Partition(name) => {
                     let check = format!("partition {name}");

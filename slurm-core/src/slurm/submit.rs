@@ -1,7 +1,8 @@
 //! Submit exactly once: validate, render, lint, open the record, then stage and `sbatch` in one
-//! round trip; reconcile by job name whenever the outcome is unknown.
+//! round trip; whenever the outcome is unknown, settle it by what the cluster says
+//! ([`reconcile`](super::reconcile)) before anything is sent again.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
@@ -9,6 +10,7 @@ use super::backend::SlurmBackend;
 use super::depend::dependency_option;
 use super::images::{Conversion, Converted};
 use super::parse::{parse_sbatch_parsable, SbatchOutcome};
+use super::reconcile::Verdict;
 use super::scripts::{SubmitExit, SUBMIT};
 use super::SlurmSubmitOptions;
 use crate::backend::SubmitOptions;
@@ -16,27 +18,43 @@ use crate::dependency::{check_before_submit, follow_retry};
 use crate::image::{check_gpu_image, ImageRef};
 use crate::names::validate_safe_name;
 use crate::nccl::KnobSet;
-use crate::record::{BackendRef, JobId, JobRecord, Mark, RecordStore, TransitionSource};
+use crate::record::{
+    claim_retry, BackendRef, JobId, JobRecord, Mark, RecordStore, RetryClaim, TransitionSource,
+};
 use crate::redact::SecretRegistry;
 use crate::render::{ArrayContext, EnvVar, Renderer, ScriptContext, TemplateKind};
-use crate::spec::{ArrayPlan, JobSpec, Limits, Resources, SpecDefaults};
+use crate::spec::{normalise_sbatch_line, ArrayPlan, JobSpec, Limits, Resources, SpecDefaults};
 use crate::state::JobState;
 use crate::storage::RemotePath;
 use crate::transport::{shell_quote, Command, Transport};
-use crate::{Error, ErrorKind, Result};
+use crate::{Error, Result};
 
 /// How long one submit round trip may take.
 const SUBMIT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long sbatch itself may run on the login node (`timeout` there): an attempt whose
+/// answer was lost can still create a job only this long after it began.
+const SBATCH_LIMIT: Duration = Duration::from_secs(90);
+
+/// The most sbatch attempts one submit makes (each only after the previous one was
+/// settled as "no job" by the scheduler).
+const MAX_ATTEMPTS: u32 = 3;
+
+/// How long the settle inside a submit waits for an attempt still running sbatch.
+const SUBMIT_FENCE_WAIT: Duration = Duration::from_secs(30);
 
 /// What the submit round trip said.
 enum Answer {
     Submitted(BackendRef),
     ImageMissing(String),
-    /// Unknown whether sbatch ran: reconcile.
+    /// Unknown whether sbatch ran: settle.
     Unknown(String),
     /// Nothing ran and trying again may work (the connection failed before sending).
     NotSent(Error),
-    /// A definite refusal; nothing was submitted.
+    /// Nothing ran and trying again will not help now (host key, authentication,
+    /// configuration): the attempt never reached the scheduler.
+    NeverSent(Error),
+    /// A definite refusal (sbatch's, or a check before it); nothing was submitted.
     Refused(Error),
 }
 
@@ -72,11 +90,23 @@ fn sweep_file(spec: &JobSpec, plan: &ArrayPlan) -> Result<Option<String>> {
     Ok(Some(text))
 }
 
+/// How a submit loop ended, when it did not submit.
+enum Failure {
+    /// Nothing was submitted, for certain: the record ends in `state` (ERROR for a
+    /// refusal, NOT_SUBMITTED when the request never reached the scheduler).
+    Ended { error: Error, state: JobState },
+    /// The outcome stays unknown: the record stays SUBMITTING, with the jobs seen.
+    Unsettled { error: Error, seen: Vec<BackendRef> },
+}
+
 /// Everything prepared before the record is opened.
 struct Prepared {
     record: JobRecord,
     payload: Vec<u8>,
-    params: Vec<String>,
+    /// The submit script's parameters after the attempt number and time limit: the
+    /// image, then the datasets.
+    tail: Vec<String>,
+    root: String,
     conversion: Option<Conversion>,
 }
 
@@ -99,6 +129,10 @@ where
             Some(id) => Some(self.inner.store.get(id)?),
             None => None,
         };
+        if let Some(winner) = previous.as_ref().and_then(|p| p.retried_as.clone()) {
+            // Another watcher or process already retried it: follow that retry.
+            return self.inner.store.get(&winner);
+        }
         // The parents: each accepted by the scheduler, able to meet its condition; the
         // scheduler waits for those still running.
         let waiting = check_before_submit(&self.inner.store, &spec.after)?;
@@ -123,21 +157,58 @@ where
         let prepared =
             self.prepare(spec, &secrets, &root, previous.as_ref(), &knobs, &placement)?;
         let id = prepared.record.id.clone();
+        if let Some(previous) = &previous {
+            // Retried meanwhile (preflight and rendering take a while): follow that retry.
+            if let Some(winner) = self.inner.store.get(&previous.id)?.retried_as {
+                return self.inner.store.get(&winner);
+            }
+        }
+        // The lease tells `status` elsewhere not to settle this record while it is submitted.
+        let _lease = self.inner.store.submit_lease(&id)?;
         self.inner.store.open(&prepared.record)?;
+        self.remember_secrets(&id, &secrets);
         tracing::info!(job = %id, "record opened; submitting");
+        if let Some(previous) = &previous {
+            if let RetryClaim::Taken(winner) = claim_retry(&self.inner.store, &previous.id, &id)? {
+                let _ = self.inner.store.mark(
+                    &id,
+                    Mark::new(JobState::NotSubmitted, TransitionSource::Agent).message(format!(
+                        "not submitted: {winner} already retries {}",
+                        previous.id
+                    )),
+                );
+                return self.inner.store.get(&winner);
+            }
+        }
         match self.submit_once(&id, &prepared).await {
             Ok(record) => Ok(record),
-            Err(error) => {
-                // Keep what is known: a refused submit leaves an ERROR record saying why;
-                // an ambiguous one stays SUBMITTING for a person to settle.
-                if error.kind() != ErrorKind::Ambiguous {
-                    let message = secrets.redact(&error.to_string());
-                    let _ = self.inner.store.mark(
-                        &id,
-                        Mark::new(JobState::Error, TransitionSource::Agent)
-                            .message(format!("submit failed: {message}")),
-                    );
+            Err(Failure::Ended { error, state }) => {
+                let message = secrets.redact(&error.to_string());
+                let _ = self.inner.store.mark(
+                    &id,
+                    Mark::new(state, TransitionSource::Agent)
+                        .message(format!("submit failed: {message}")),
+                );
+                // Nothing was submitted: the staged secrets go now (or at the next
+                // status, if the cluster cannot be reached).
+                if prepared.record.secrets_staged {
+                    if let Ok(record) = self.inner.store.get(&id) {
+                        self.forget_secrets(&[record]).await;
+                    }
                 }
+                Err(error)
+            }
+            Err(Failure::Unsettled { error, seen }) => {
+                let message = secrets.redact(&error.to_string());
+                let _ = self.inner.store.update(&id, &mut |record| {
+                    for job in &seen {
+                        if !record.candidates.contains(job) {
+                            record.candidates.push(job.clone());
+                        }
+                    }
+                    record.unsettled = Some(message.clone());
+                    Ok(())
+                });
                 Err(error)
             }
         }
@@ -145,6 +216,10 @@ where
 
     pub(super) async fn resubmit_job(&self, id: &JobId) -> Result<JobRecord> {
         let previous = self.inner.store.get(id)?;
+        if let Some(winner) = &previous.retried_as {
+            // Retried once already (by another watcher or process): that retry is the answer.
+            return self.inner.store.get(winner);
+        }
         if !previous.state.is_terminal() {
             return Err(Error::invalid(
                 "id",
@@ -154,18 +229,36 @@ where
                 ),
             ));
         }
-        let spec_path = previous.results_dir.join("specs")?.join("spec.json")?;
-        let text = self.inner.transport.read_file(spec_path.as_str()).await?;
-        let mut spec = JobSpec::from_json_str(&String::from_utf8_lossy(&text))?;
+        // The client's own copy of the spec; the cluster's only for records without
+        // one, and then only with the submitted digest.
+        let cluster_copy = match previous.spec {
+            Some(_) => None,
+            None => {
+                let spec_path = previous.results_dir.join("specs")?.join("spec.json")?;
+                let text = self.inner.transport.read_file(spec_path.as_str()).await?;
+                Some(String::from_utf8_lossy(&text).into_owned())
+            }
+        };
+        let mut spec = previous.spec_for_retry(cluster_copy.as_deref())?;
         // An array retries only its failed tasks: a smaller array, linked.
         if let Some(failed) = previous.tasks_to_retry() {
             spec = spec.for_tasks(failed);
         }
+        // The secrets' values this backend submitted the failed record with (kept in
+        // memory only), else this process's environment.
+        let secret_values = self
+            .inner
+            .submitted_secrets
+            .lock()
+            .expect("secrets lock")
+            .get(id)
+            .cloned();
         let record = self
             .submit_job(
                 &spec,
                 SubmitOptions {
                     retry_of: Some(id.clone()),
+                    secret_values,
                     ..SubmitOptions::default()
                 },
                 self.inner.config.submit.clone(),
@@ -178,7 +271,6 @@ where
         }
         Ok(record)
     }
-
     /// Refuse a retry whose node exclusions (inherited along its retry chain) leave the
     /// partition too few nodes for the job.
     fn check_exclusions(
@@ -348,7 +440,11 @@ where
                 .collect(),
             requeue: resources.requeue,
             exclusive: resources.exclusive,
-            extra_sbatch: spec.extra_sbatch.clone(),
+            extra_sbatch: spec
+                .extra_sbatch
+                .iter()
+                .map(|line| normalise_sbatch_line(line))
+                .collect::<Result<_>>()?,
             dependency: placement.dependency.clone(),
             exclude: placement.exclude.clone(),
             array: match &placement.plan {
@@ -449,63 +545,105 @@ where
             record = record.retry_of(previous);
         }
         record.excluded_nodes = placement.exclude.clone();
+        record.submit_attempts = Some(1);
+        record.secrets_staged = !secrets.is_empty();
         let image_param = if conversion.is_some() || spec.image_ref()?.is_some_and(|i| i.is_sqsh())
         {
             context.image.clone().unwrap_or_default()
         } else {
             String::new()
         };
-        let mut params = vec![
-            root.as_str().to_string(),
-            id.as_str().to_string(),
-            image_param,
-        ];
+        let mut tail = vec![image_param];
         for uri in spec.dataset_uris()? {
-            params.push(uri.resolve().as_str().to_string());
+            tail.push(uri.resolve().as_str().to_string());
         }
         Ok(Prepared {
             record,
             payload,
-            params,
+            tail,
+            root: root.as_str().to_string(),
             conversion,
         })
     }
 
-    /// The submit loop: one round trip in the steady state; conversion when the image
-    /// is missing; reconcile by name whenever the outcome is unknown.
-    async fn submit_once(&self, id: &JobId, prepared: &Prepared) -> Result<JobRecord> {
-        let command = SUBMIT
-            .command(prepared.params.clone())
+    /// The submit command of attempt `attempt`.
+    fn submit_command(&self, id: &JobId, prepared: &Prepared, attempt: u32) -> Command {
+        let mut params = vec![
+            prepared.root.clone(),
+            id.as_str().to_string(),
+            attempt.to_string(),
+            SBATCH_LIMIT.as_secs().to_string(),
+        ];
+        params.extend(prepared.tail.iter().cloned());
+        SUBMIT
+            .command(params)
             .stdin(prepared.payload.clone())
             .timeout(SUBMIT_TIMEOUT)
-            .display_as(format!("submit {id}"));
+            .display_as(format!("submit {id}"))
+    }
+
+    /// The submit loop: one round trip in the steady state; conversion when the image
+    /// is missing; whenever the outcome is unknown, a settle by what the cluster says
+    /// before anything is sent again (and a new attempt only once the scheduler said
+    /// there is no job).
+    async fn submit_once(
+        &self,
+        id: &JobId,
+        prepared: &Prepared,
+    ) -> std::result::Result<JobRecord, Failure> {
+        let mut attempt = 1u32;
         let mut converted = false;
         let mut accepted = "sbatch accepted the job".to_string();
         // A `:latest` asked anew is converted before the first send.
         if let Some(conversion) = prepared.conversion.as_ref().filter(|c| c.force) {
-            accepted.push_str(&conversion_note(
-                conversion,
-                &self.convert_image(conversion).await?,
-            ));
+            match self.convert_image(conversion).await {
+                Ok(done) => accepted.push_str(&conversion_note(conversion, &done)),
+                Err(error) => {
+                    return Err(Failure::Ended {
+                        error,
+                        state: JobState::Error,
+                    })
+                }
+            }
             converted = true;
         }
         let mut resent_unsent = false;
-        let mut attempted_after_reconcile = false;
+        // Every failure below comes while no attempt's outcome is unknown (the first
+        // attempt, or one sent after a settle said "no job"): it ends the record. Once an
+        // outcome is unknown, only the settle decides, and every error there leaves the
+        // record SUBMITTING (the job may exist).
+        let fail = |error: Error, state: JobState| Failure::Ended { error, state };
         loop {
-            let answer = self.send(&command).await;
+            let answer = self.send(&self.submit_command(id, prepared, attempt)).await;
             let reason = match answer {
-                Answer::Submitted(backend_ref) => return self.mark_submitted(id, backend_ref, &accepted),
-                Answer::Refused(error) => return Err(error),
+                Answer::Submitted(backend_ref) => {
+                    return self
+                        .mark_submitted(id, backend_ref, &accepted)
+                        .map_err(|error| Failure::Unsettled {
+                            error,
+                            seen: Vec::new(),
+                        })
+                }
+                Answer::Refused(error) => return Err(fail(error, JobState::Error)),
+                Answer::NeverSent(error) => {
+                    return Err(fail(error, JobState::NotSubmitted))
+                }
                 Answer::ImageMissing(detail) => match (&prepared.conversion, converted) {
                     (Some(conversion), false) => {
-                        accepted.push_str(&conversion_note(conversion, &self.convert_image(conversion).await?));
+                        match self.convert_image(conversion).await {
+                            Ok(done) => accepted.push_str(&conversion_note(conversion, &done)),
+                            Err(error) => return Err(fail(error, JobState::Error)),
+                        }
                         converted = true;
                         continue;
                     }
                     _ => {
-                        return Err(Error::invalid(
-                            "image",
-                            format!("{detail}; stage a valid .sqsh image (slurm-run never falls back to pulling a registry image inside the GPU allocation)"),
+                        return Err(fail(
+                            Error::invalid(
+                                "image",
+                                format!("{detail}; stage a valid .sqsh image (slurm-run never falls back to pulling a registry image inside the GPU allocation)"),
+                            ),
+                            JobState::Error,
                         ))
                     }
                 },
@@ -514,36 +652,142 @@ where
                     resent_unsent = true;
                     continue;
                 }
-                Answer::NotSent(error) => return Err(error),
+                Answer::NotSent(error) => {
+                    return Err(fail(error, JobState::NotSubmitted))
+                }
                 Answer::Unknown(reason) => reason,
             };
-            tracing::warn!(job = %id, %reason, "submit outcome unknown; reconciling by job name");
-            let found = self.reconcile(id).await?;
-            match found.as_slice() {
-                [one] => {
-                    return self.mark_submitted(id, one.clone(), &format!("adopted after an unknown submit outcome ({reason})"))
+            tracing::warn!(job = %id, attempt, %reason, "submit outcome unknown; settling it by what the cluster says");
+            match self.settle_own(id, &reason).await {
+                Ok(record) => return Ok(record),
+                Err(SettleOwn::NoJob(why)) if attempt < MAX_ATTEMPTS => {
+                    // The scheduler said there is no job, and no earlier attempt can
+                    // still make one: one more attempt, counted before it is sent.
+                    attempt += 1;
+                    let counted = self.inner.store.update(id, &mut |record| {
+                        if record.state != JobState::Submitting {
+                            return Err(Error::invalid(
+                                "state",
+                                format!("{id} was settled elsewhere ({})", record.state),
+                            ));
+                        }
+                        record.submit_attempts = Some(attempt);
+                        Ok(())
+                    });
+                    if let Err(error) = counted {
+                        return Err(Failure::Unsettled {
+                            error,
+                            seen: Vec::new(),
+                        });
+                    }
+                    tracing::warn!(job = %id, attempt, %why, "no job after an unknown outcome; sending attempt {attempt}");
+                    resent_unsent = false;
                 }
-                [] if !attempted_after_reconcile => {
-                    attempted_after_reconcile = true;
-                    continue;
+                Err(SettleOwn::NoJob(why)) => {
+                    return Err(Failure::Ended {
+                        error: Error::Remote {
+                            command: format!("submit {id}"),
+                            status: 0,
+                            stderr: format!(
+                                "{attempt} attempts had an unknown outcome and the scheduler has no job named {id} ({why}); check the connection and submit again"
+                            ),
+                            transient: true,
+                        },
+                        state: JobState::NotSubmitted,
+                    })
                 }
-                [] => {
-                    return Err(Error::Ambiguous(format!(
-                        "the submit of {id} has an unknown outcome twice ({reason}) and no job named {id} exists; check the connection and submit again"
-                    )))
+                Err(SettleOwn::Refused(error)) => {
+                    return Err(Failure::Ended {
+                        error,
+                        state: JobState::Error,
+                    })
                 }
-                many => {
-                    let ids: Vec<&str> = many.iter().map(|r| r.native_id.as_str()).collect();
+                Err(SettleOwn::Unsettled { error, seen }) => {
+                    return Err(Failure::Unsettled { error, seen })
+                }
+            }
+        }
+    }
+
+    /// Settle this submit's own unknown outcome: fence and ask, again until the
+    /// configured wait passes while the cluster cannot answer. Adopts the one job that
+    /// carries the name; several stop for a person.
+    async fn settle_own(
+        &self,
+        id: &JobId,
+        reason: &str,
+    ) -> std::result::Result<JobRecord, SettleOwn> {
+        let deadline = Instant::now() + self.inner.config.reconcile_wait;
+        loop {
+            let record = self
+                .inner
+                .store
+                .get(id)
+                .map_err(|error| SettleOwn::Unsettled {
+                    error,
+                    seen: Vec::new(),
+                })?;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let wait = remaining.clamp(Duration::from_secs(1), SUBMIT_FENCE_WAIT);
+            let settled = self
+                .settle_records(std::slice::from_ref(&record), wait)
+                .await
+                .pop()
+                .expect("one answer per record");
+            if settled.secrets_removed {
+                let _ = self.inner.store.update(id, &mut |r| {
+                    r.secrets_staged = false;
+                    Ok(())
+                });
+            }
+            match settled.verdict {
+                Verdict::Adopt(job) => {
+                    return self
+                        .mark_submitted(
+                            id,
+                            job,
+                            &format!("adopted after an unknown submit outcome ({reason})"),
+                        )
+                        .map_err(|error| SettleOwn::Unsettled {
+                            error,
+                            seen: Vec::new(),
+                        })
+                }
+                Verdict::NoJob(why) => return Err(SettleOwn::NoJob(why)),
+                Verdict::Refused(error) => return Err(SettleOwn::Refused(error)),
+                Verdict::Several(jobs) => {
+                    let ids: Vec<&str> = jobs.iter().map(|r| r.native_id.as_str()).collect();
                     let message = format!(
-                        "{} SLURM jobs carry the name {id} ({}); a person must decide which to keep (scancel the others), then mark the record",
-                        many.len(),
+                        "{} SLURM jobs carry the name {id} ({}); a person must decide which to keep (scancel the others; `cancel` cancels them all)",
+                        jobs.len(),
                         ids.join(", ")
                     );
-                    let _ = self.inner.store.mark(
-                        id,
-                        Mark::new(JobState::Submitting, TransitionSource::Agent).message(message.clone()),
-                    );
-                    return Err(Error::Ambiguous(message));
+                    return Err(SettleOwn::Unsettled {
+                        error: Error::Ambiguous(message),
+                        seen: jobs,
+                    });
+                }
+                Verdict::Unsettled { seen, why } => {
+                    if Instant::now() >= deadline {
+                        return Err(SettleOwn::Unsettled {
+                            error: Error::Ambiguous(format!(
+                                "the submit of {id} has an unknown outcome ({reason}) and is not settled yet: {why}. The record stays SUBMITTING; `status` settles it once the cluster answers"
+                            )),
+                            seen,
+                        });
+                    }
+                    if !seen.is_empty() {
+                        let _ = self.inner.store.update(id, &mut |r| {
+                            for job in &seen {
+                                if !r.candidates.contains(job) {
+                                    r.candidates.push(job.clone());
+                                }
+                            }
+                            Ok(())
+                        });
+                    }
+                    tracing::warn!(job = %id, %why, "submit not settled yet; asking again");
+                    tokio::time::sleep(Duration::from_secs(2)).await;
                 }
             }
         }
@@ -554,7 +798,8 @@ where
             Ok(output) => output,
             Err(error) if error.may_have_run() => return Answer::Unknown(error.to_string()),
             Err(error) if error.is_transient() => return Answer::NotSent(error),
-            Err(error) => return Answer::Refused(error),
+            // Host key, authentication, configuration: the request never left.
+            Err(error) => return Answer::NeverSent(error),
         };
         let stdout = output.stdout_text();
         let stderr = output.stderr_text();
@@ -584,6 +829,8 @@ where
                     transient: false,
                 })
             }
+            // The attempt was made before (its answer is on disk) or fenced: settle.
+            Some(SubmitExit::Fenced) => Answer::Unknown(stderr.trim().to_string()),
             None => match parse_sbatch_parsable(&stdout, &stderr) {
                 Ok(SbatchOutcome::Submitted {
                     job_id, cluster, ..
@@ -591,17 +838,17 @@ where
                     native_id: job_id.to_string(),
                     cluster,
                 }),
-                Ok(SbatchOutcome::Unknown { .. }) if output.status == 0 => {
-                    Answer::Unknown("sbatch printed no job id".to_string())
+                Ok(SbatchOutcome::Unknown { stderr }) => Answer::Unknown(format!(
+                    "sbatch exited {} without a job id: {stderr}",
+                    output.status
+                )),
+                // sbatch ended by itself with its reasons, and the scheduler answered.
+                Err(error)
+                    if output.status != 0 && output.status < 124 && !error.is_transient() =>
+                {
+                    Answer::Refused(error)
                 }
-                Ok(SbatchOutcome::Unknown { stderr }) => Answer::Refused(Error::Remote {
-                    command: command.label(),
-                    status: output.status,
-                    stderr,
-                    transient: false,
-                }),
-                Err(error) if error.is_transient() => Answer::Unknown(error.to_string()),
-                Err(error) => Answer::Refused(error),
+                Err(error) => Answer::Unknown(error.to_string()),
             },
         }
     }
@@ -634,6 +881,13 @@ fn conversion_note(conversion: &Conversion, converted: &Converted) -> String {
             conversion.image, conversion.path
         ),
     }
+}
+
+/// How settling this submit's own unknown outcome went, when it did not adopt a job.
+enum SettleOwn {
+    NoJob(String),
+    Refused(Error),
+    Unsettled { error: Error, seen: Vec<BackendRef> },
 }
 
 /// The secret values a spec names, from the options or this process's environment.
@@ -671,7 +925,7 @@ fn collect_secrets(spec: &JobSpec, options: &SubmitOptions) -> Result<SecretRegi
 
 /// A tar archive of the job folder `<folder>/`: its `logs/` folder, `files` (path,
 /// bytes, mode) and `SHA256SUMS` listing each file by its path inside the folder.
-fn build_payload(folder: &str, files: &[(String, Vec<u8>, u32)]) -> Result<Vec<u8>> {
+pub(super) fn build_payload(folder: &str, files: &[(String, Vec<u8>, u32)]) -> Result<Vec<u8>> {
     let mut sums = String::new();
     let mut builder = tar::Builder::new(Vec::new());
     let mtime = std::time::SystemTime::now()

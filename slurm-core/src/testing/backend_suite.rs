@@ -384,6 +384,63 @@ pub async fn an_infra_failure_is_retried_as_a_linked_record<F: BackendFixture + 
     assert!(listed.iter().any(|r| r.id == second.id));
 }
 
+/// Two watchers with retries on one infrastructure failure (two orchestrators, or two
+/// processes sharing the records) retry it once: the retry is claimed under the
+/// failed record's lock, and the second watcher follows the first one's retry.
+pub async fn two_watchers_retry_one_failure_once<F: BackendFixture + ?Sized>(fixture: &F) {
+    let _guard = fixture.enter(false).await;
+    let spec = fixture.spec(
+        "conf-retry2",
+        "echo 'NCCL error: unhandled system error' >&2; exit 1",
+    );
+    let first = submit(fixture, &spec).await;
+    let options = WatchOptions {
+        interval: fixture.poll_interval(),
+        retry: Some(RetryPolicy {
+            budget: 1,
+            ..RetryPolicy::default()
+        }),
+        ..WatchOptions::default()
+    };
+    let backend = fixture.backend();
+    let watch = |options: WatchOptions| {
+        let mut events = backend.watch(std::slice::from_ref(&first.id), options);
+        async move {
+            let mut retries = Vec::new();
+            while let Some(event) = events.next().await {
+                if let WatchEvent::Retried { record, .. } = event.unwrap() {
+                    retries.push(record.id.clone());
+                }
+            }
+            retries
+        }
+    };
+    let deadline = fixture.deadline() * 2;
+    let (a, b) = tokio::time::timeout(
+        deadline,
+        futures::future::join(watch(options.clone()), watch(options)),
+    )
+    .await
+    .expect("the watches ended");
+    assert_eq!(a.len(), 1, "{a:?}");
+    assert_eq!(a, b, "both watchers follow the one retry");
+    let retries: Vec<JobRecord> = backend
+        .records(&RecordFilter::any())
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.retry_of.as_ref() == Some(&first.id) && r.state != JobState::NotSubmitted)
+        .collect();
+    assert_eq!(retries.len(), 1, "one retry submitted: {retries:?}");
+    assert_eq!(
+        backend.record(&first.id).unwrap().retried_as.as_ref(),
+        Some(&retries[0].id),
+        "the claim names the retry"
+    );
+    // Asking again returns the same retry; nothing new is submitted.
+    let again = backend.resubmit(&first.id).await.unwrap();
+    assert_eq!(again.id, retries[0].id);
+}
+
 /// Bad input is refused with an error naming the field, before anything is recorded;
 /// unknown ids are NotFound; a job still running cannot be resubmitted.
 pub async fn bad_input_is_refused_and_nothing_recorded<F: BackendFixture + ?Sized>(fixture: &F) {
@@ -755,6 +812,7 @@ macro_rules! backend_conformance {
             case!(cancel_a_pending_job);
             case!(watch_reports_each_change_once);
             case!(an_infra_failure_is_retried_as_a_linked_record);
+            case!(two_watchers_retry_one_failure_once);
             case!(bad_input_is_refused_and_nothing_recorded);
             case!(dependants_start_after_their_parents);
             case!(a_failed_parent_ends_its_dependant);

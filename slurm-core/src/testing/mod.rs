@@ -26,6 +26,15 @@ pub fn bare_sacct(ids: &[SlurmJobId], cluster: Option<&str>) -> Result<Command> 
     crate::slurm::sacct_jobs(ids, cluster)
 }
 
+/// The one remote command of a poll of `ids` on the default cluster, as the SLURM
+/// backend sends it (squeue for every id, sacct for those squeue cannot settle; the ids
+/// on stdin, in chunks of 2000 per tool run). Its answer splits into two framed parts
+/// ([`round_trip::split`](crate::transport::round_trip::split)).
+pub fn poll_command(ids: &[SlurmJobId]) -> Result<Command> {
+    let groups = [(None, crate::slurm::PollGroup::of_jobs(ids))].into();
+    crate::slurm::poll_command(&groups)
+}
+
 /// Every remote script of slurm-run, by name, as bash runs it (prelude included): for
 /// linting them (`bash -n`, shellcheck) outside the crate.
 pub fn scripts() -> Vec<(&'static str, String)> {

@@ -34,12 +34,23 @@ pub struct Harness {
 
 /// A backend on the test bed with its own record folder.
 pub fn harness() -> Harness {
-    harness_in(None)
+    harness_with(None, Duration::from_secs(15))
 }
 
 /// [`harness`] with its own results root (a folder of the test bed's results root named
 /// `folder`): its image cache (`<root>/images`) starts empty.
 pub fn harness_in(folder: Option<&str>) -> Harness {
+    harness_with(folder, Duration::from_secs(15))
+}
+
+/// [`harness`] whose submits keep settling an unknown outcome for up to `wait` (a test
+/// that stops the controller for longer than the default).
+pub fn harness_with_reconcile_wait(wait: Duration) -> Harness {
+    harness_with(None, wait)
+}
+
+/// [`harness`] with an optional results folder of its own and a reconcile wait.
+fn harness_with(folder: Option<&str>, wait: Duration) -> Harness {
     let testbed = testbed_env();
     let ssh = Ssh2Transport::new(
         Ssh2TransportBuilder::from_lookup(testbed.lookup()).expect("test bed ssh settings"),
@@ -57,7 +68,7 @@ pub fn harness_in(folder: Option<&str>) -> Harness {
     let config = builder
         .with_state_dir(records.path())
         .with_poll_interval(Duration::from_millis(500))
-        .with_reconcile_wait(Duration::from_secs(15))
+        .with_reconcile_wait(wait)
         .build()
         .expect("test bed backend config");
     let store = FileRecordStore::new(records.path()).expect("record store");

@@ -188,3 +188,126 @@ impl Drop for Master {
             .status();
     }
 }
+
+/// The daemons of the test bed that fault scenarios stop and start.
+const DAEMONS: &[&str] = &["slurmctld", "slurmdbd"];
+
+impl Testbed {
+    /// The pid file of one of the test bed's daemons (`slurmctld`, `slurmdbd`).
+    fn pid_file(&self, daemon: &str) -> PathBuf {
+        assert!(
+            DAEMONS.contains(&daemon),
+            "the test bed stops and starts only {DAEMONS:?}, not {daemon}"
+        );
+        self.dir().join(format!("run/{daemon}.pid"))
+    }
+
+    /// An admin command on this host against the test bed (`SLURM_CONF` set).
+    fn admin_command(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command.env("SLURM_CONF", self.dir().join("etc/slurm.conf"));
+        command
+    }
+
+    /// Whether `daemon` answers: slurmctld to `scontrol ping`, slurmdbd to sacct.
+    pub fn answers(&self, daemon: &str) -> bool {
+        let output = match daemon {
+            "slurmctld" => self.admin_command("scontrol").arg("ping").output(),
+            "slurmdbd" => self
+                .admin_command("sacct")
+                .args(["-n", "-X", "--starttime=now", "--format=JobID"])
+                .output(),
+            other => panic!("unknown daemon {other}"),
+        };
+        match output {
+            Ok(out) if daemon == "slurmctld" => {
+                String::from_utf8_lossy(&out.stdout).contains("is UP")
+            }
+            Ok(out) => {
+                out.status.success() && !String::from_utf8_lossy(&out.stderr).contains("error")
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Stop `daemon` (`slurmctld` or `slurmdbd`) of this test bed by its pid file (as
+    /// `testbed/down` does) and wait until it is gone. Tests that stop a daemon hold
+    /// the cluster gate exclusively.
+    pub fn stop(&self, daemon: &str) {
+        let file = self.pid_file(daemon);
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            return;
+        };
+        let pid: i32 = text.trim().parse().expect("a pid in the pid file");
+        // Only the daemon this pid file names (a recycled pid is never signalled).
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains(daemon) {
+            return;
+        }
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{daemon} ({pid}) did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Start `daemon` again as `testbed/up` starts it and wait until it answers.
+    pub fn start(&self, daemon: &str) {
+        if self.answers(daemon) {
+            return;
+        }
+        let _ = std::fs::remove_file(self.pid_file(daemon));
+        let conf = self.dir().join("etc/slurm.conf");
+        let status = match daemon {
+            "slurmctld" => self
+                .admin_command("slurmctld")
+                .arg("-f")
+                .arg(&conf)
+                .status(),
+            _ => self.admin_command("slurmdbd").status(),
+        }
+        .unwrap_or_else(|e| panic!("cannot start {daemon}: {e}"));
+        assert!(status.success(), "{daemon} did not start");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !self.answers(daemon) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{daemon} does not answer after a restart"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Stop `daemon` until the guard drops (it is started again then, even when the
+    /// test panics).
+    pub fn stopped(&self, daemon: &'static str) -> Stopped {
+        self.stop(daemon);
+        Stopped {
+            testbed: self.clone(),
+            daemon,
+        }
+    }
+}
+
+/// A daemon of the test bed stopped until this guard drops ([`Testbed::stopped`]).
+pub struct Stopped {
+    testbed: Testbed,
+    daemon: &'static str,
+}
+
+impl Stopped {
+    /// Start the daemon now (and wait until it answers).
+    pub fn restart(self) {}
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.testbed.start(self.daemon);
+    }
+}

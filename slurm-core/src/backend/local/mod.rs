@@ -27,7 +27,8 @@ use crate::backend::{
 };
 use crate::dependency::{check_before_submit, follow_retry, never_satisfied, resolve_dependencies};
 use crate::record::{
-    BackendRef, JobId, JobRecord, Mark, RecordFilter, RecordStore, TransitionSource,
+    claim_retry, BackendRef, JobId, JobRecord, Mark, RecordFilter, RecordStore, RetryClaim,
+    TransitionSource,
 };
 use crate::redact::SecretRegistry;
 use crate::spec::{JobSpec, SpecDefaults, TaskSet};
@@ -373,6 +374,21 @@ impl Backend for LocalBackend {
         }
         record.backend_ref = None;
         self.inner.store.open(&record)?;
+        if let Some(previous) = &previous {
+            // A retry is claimed once: a second watcher follows the first one's retry.
+            if let RetryClaim::Taken(winner) =
+                claim_retry(self.inner.store.as_ref(), &previous.id, &id)?
+            {
+                self.inner.store.mark(
+                    &id,
+                    Mark::new(JobState::NotSubmitted, TransitionSource::Agent).message(format!(
+                        "not submitted: {winner} already retries {}",
+                        previous.id
+                    )),
+                )?;
+                return self.inner.store.get(&winner);
+            }
+        }
         {
             let mut registry = self.inner.secrets.lock().expect("secrets lock");
             for (name, value) in &secrets {
@@ -413,6 +429,10 @@ impl Backend for LocalBackend {
 
     async fn resubmit(&self, id: &JobId) -> Result<JobRecord> {
         let previous = self.inner.store.get(id)?;
+        if let Some(winner) = &previous.retried_as {
+            // Retried once already (by another watcher): that retry is the answer.
+            return self.inner.store.get(winner);
+        }
         if !previous.state.is_terminal() {
             return Err(Error::invalid(
                 "id",
@@ -422,10 +442,19 @@ impl Backend for LocalBackend {
                 ),
             ));
         }
-        let path = Path::new(previous.results_dir.as_str()).join("specs/spec.json");
-        let text = fs::read_to_string(&path)
-            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-        let mut spec = JobSpec::from_json_str(&text)?;
+        // The record's own copy of the spec; the job folder's only for records without
+        // one, and then only with the submitted digest (the job could rewrite it).
+        let cluster_copy = match previous.spec {
+            Some(_) => None,
+            None => {
+                let path = Path::new(previous.results_dir.as_str()).join("specs/spec.json");
+                Some(
+                    fs::read_to_string(&path)
+                        .map_err(|e| Error::io(format!("reading {}", path.display()), e))?,
+                )
+            }
+        };
+        let mut spec = previous.spec_for_retry(cluster_copy.as_deref())?;
         if let Some(failed) = previous.tasks_to_retry() {
             spec = spec.for_tasks(failed);
         }

@@ -20,6 +20,8 @@ pub(crate) const TRANSIENT_PATTERNS: &[&str] = &[
     "unable to contact slurm controller",
     "slurmdbd:",
     "problem talking to the database",
+    // Slurm's own wording in slurmctld and sacctmgr answers (no "the").
+    "problem talking to database",
     "zero bytes were transmitted or received",
     "slurm temporarily unable to accept job",
     "communication connection failure",
@@ -78,6 +80,8 @@ mod tests {
             "sacct: error: slurm_persist_conn_open_without_init: failed to open persistent connection to host:localhost:6819: Connection refused",
             "sacct: error: slurmdbd: Getting response to message type: DBD_GET_JOBS_COND",
             "sacct: error: Problem talking to the database: Connection refused",
+            "sacctmgr: error: Problem talking to database",
+            "sbatch: error: Batch job submission failed: Problem talking to database",
             "scontrol: error: Zero Bytes were transmitted or received",
         ] {
             assert_eq!(

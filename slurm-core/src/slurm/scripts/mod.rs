@@ -23,6 +23,9 @@ exit_statuses! {
         NoJobFolder = 68 => "EXIT_NO_JOB_FOLDER",
         /// The staged archive did not unpack.
         UnpackFailed = 69 => "EXIT_UNPACK_FAILED",
+        /// This attempt's folder `.sbatch-N` already exists: a settle fenced it, or the
+        /// attempt was made before (its outcome is on disk); sbatch did not run now.
+        Fenced = 71 => "EXIT_FENCED",
     }
 }
 
@@ -63,7 +66,8 @@ exit_statuses! {
 }
 
 /// Check the datasets and the image, unpack the staged job folder from stdin, verify
-/// its checksums, `sbatch --parsable`: a steady-state submit in one round trip.
+/// its checksums, claim the attempt's folder, `sbatch --parsable` (its answer kept in
+/// that folder): a steady-state submit in one round trip.
 pub(crate) const SUBMIT: Script = Script::new("submit", include_str!("submit.sh"))
     .with_exits(SubmitExit::VARS)
     .with_library(SQSH_LIBRARY, &[]);
@@ -85,13 +89,23 @@ pub(crate) const CHECK_SQSH: Script = Script::new("check-sqsh", include_str!("ch
 /// Install or remove enroot registry credentials (the secret on stdin only).
 pub(crate) const CREDENTIALS: Script = Script::new("credentials", include_str!("credentials.sh"));
 
-/// squeue for every tracked job, then sacct for the ones squeue cannot settle, framed.
+/// squeue for every tracked job, then sacct for the ones squeue cannot settle, framed;
+/// the ids come on standard input.
 pub(crate) const POLL: Script = framed(Script::new("poll", include_str!("poll.sh")));
+
+/// Settle unknown submit outcomes: fence every attempt, read the answers they left,
+/// and list the user's own jobs carrying the names (squeue, sacct), framed.
+pub(crate) const SETTLE: Script = framed(Script::new("settle", include_str!("settle.sh")));
+
+/// Remove the secrets sidecars of ended jobs; prints the names whose sidecar is gone.
+pub(crate) const FORGET_SECRETS: Script =
+    Script::new("forget-secrets", include_str!("forget_secrets.sh"));
 
 /// The last lines of several log files, concatenated.
 pub(crate) const TAIL_LOGS: Script = Script::new("tail-logs", include_str!("tail_logs.sh"));
 
-/// A log file's size, then its bytes from an offset (following a log).
+/// A log file's size, then at most a given number of its bytes from an offset
+/// (following a log in bounded chunks).
 pub(crate) const READ_FROM: Script =
     Script::new("read-from", include_str!("read_from.sh")).with_exits(ReadFromExit::VARS);
 
@@ -116,13 +130,15 @@ pub(crate) const MISSING_PATHS: Script =
 
 /// Every script of the SLURM backend.
 #[cfg(any(test, feature = "testing"))]
-pub(crate) fn all() -> [Script; 12] {
+pub(crate) fn all() -> [Script; 14] {
     [
         SUBMIT,
         CONVERT_IMAGE,
         CHECK_SQSH,
         CREDENTIALS,
         POLL,
+        SETTLE,
+        FORGET_SECRETS,
         TAIL_LOGS,
         READ_FROM,
         MISSING_TOOLS,

@@ -1,56 +1,79 @@
 # shellcheck shell=bash
-# One poll of one cluster, two framed parts: 0 squeue, 1 sacct.
-# $1 every job id (comma list; an array job once), $2 the id-column keys whose records
-# or tasks are RUNNING (77, 123_4), $3 the SLURM states squeue may show a live job in
-# (space list, from the Rust state table), $4 the array tasks not yet ended (123_4),
-# then the squeue argv, the word --slurm-run-next--, and the sacct argv without --jobs.
+# One poll of one or more clusters, two framed parts per cluster: 2K squeue, 2K+1 sacct.
+# What to ask comes on standard input, one item a line, so a poll of any number of jobs
+# fits (nothing travels as an argument, and each tool is asked about at most 2000 ids
+# per run): `K J ID` a job of the cluster's group K to ask about (an array job once),
+# `K R KEY` an id-column key (77, 123_4) whose record or task is RUNNING, `K E KEY` an
+# array task not yet ended. $1 the SLURM states squeue may show a live job in (space
+# list, from the Rust state table), then per group the squeue argv, the word
+# --slurm-run-next--, the sacct argv without --jobs, and the word --slurm-run-group--
+# before the next group.
 # squeue answers for every job; sacct, the slower accounting query, is asked only for
 # the jobs squeue cannot settle: those it no longer lists or lists in a finished state
-# (exit code, steps), RUNNING ones it shows pending again or no longer lists (a
-# requeue, an end), and arrays with a task it lists neither alone nor in a pending
-# range. A poll of jobs that are all pending or running costs one squeue and no sacct.
-all=$1 running=$2 live=$3 expected=$4
-shift 4
-squeue_argv=()
-while [ $# -gt 0 ] && [ "$1" != "--slurm-run-next--" ]; do squeue_argv+=("$1"); shift; done
-[ $# -gt 0 ] && shift
-sacct_argv=("$@")
-part 0 "${squeue_argv[@]}"
-squeue_status=$?
-need=$all
-if [ "$squeue_status" -eq 0 ]; then
-  need=$(awk -F'|' -v all="$all" -v running="$running" -v live="$live" -v expected="$expected" '
-    function job_of(key) { sub(/_.*/, "", key); return key }
-    BEGIN {
-      n = split(live, l, " "); for (i = 1; i <= n; i++) alive[l[i]] = 1
-    }
-    {
-      key = $1; job = job_of(key); seen[job] = 1; state[key] = $2
-      if (key ~ /_\[/) ranged[job] = 1
-      if (!($2 in alive)) need[job] = 1
-    }
-    END {
-      n = split(running, r, ",")
-      for (i = 1; i <= n; i++) {
-        key = r[i]; job = job_of(key); s = (key in state) ? state[key] : ""
-        if (s == "" || s == "PENDING" || s ~ /^REQUEUE/) need[job] = 1
+# (exit code, steps), RUNNING ones it shows pending again or no longer lists (a requeue,
+# an end), and arrays with a task it lists neither alone nor in a pending range. A poll
+# of jobs that are all pending or running costs one squeue and no sacct.
+live=$1
+shift
+awk -v dir="$frame_dir" '{ print $3 > (dir "/" $2 "." $1) }'
+# shellcheck disable=SC2317 # runs through `part`
+# chunked FILE CMD ARGS...: CMD ARGS --jobs=ID,ID,... for every 2000 ids of FILE; the
+# first failure's status.
+chunked() {
+  local file=$1 rc=0 chunk
+  shift
+  while IFS= read -r chunk; do
+    "$@" --jobs="$chunk" || rc=$?
+  done < <(awk '{ printf "%s%s", (NR % 2000 == 1 ? "" : ","), $0; if (NR % 2000 == 0) printf "\n" } END { if (NR % 2000) printf "\n" }' "$file")
+  return "$rc"
+}
+k=0
+while [ $# -gt 0 ]; do
+  squeue_argv=()
+  sacct_argv=()
+  while [ $# -gt 0 ] && [ "$1" != "--slurm-run-next--" ]; do squeue_argv+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  while [ $# -gt 0 ] && [ "$1" != "--slurm-run-group--" ]; do sacct_argv+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  all=$frame_dir/J.$k run=$frame_dir/R.$k expected=$frame_dir/E.$k need=$frame_dir/need.$k
+  touch -- "$all" "$run" "$expected"
+  part $((2 * k)) chunked "$all" "${squeue_argv[@]}"
+  squeue_status=$?
+  if [ "$squeue_status" -eq 0 ]; then
+    awk -F'|' -v live="$live" -v runf="$run" -v expf="$expected" -v outf="$frame_dir/$((2 * k)).out" '
+      function job_of(key) { sub(/_.*/, "", key); return key }
+      function settle(  key, job, s) {
+        for (key in running) {
+          job = job_of(key); s = (key in state) ? state[key] : ""
+          if (s == "" || s == "PENDING" || s ~ /^REQUEUE/) need[job] = 1
+        }
+        for (key in expected) {
+          job = job_of(key)
+          if (!(key in state) && !(job in ranged)) need[job] = 1
+        }
+        settled = 1
       }
-      n = split(expected, e, ",")
-      for (i = 1; i <= n; i++) {
-        key = e[i]; job = job_of(key)
-        if (!(key in state) && !(job in ranged)) need[job] = 1
+      BEGIN { n = split(live, l, " "); for (i = 1; i <= n; i++) alive[l[i]] = 1 }
+      FILENAME == runf { running[$1] = 1; next }
+      FILENAME == expf { expected[$1] = 1; next }
+      FILENAME == outf {
+        key = $1; job = job_of(key); seen[job] = 1; state[key] = $2
+        if (key ~ /_\[/) ranged[job] = 1
+        if (!($2 in alive)) need[job] = 1
+        next
       }
-      n = split(all, a, ","); out = ""
-      for (i = 1; i <= n; i++) {
-        id = a[i]
-        if (!(id in seen) || (id in need)) out = out (out == "" ? "" : ",") id
-      }
-      print out
-    }' "$frame_dir/0.out")
-fi
-if [ -n "$need" ]; then
-  part 1 "${sacct_argv[@]}" --jobs="$need"
-else
-  part 1 true
-fi
+      {
+        if (!settled) settle()
+        if (!($1 in seen) || ($1 in need)) print $1
+      }' "$run" "$expected" "$frame_dir/$((2 * k)).out" "$all" >"$need"
+  else
+    cp -- "$all" "$need"
+  fi
+  if [ -s "$need" ]; then
+    part $((2 * k + 1)) chunked "$need" "${sacct_argv[@]}"
+  else
+    part $((2 * k + 1)) true
+  fi
+  k=$((k + 1))
+done
 exit 0

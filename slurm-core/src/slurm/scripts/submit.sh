@@ -2,11 +2,23 @@
 # The remote side of a submit, one round trip: check the datasets and the image,
 # unpack the staged files (a tar archive on stdin whose entries are under
 # `<job name>/`, so tar makes the job folder and its logs/), verify their
-# checksums, then sbatch. $1 results root, $2 job name, $3 .sqsh image or empty,
-# then the dataset paths. The exit statuses are named in the prelude (SubmitExit).
+# checksums, then sbatch. $1 results root, $2 job name, $3 the attempt number,
+# $4 how long sbatch may take (seconds), $5 .sqsh image or empty, then the dataset
+# paths. The exit statuses are named in the prelude (SubmitExit).
+#
+# Each attempt claims its own folder `.sbatch-N` in the job folder before sbatch runs,
+# and leaves sbatch's answer there (`out`, `err`, then `rc` last). A settle that made the
+# folder first (a fence, see settle.sh) stops the attempt before sbatch: so once the
+# fence has run, no attempt it fenced can ever reach the scheduler, and every attempt
+# that did has its answer on disk or is still bounded by the time limit.
 umask 077
-root=$1 name=$2 image=$3
-shift 3
+root=$1 name=$2 attempt=$3 limit=$4 image=$5
+shift 5
+dir=$root/$name
+fence=$dir/.sbatch-$attempt
+if [ -e "$fence" ]; then
+  echo "attempt $attempt of $name was already made or fenced" >&2; cat >/dev/null; exit "$EXIT_FENCED"
+fi
 missing=
 for p in "$@"; do [ -e "$p" ] || missing="$missing $p"; done
 if [ -n "$missing" ]; then
@@ -16,6 +28,17 @@ if [ -n "$image" ] && ! sqsh_whole "$image"; then
   echo "image $image is missing, truncated or not a squashfs file" >&2; cat >/dev/null; exit "$EXIT_IMAGE_MISSING"
 fi
 tar -x -m -C "$root" -f - || exit "$EXIT_UNPACK_FAILED"
-cd -- "$root/$name" || exit "$EXIT_NO_JOB_FOLDER"
+cd -- "$dir" || exit "$EXIT_NO_JOB_FOLDER"
 sha256sum --quiet --strict -c SHA256SUMS >&2 || exit "$EXIT_CHECKSUM_MISMATCH"
-exec sbatch --parsable --job-name="$name" "sbatch/job_$name.sbatch"
+if ! mkdir -- "$fence" 2>/dev/null; then
+  # Fenced while the files were unpacked: this attempt never reaches sbatch, and the
+  # secrets it just unpacked do not stay behind.
+  rm -f -- "env/job_$name.env"
+  echo "attempt $attempt of $name was fenced" >&2; exit "$EXIT_FENCED"
+fi
+timeout -k 5 "$limit" sbatch --parsable --job-name="$name" "sbatch/job_$name.sbatch" >"$fence/out" 2>"$fence/err"
+rc=$?
+printf '%s\n' "$rc" >"$fence/rc.tmp" && mv -f -- "$fence/rc.tmp" "$fence/rc"
+cat -- "$fence/err" >&2
+cat -- "$fence/out"
+exit "$rc"
