@@ -9,7 +9,7 @@ use futures::stream::{self, BoxStream, StreamExt};
 
 use super::{Backend, WatchEvent, WatchOptions};
 use crate::classify::ErrorClass;
-use crate::record::JobId;
+use crate::record::{JobId, JobRecord};
 use crate::state::JobState;
 use crate::Result;
 
@@ -28,8 +28,9 @@ struct Watch<B> {
 /// one round trip watches any number of jobs for one round trip a cycle), reports each
 /// state change once, doubles the pause after each transient error up to
 /// `options.max_backoff`, resubmits ERROR jobs the retry policy allows (reporting
-/// [`WatchEvent::Retried`] and following the new record), and ends when every job is
-/// terminal or on a lasting error (reported as the last item). Never stops on elapsed time.
+/// [`WatchEvent::Retried`] and following the new record; a job that had already failed
+/// when the watch began is retried too), and ends when every job is terminal or on a
+/// lasting error (reported as the last item). Never stops on elapsed time.
 pub fn watch_by_polling<B>(
     backend: B,
     ids: &[JobId],
@@ -46,6 +47,9 @@ where
             continue;
         }
         match backend.record(id) {
+            // A job that failed before the watch began gets the retry the policy allows
+            // (at the first cycle; its state is no change to report).
+            Ok(record) if retries(&options, &record) => active.push((id.clone(), record.state)),
             Ok(record) if record.state.is_terminal() => {}
             Ok(record) => active.push((id.clone(), record.state)),
             Err(error) => queued.push_back(Err(error)),
@@ -75,6 +79,17 @@ where
         }
     })
     .boxed()
+}
+
+/// Whether the watch's retry policy resubmits `record` (an ERROR it allows).
+fn retries(options: &WatchOptions, record: &JobRecord) -> bool {
+    match &options.retry {
+        Some(policy) if record.state == JobState::Error => {
+            let class = record.err_class.unwrap_or(ErrorClass::Program);
+            policy.should_retry(class, record.attempt)
+        }
+        _ => false,
+    }
 }
 
 impl<B: Backend> Watch<B> {
@@ -121,13 +136,7 @@ impl<B: Backend> Watch<B> {
                 still_active.push((id, now));
                 continue;
             }
-            let retry = match &self.options.retry {
-                Some(policy) if now == JobState::Error => {
-                    let class = status.err_class().unwrap_or(ErrorClass::Program);
-                    policy.should_retry(class, status.record.attempt)
-                }
-                _ => false,
-            };
+            let retry = retries(&self.options, &status.record);
             if retry {
                 match self.backend.resubmit(&id).await {
                     Ok(record) => {

@@ -90,6 +90,7 @@ pub(crate) struct Group {
     expected: Vec<TaskKey>,
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl Group {
     /// The group of single jobs `ids`, none RUNNING.
     pub(crate) fn of_jobs(ids: &[SlurmJobId]) -> Group {

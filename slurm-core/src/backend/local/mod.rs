@@ -673,6 +673,46 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_watch_retries_a_job_that_had_failed_before_it_began() {
+        let root = tempfile::tempdir().unwrap();
+        let backend = LocalBackend::new(root.path(), MemoryRecordStore::new()).unwrap();
+        let spec = JobSpec::new(
+            "early",
+            "echo 'NCCL error: unhandled system error' >&2; exit 1",
+        );
+        let first = backend
+            .submit(&spec, SubmitOptions::default())
+            .await
+            .unwrap();
+        let failed = wait_terminal(&backend, &first.id).await;
+        assert_eq!(failed.err_class, Some(crate::classify::ErrorClass::Infra));
+        let options = WatchOptions {
+            interval: Duration::from_millis(20),
+            retry: Some(crate::classify::RetryPolicy {
+                budget: 1,
+                ..Default::default()
+            }),
+            ..WatchOptions::default()
+        };
+        let events: Vec<WatchEvent> = backend
+            .watch(std::slice::from_ref(&first.id), options)
+            .map(|e| e.unwrap())
+            .collect()
+            .await;
+        let retried: Vec<&JobRecord> = events
+            .iter()
+            .filter_map(|e| match e {
+                WatchEvent::Retried { previous, record } if previous == &first.id => {
+                    Some(&**record)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(retried.len(), 1, "{events:?}");
+        assert_eq!(retried[0].retry_of.as_ref(), Some(&first.id));
+    }
+
+    #[tokio::test]
     async fn jobs_beyond_the_slots_wait_pending_and_start_in_order() {
         let root = tempfile::tempdir().unwrap();
         let backend = LocalBackend::new(root.path(), MemoryRecordStore::new())
