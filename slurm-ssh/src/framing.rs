@@ -21,10 +21,11 @@
 //!    group that carry the command's marker in their environment (`__SR_JOB`). So a
 //!    reused pid, or a shell that landed on another host behind the same name, is never hit.
 //! 3. *A command.* One line `__sr_run MARKER N 'QUOTED COMMAND LINE'`, then exactly
-//!    `N` raw stdin bytes (read by `head -c N` into a file, removed when the command
-//!    ends: the input of a submit holds the secrets sidecar), then the line `MARKER`.
-//!    All `N` bytes are read even when the file cannot be written (a full `/tmp`): the
-//!    command is then refused, and no byte of its input is ever read as shell input.
+//!    `N` raw stdin bytes (read by `head -c N` into a file, emptied when the command
+//!    ends, removed with the old files: the input of a submit holds the secrets
+//!    sidecar), then the line `MARKER`. When the file cannot be written (a full `/tmp`)
+//!    the command is refused and the shell exits at once, before it reads another byte:
+//!    no byte of the input is ever read as shell input (the transport opens a new shell).
 //!    Output goes to files named per command (a background process a command left
 //!    behind writes into its own file, never into the framing or the next command's
 //!    output); old files are removed every 64 commands.
@@ -82,11 +83,13 @@ __sr_run() {
   o=$__sr_d/o.$__sr_n e=$__sr_d/e.$__sr_n
   if [ "$n" -gt 0 ]; then
     src=$__sr_d/i.$__sr_n
-    head -c "$n" | { cat > "$src" || { cat > /dev/null; rm -f -- "$src"; }; }
+    if ! head -c "$n" > "$src"; then
+      : > "$src"; printf '%s X\n' "$m"; exit 95
+    fi
   fi
   IFS= read -r ok
-  if [ "$ok" != "$m" ] || { [ "$n" -gt 0 ] && [ ! -e "$src" ]; }; then
-    if [ "$n" -gt 0 ]; then rm -f -- "$src"; fi
+  if [ "$ok" != "$m" ]; then
+    if [ "$n" -gt 0 ]; then : > "$src"; fi
     printf '%s X\n' "$m"; return
   fi
   ( umask "$__sr_um"; export __SR_JOB="$m"; eval "$3" ) < "$src" > "$o" 2> "$e" &
@@ -94,7 +97,7 @@ __sr_run() {
   if read -r f < "/proc/$p/stat"; then read -r -a f <<< "${f##*) }"; t=${f[19]}; fi
   printf '%s P %d %s %s\n' "$m" "$p" "$t" "$__sr_boot"
   wait "$p"; s=$?
-  if [ "$n" -gt 0 ]; then rm -f -- "$src"; fi
+  if [ "$n" -gt 0 ]; then : > "$src"; fi
   if [ -s "$o" ] || [ -s "$e" ]; then
     printf '%s O' "$m" > "$__sr_d/m"
     cat -- "$o" "$__sr_d/m" "$e"

@@ -459,3 +459,33 @@ async fn follow_streams_the_log_until_the_job_ends_and_infra_failures_are_retrie
     assert_eq!(last.id(), &retried.id);
     assert_eq!(last.state(), JobState::Complete);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_many_sends_one_scancel_for_every_job_and_polls_them_together() {
+    let _cluster = cluster::shared().await;
+    let h = harness();
+    let mut spec = small_spec("manycancel", "true");
+    spec.extra_sbatch = vec!["--begin=now+1hour".into()];
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(h.backend.submit(&spec, SubmitOptions::default()).await.unwrap().id);
+    }
+    h.transport.reset();
+    let records = h.backend.cancel_many(&ids).await.unwrap();
+    assert!(records.iter().all(|r| r.state == JobState::Canceled), "{records:?}");
+    let labels = h.transport.labels();
+    let scancels: Vec<&String> = labels.iter().filter(|l| l.contains("scancel")).collect();
+    assert_eq!(scancels.len(), 1, "one scancel round trip for 5 jobs: {labels:?}");
+    let polls = labels.iter().filter(|l| l.starts_with("poll 5 job(s)")).count();
+    assert!(polls >= 1, "the 5 jobs are polled together: {labels:?}");
+    // Each job is gone from the queue, CANCELLED by the scheduler.
+    for record in &records {
+        let native = record.backend_ref.as_ref().unwrap().native_id.clone();
+        let state = remote(
+            &h,
+            Command::new("squeue").args(["--noheader", "--states=all", "--format=%T", "--jobs"]).arg(native),
+        )
+        .await;
+        assert!(state.trim().is_empty() || state.trim() == "CANCELLED", "{state}");
+    }
+}
