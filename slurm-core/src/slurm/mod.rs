@@ -39,6 +39,8 @@ mod submit;
 #[cfg(test)]
 mod container_tests;
 #[cfg(test)]
+mod nccl_tests;
+#[cfg(test)]
 mod tests;
 
 use crate::nccl::{NcclProbe, ProbeOptions};

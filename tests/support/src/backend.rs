@@ -225,3 +225,32 @@ impl Drop for ResumeNode<'_> {
             .status();
     }
 }
+
+/// The test bed registry's image `name` (e.g. `slurm-run/tiny:1`), as `host:port/name`.
+pub fn registry_image(harness: &Harness, name: &str) -> String {
+    format!("{}/{name}", harness.testbed.get("SLURM_RUN_TEST_REGISTRY"))
+}
+
+/// The test bed registry's password (test-only).
+pub fn registry_password(harness: &Harness) -> String {
+    harness
+        .testbed
+        .get("SLURM_RUN_TEST_REGISTRY_PASSWORD")
+        .to_string()
+}
+
+/// Install the test bed registry's credentials through the library (idempotent).
+pub async fn with_credentials(harness: &Harness) {
+    let registry = harness.testbed.get("SLURM_RUN_TEST_REGISTRY");
+    let status = harness
+        .backend
+        .install_credentials(
+            registry,
+            harness.testbed.get("SLURM_RUN_TEST_REGISTRY_USER"),
+            &registry_password(harness),
+        )
+        .await
+        .unwrap();
+    assert!(status.is_present(), "{status}");
+}
+
