@@ -192,7 +192,9 @@ fn snapshot_a_probe_and_the_job_after_it() {
         .unwrap();
     assert!(probe.contains("export -f slurm_run_step\n"), "{probe}");
     insta::assert_snapshot!("multinode_probe", probe);
-    let job = renderer.render(TemplateKind::MultiNode, &after_probe()).unwrap();
+    let job = renderer
+        .render(TemplateKind::MultiNode, &after_probe())
+        .unwrap();
     insta::assert_snapshot!("multinode_after_probe", job);
     // The knobs come before the job's own env, which wins.
     let knobs = job.find("done < ").unwrap();
@@ -214,7 +216,11 @@ fn the_probe_script_runs_its_ladder_and_the_job_reads_the_knobs() {
     std::fs::write(bin.join("srun"), srun).unwrap();
     std::fs::write(bin.join("scontrol"), "#!/bin/bash\necho n1; echo n2\n").unwrap();
     for tool in ["srun", "scontrol"] {
-        std::process::Command::new("chmod").arg("+x").arg(bin.join(tool)).status().unwrap();
+        std::process::Command::new("chmod")
+            .arg("+x")
+            .arg(bin.join(tool))
+            .status()
+            .unwrap();
     }
     let context = ScriptContext {
         log_dir: format!("{root}/logs"),
@@ -238,8 +244,12 @@ fn the_probe_script_runs_its_ladder_and_the_job_reads_the_knobs() {
         assert!(out.status.success(), "{out:?}");
     };
     run(&script);
-    let main = std::fs::read_to_string(format!("{root}/logs/nccl-probe-00aa11-7/main.out")).unwrap();
-    assert_eq!(main, format!("ladder in {root}/probe\nrung on 0\nrung on 1\n"));
+    let main =
+        std::fs::read_to_string(format!("{root}/logs/nccl-probe-00aa11-7/main.out")).unwrap();
+    assert_eq!(
+        main,
+        format!("ladder in {root}/probe\nrung on 0\nrung on 1\n")
+    );
     // The job after it: the knobs file read, the spec's value kept.
     std::fs::create_dir_all(format!("{root}/probe/nccl")).unwrap();
     std::fs::write(
@@ -260,7 +270,10 @@ fn the_probe_script_runs_its_ladder_and_the_job_reads_the_knobs() {
     };
     run(&renderer.render(TemplateKind::MultiNode, &job).unwrap());
     let main = std::fs::read_to_string(format!("{root}/logs/job-00bb22-7/main.out")).unwrap();
-    assert_eq!(main, "ib=1 p2p=1 if=eth0\nib=1 p2p=1 if=eth0\n", "the spec's extra env wins");
+    assert_eq!(
+        main, "ib=1 p2p=1 if=eth0\nib=1 p2p=1 if=eth0\n",
+        "the spec's extra env wins"
+    );
 }
 
 #[test]
@@ -272,7 +285,10 @@ fn a_user_template_without_the_probe_branch_refuses_a_probe() {
         .render(TemplateKind::MultiNode, &probe_two_nodes())
         .unwrap_err();
     let text = err.to_string();
-    assert!(text.contains("slurm_run_step") && text.contains("nccl_probe: never"), "{text}");
+    assert!(
+        text.contains("slurm_run_step") && text.contains("nccl_probe: never"),
+        "{text}"
+    );
     // The built-in single-node template runs probes.
     let single = ScriptContext {
         nodes: 1,

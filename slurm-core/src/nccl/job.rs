@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::options::{KnobSet, ProbeOptions};
 use crate::names::validate_shell_name;
 use crate::spec::{JobSpec, NcclProbe, Resources, WallTime};
+use crate::transport::shell_quote;
 use crate::{Error, Result};
 
 /// The label every probe record carries (value `nccl`).
@@ -20,8 +21,12 @@ pub const PROBE_SHAPE_LABEL: &str = "slurm-run-probe-shape";
 /// `OK`, `BAD`, `HUNG` or `FAILED`.
 pub const PROBE_VERDICT_LABEL: &str = "slurm-run-probe-verdict";
 
-/// Printed by a node that cannot run the probe (no python3 or torchrun).
+/// Printed by a node whose probe command failed without a verdict, or that cannot run
+/// it (no torchrun, python3 or timeout).
 pub(crate) const PROBE_EXIT: &str = "NCCL_PROBE_EXIT";
+
+/// Printed by a node whose probe command `timeout` stopped (a hang).
+pub(crate) const PROBE_TIMEOUT: &str = "NCCL_PROBE_TIMEOUT";
 
 /// The all-reduce script (our own), run by torchrun on every GPU.
 const PROBE_SCRIPT: &str = include_str!("nccl_probe.py");
@@ -42,13 +47,15 @@ pub(crate) const KNOBS_FILE: &str = "knobs.env";
 /// The seconds `timeout` waits after its TERM before it kills a rung.
 pub(crate) const KILL_AFTER_SECS: u64 = 10;
 
-/// What a rung may take beyond its timeout (a step's start and end, the container's).
-const STEP_OVERHEAD_SECS: u64 = 30;
+/// What a rung's step may take beyond its command's timeout (the step's start and end,
+/// the container's) before the ladder stops it.
+const STEP_OVERHEAD_SECS: u64 = 60;
 
 /// The environment the probe's pieces travel in (see `probe_ladder.sh`).
 const SCRIPT_ENV: &str = "SLURM_RUN_NCCL_PROBE_PY";
 const COMMAND_ENV: &str = "SLURM_RUN_NCCL_PROBE_CMD";
 const TIMEOUT_ENV: &str = "SLURM_RUN_NCCL_PROBE_TIMEOUT";
+const STEP_TIMEOUT_ENV: &str = "SLURM_RUN_NCCL_PROBE_STEP_TIMEOUT";
 const KILL_AFTER_ENV: &str = "SLURM_RUN_NCCL_PROBE_KILL_AFTER";
 const RUNGS_ENV: &str = "SLURM_RUN_NCCL_PROBE_RUNGS";
 const RUNG_ENV: &str = "SLURM_RUN_NCCL_PROBE_RUNG_";
@@ -79,20 +86,44 @@ pub fn is_probe_job(spec: &JobSpec) -> bool {
 
 /// The default per-node command of a rung: torchrun over every GPU of the node,
 /// running our script; a node without torchrun or python3 says so (and the probe
-/// stops: no knob would help). The TAO rendezvous values are kept (set by the
+/// stops: no knob would help; the check's `exit 127` becomes the wrapper's marker). The TAO rendezvous values are kept (set by the
 /// multi-node script; defaulted here for one node) before torchrun overwrites
 /// `WORLD_SIZE` with the number of processes.
 pub(crate) fn default_probe_command(nodes: u32, gpus_per_node: u32) -> String {
     format!(
         r#"for slurm_run_tool in torchrun python3; do
   if ! command -v "$slurm_run_tool" >/dev/null 2>&1; then
-    echo "{PROBE_EXIT} node_rank=${{NODE_RANK:-0}} cannot run: no $slurm_run_tool on the PATH (of the job's image, if it has one)"
+    echo "{PROBE_EXIT} node_rank=${{NODE_RANK:-0}} cannot run: no $slurm_run_tool on the PATH (in the job image, if any)"
     exit 127
   fi
 done
 export TAO_NODE_COUNT="${{TAO_NODE_COUNT:-{nodes}}}" TAO_GPUS_PER_NODE="${{TAO_GPUS_PER_NODE:-{gpus_per_node}}}" TAO_NODE_RANK="${{TAO_NODE_RANK:-${{NODE_RANK:-0}}}}"
 exec torchrun --nnodes={nodes} --nproc_per_node={gpus_per_node} --node_rank="${{NODE_RANK:-0}}" --master_addr="${{MASTER_ADDR:-127.0.0.1}}" --master_port="${{MASTER_PORT:-29500}}" --monitor_interval=0.5 --no_python python3 -c "${SCRIPT_ENV}""#
     )
+}
+
+/// The shell text each node runs on a rung: `inner` under `timeout`, a marker when it
+/// fired or `inner` failed. Every task exits 0 once it has printed what it knows: a task
+/// exiting non-zero makes `srun --kill-on-bad-exit` end the step at once (Slurm can then
+/// drop the output still on its way from the other tasks), and a step the ladder had to
+/// cancel would mark the probe job as not finished. The verdict travels in the markers.
+pub(crate) fn wrap_in_timeout(inner: &str, timeout: Duration) -> Result<String> {
+    let secs = timeout.as_secs().max(1);
+    Ok(format!(
+        r#"if ! command -v timeout >/dev/null 2>&1; then
+  echo "{PROBE_EXIT} node_rank=${{NODE_RANK:-0}} cannot run: no timeout on the PATH (in the job image, if any)"
+  exit 0
+fi
+timeout --kill-after={KILL_AFTER_SECS} {secs}s bash -c {inner}
+slurm_run_probe_rc=$?
+if [ "$slurm_run_probe_rc" -eq 124 ] || [ "$slurm_run_probe_rc" -eq 137 ]; then
+  echo "{PROBE_TIMEOUT} node_rank=${{NODE_RANK:-0}} after {secs}s"
+elif [ "$slurm_run_probe_rc" -ne 0 ]; then
+  echo "{PROBE_EXIT} node_rank=${{NODE_RANK:-0}} exit code $slurm_run_probe_rc"
+fi
+exit 0"#,
+        inner = shell_quote(inner)?,
+    ))
 }
 
 /// The seconds the whole ladder may take in the allocation.
@@ -129,10 +160,17 @@ pub(crate) fn probe_spec(
         }
     };
     let timeout = options.timeout.as_secs().max(1);
-    probe.env.insert(COMMAND_ENV.to_string(), command);
+    probe.env.insert(
+        COMMAND_ENV.to_string(),
+        wrap_in_timeout(&command, options.timeout)?,
+    );
     probe
         .env
         .insert(TIMEOUT_ENV.to_string(), timeout.to_string());
+    probe.env.insert(
+        STEP_TIMEOUT_ENV.to_string(),
+        (timeout + KILL_AFTER_SECS + STEP_OVERHEAD_SECS).to_string(),
+    );
     probe
         .env
         .insert(KILL_AFTER_ENV.to_string(), KILL_AFTER_SECS.to_string());
@@ -206,12 +244,21 @@ mod tests {
         assert_eq!(probe.command, PROBE_LADDER);
         let command = &probe.env[COMMAND_ENV];
         assert!(
+            command.contains("timeout --kill-after=10 120s bash -c "),
+            "{command}"
+        );
+        assert!(command.ends_with("exit 0"), "every task exits 0: {command}");
+        assert!(
             command.contains("exec torchrun --nnodes=2 --nproc_per_node=8"),
             "{command}"
         );
         assert!(command.contains("--no_python python3 -c"), "{command}");
-        assert!(command.contains("TAO_NODE_COUNT=\"${TAO_NODE_COUNT:-2}\""), "{command}");
+        assert!(
+            command.contains("TAO_NODE_COUNT=\"${TAO_NODE_COUNT:-2}\""),
+            "{command}"
+        );
         assert_eq!(probe.env[TIMEOUT_ENV], "120");
+        assert_eq!(probe.env[STEP_TIMEOUT_ENV], "190");
         assert_eq!(probe.env[RUNGS_ENV], "4");
         assert_eq!(probe.env["SLURM_RUN_NCCL_PROBE_RUNG_0"], "");
         assert_eq!(
@@ -252,10 +299,10 @@ mod tests {
             .with_command("echo NCCL_PROBE_OK")
             .with_timeout(Duration::from_secs(3));
         let probe = probe_spec(&spec, &resources, &fake, &[KnobSet::new()]).unwrap();
-        assert_eq!(probe.env[COMMAND_ENV], "echo NCCL_PROBE_OK");
+        assert!(probe.env[COMMAND_ENV].contains("3s bash -c 'echo NCCL_PROBE_OK'"));
         assert_eq!(probe.env[TIMEOUT_ENV], "3");
         assert!(!probe.env.contains_key(SCRIPT_ENV));
-        assert_eq!(probe.time.unwrap().as_secs(), 120);
+        assert_eq!(probe.time.unwrap().as_secs(), 180);
         let bad_name = KnobSet::from([("NCCL P2P".to_string(), "1".to_string())]);
         assert!(probe_spec(&spec, &resources, &fake, &[bad_name]).is_err());
         let bad_value = KnobSet::from([("NCCL_X".to_string(), "1\nrm -rf /".to_string())]);
@@ -266,7 +313,11 @@ mod tests {
 
     /// Run the ladder here as a batch step would, one local "node": `slurm_run_step`
     /// runs its command with bash. Returns the exit status and the job folder.
-    fn run_ladder(command: &str, ladder: &[KnobSet], path: Option<&str>) -> (i32, tempfile::TempDir) {
+    fn run_ladder(
+        command: &str,
+        ladder: &[KnobSet],
+        path: Option<&str>,
+    ) -> (i32, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let mut spec = JobSpec::new("train", "true");
         spec.nodes = Some(2);
@@ -305,13 +356,27 @@ mod tests {
         let (status, dir) = run_ladder(hangs, &default_ladder("eth0"), None);
         assert_eq!(status, 0);
         let verdict = read(&dir, VERDICT_FILE);
-        assert!(verdict.starts_with("rung 0 HUNG no verdict within 1s"), "{verdict}");
-        assert!(verdict.contains("env 1 NCCL_P2P_DISABLE=1\nrung 1 OK NCCL_PROBE_OK world=2\nend OK 1\n"), "{verdict}");
+        assert!(
+            verdict.starts_with("rung 0 HUNG NCCL_PROBE_TIMEOUT node_rank=0 after 1s"),
+            "{verdict}"
+        );
+        assert!(
+            verdict
+                .contains("env 1 NCCL_P2P_DISABLE=1\nrung 1 OK NCCL_PROBE_OK world=2\nend OK 1\n"),
+            "{verdict}"
+        );
         assert_eq!(read(&dir, KNOBS_FILE), "NCCL_P2P_DISABLE=1\n");
         let rung = read(&dir, "rung-1.out");
-        let port: u32 = rung.trim_start_matches("port=").lines().next().unwrap().parse().unwrap();
+        let port: u32 = rung
+            .trim_start_matches("port=")
+            .lines()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
         assert!((20000..50000).contains(&port), "{rung}");
-        let outcomes = crate::nccl::ladder_outcomes(&verdict, crate::state::JobState::Complete, None);
+        let outcomes =
+            crate::nccl::ladder_outcomes(&verdict, crate::state::JobState::Complete, None);
         assert_eq!(outcomes.last().unwrap().0, default_ladder("eth0")[1]);
     }
 
@@ -329,18 +394,30 @@ mod tests {
         let (status, dir) = run_ladder("", &default_ladder("eth0"), Some("/usr/bin:/bin"));
         assert_eq!(status, 3);
         let verdict = read(&dir, VERDICT_FILE);
-        assert!(verdict.contains("rung 0 FAILED NCCL_PROBE_EXIT node_rank=0 cannot run: no torchrun on the PATH"), "{verdict}");
+        assert!(
+            verdict.contains(
+                "rung 0 FAILED NCCL_PROBE_EXIT node_rank=0 cannot run: no torchrun on the PATH"
+            ),
+            "{verdict}"
+        );
         assert!(verdict.ends_with("end FAILED 0\n"), "{verdict}");
         // Silence on every rung: HUNG at the end, after each rung was tried.
         let (status, dir) = run_ladder("sleep 30", &default_ladder("eth0")[..2], None);
         assert_eq!(status, 3);
         let verdict = read(&dir, VERDICT_FILE);
-        assert_eq!(verdict.matches("HUNG no verdict").count(), 2, "{verdict}");
+        assert_eq!(
+            verdict.matches("HUNG NCCL_PROBE_TIMEOUT").count(),
+            2,
+            "{verdict}"
+        );
         assert!(verdict.ends_with("end HUNG 1\n"), "{verdict}");
         // A command that fails without a marker: FAILED with its last words.
         let (status, dir) = run_ladder("echo boom >&2; exit 7", &default_ladder("eth0"), None);
         assert_eq!(status, 3);
         let verdict = read(&dir, VERDICT_FILE);
-        assert!(verdict.contains("rung 0 FAILED the rung's step exited 7 without a verdict: boom"), "{verdict}");
+        assert!(
+            verdict.contains("rung 0 FAILED NCCL_PROBE_EXIT node_rank=0 exit code 7"),
+            "{verdict}"
+        );
     }
 }

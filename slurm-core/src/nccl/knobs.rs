@@ -195,7 +195,10 @@ mod tests {
 
     fn entry(env: &[(&str, &str)], nodes: u32, gpus: u32, at: i64) -> ShapeKnobs {
         ShapeKnobs {
-            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             probed_at: DateTime::from_timestamp(at, 0).unwrap(),
             nodes,
             gpus_per_node: gpus,
@@ -207,11 +210,21 @@ mod tests {
     fn the_cache_keeps_one_entry_per_shape_atomically_and_clears() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(read_knobs(dir.path(), "c1").unwrap(), None);
-        let path = record_knobs(dir.path(), "c1", entry(&[("NCCL_P2P_DISABLE", "1")], 2, 8, 10)).unwrap();
+        let path = record_knobs(
+            dir.path(),
+            "c1",
+            entry(&[("NCCL_P2P_DISABLE", "1")], 2, 8, 10),
+        )
+        .unwrap();
         assert_eq!(path, dir.path().join("clusters").join("c1.json"));
         record_knobs(dir.path(), "c1", entry(&[], 2, 1, 20)).unwrap();
         // The same shape again replaces its entry.
-        record_knobs(dir.path(), "c1", entry(&[("NCCL_IB_DISABLE", "1")], 2, 8, 30)).unwrap();
+        record_knobs(
+            dir.path(),
+            "c1",
+            entry(&[("NCCL_IB_DISABLE", "1")], 2, 8, 30),
+        )
+        .unwrap();
         let knobs = read_knobs(dir.path(), "c1").unwrap().unwrap();
         assert_eq!(knobs.schema_version, KNOBS_SCHEMA_VERSION);
         assert_eq!(knobs.shapes.len(), 2, "{knobs:?}");
@@ -261,7 +274,10 @@ mod tests {
             cluster: "c".into(),
             shapes: vec![entry(&[], 2, 1, 0), entry(&[], 1, 8, 1)],
         };
-        assert!(knobs.for_shape(2, 8).is_none(), "no entry covers both paths");
+        assert!(
+            knobs.for_shape(2, 8).is_none(),
+            "no entry covers both paths"
+        );
         assert_eq!(knobs.for_shape(1, 4).unwrap().nodes, 1);
     }
 

@@ -116,7 +116,8 @@ pub(crate) fn ladder_outcomes(
         );
         match kind {
             "env" => {
-                let (Ok(index), Some((name, value))) = (first.parse::<usize>(), rest.split_once('='))
+                let (Ok(index), Some((name, value))) =
+                    (first.parse::<usize>(), rest.split_once('='))
                 else {
                     continue;
                 };
@@ -126,7 +127,9 @@ pub(crate) fn ladder_outcomes(
                 envs[index].insert(name.to_string(), value.to_string());
             }
             "rung" => {
-                let Ok(index) = first.parse::<usize>() else { continue };
+                let Ok(index) = first.parse::<usize>() else {
+                    continue;
+                };
                 let (name, detail) = rest.split_once(' ').unwrap_or((rest, ""));
                 let detail = detail.to_string();
                 let outcome = match name {
@@ -238,7 +241,11 @@ mod tests {
     use super::*;
     use crate::nccl::default_ladder;
 
-    fn attempts(verdict: &str, state: JobState, native: Option<&NativeStatus>) -> Vec<ProbeAttempt> {
+    fn attempts(
+        verdict: &str,
+        state: JobState,
+        native: Option<&NativeStatus>,
+    ) -> Vec<ProbeAttempt> {
         ladder_outcomes(verdict, state, native)
             .into_iter()
             .enumerate()
@@ -269,7 +276,11 @@ mod tests {
                        rung 1 HUNG no verdict within 120s (timeout exit 124)\n\
                        env 2 NCCL_IB_DISABLE=1\nenv 2 NCCL_P2P_DISABLE=1\n\
                        rung 2 OK NCCL_PROBE_OK world=16 backend=nccl\nend OK 2\n";
-        let done = attempts(verdict, JobState::Complete, Some(&native("COMPLETED", Some(0))));
+        let done = attempts(
+            verdict,
+            JobState::Complete,
+            Some(&native("COMPLETED", Some(0))),
+        );
         let names: Vec<&str> = done.iter().map(|a| a.outcome.name()).collect();
         assert_eq!(names, ["HUNG", "HUNG", "OK"]);
         assert!(done[0].env.is_empty());
@@ -331,7 +342,10 @@ mod tests {
             Some(&native("FAILED", Some(3))),
         );
         let text = verdict_of("c1", &done).unwrap_err().to_string();
-        assert!(text.contains("FAILED") && text.contains("no torchrun"), "{text}");
+        assert!(
+            text.contains("FAILED") && text.contains("no torchrun"),
+            "{text}"
+        );
         assert!(text.contains("--probe never"), "{text}");
         assert!(text.contains("nccl_probe: never"), "{text}");
     }
@@ -351,7 +365,10 @@ mod tests {
         let done = attempts("", JobState::Error, Some(&native("NODE_FAIL", Some(1))));
         let text = done[0].outcome.to_string();
         assert_eq!(done[0].outcome.name(), "FAILED", "{text}");
-        assert!(text.contains("NODE_FAIL") && text.contains("wrote no verdict"), "{text}");
+        assert!(
+            text.contains("NODE_FAIL") && text.contains("wrote no verdict"),
+            "{text}"
+        );
         // No rung at all is an error, not a pass.
         assert!(verdict_of("c1", &[]).is_err());
     }

@@ -16,8 +16,11 @@
 # Exit status 0 when a rung passed, 3 otherwise (the jobs waiting on it never start).
 #
 # Environment (from the probe's spec):
-#   SLURM_RUN_NCCL_PROBE_CMD         the command every node runs on every rung
-#   SLURM_RUN_NCCL_PROBE_TIMEOUT     seconds one rung may take
+#   SLURM_RUN_NCCL_PROBE_CMD         the command every node runs on every rung (under its
+#                                    own timeout; it prints NCCL_PROBE_TIMEOUT when that
+#                                    fired, NCCL_PROBE_EXIT when it failed, and exits 0)
+#   SLURM_RUN_NCCL_PROBE_TIMEOUT     seconds one rung's command may take
+#   SLURM_RUN_NCCL_PROBE_STEP_TIMEOUT  seconds after which the ladder stops the step itself
 #   SLURM_RUN_NCCL_PROBE_KILL_AFTER  seconds between timeout's TERM and its KILL
 #   SLURM_RUN_NCCL_PROBE_RUNGS       how many rungs
 #   SLURM_RUN_NCCL_PROBE_RUNG_<i>    rung i's knobs, `NAME=VALUE` lines (names checked
@@ -30,6 +33,7 @@ verdict="$dir/verdict"
 : >"$verdict"
 rm -f -- "$dir/knobs.env"
 timeout_secs=${SLURM_RUN_NCCL_PROBE_TIMEOUT:?}
+step_secs=${SLURM_RUN_NCCL_PROBE_STEP_TIMEOUT:?}
 kill_after=${SLURM_RUN_NCCL_PROBE_KILL_AFTER:-10}
 rungs=${SLURM_RUN_NCCL_PROBE_RUNGS:?}
 
@@ -72,7 +76,7 @@ for ((i = 0; i < rungs; i++)); do
     done <<<"$knobs"
     export MASTER_PORT="$port"
     # shellcheck disable=SC2016 # "$1" is expanded by the inner bash
-    exec timeout --kill-after="$kill_after" "$timeout_secs" \
+    exec timeout --kill-after="$kill_after" "$step_secs" \
       bash -c 'slurm_run_step "$1"' slurm-run-rung "$SLURM_RUN_NCCL_PROBE_CMD"
   ) 2>&1 | tee -- "$out"
   rc=${PIPESTATUS[0]}
@@ -82,9 +86,12 @@ for ((i = 0; i < rungs; i++)); do
   elif line=$(grep -a -m1 -- NCCL_PROBE_OK "$out"); then
     outcome=OK
     detail=$(printf '%s' "$line" | one_line)
+  elif line=$(grep -a -m1 -- NCCL_PROBE_TIMEOUT "$out"); then
+    outcome=HUNG
+    detail=$(printf '%s' "$line" | one_line)
   elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     outcome=HUNG
-    detail="no verdict within ${timeout_secs}s (timeout exit $rc)"
+    detail="the rung's step did not end within ${step_secs}s (timeout exit $rc)"
   elif line=$(grep -a -m1 -- NCCL_PROBE_EXIT "$out"); then
     outcome=FAILED
     detail=$(printf '%s' "$line" | one_line)

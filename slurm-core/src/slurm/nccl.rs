@@ -22,10 +22,10 @@ use super::SlurmSubmitOptions;
 use crate::backend::{JobStatus, NativeStatus, SubmitOptions};
 use crate::classify::ErrorClass;
 use crate::nccl::{
-    cluster_key, default_ladder, knobs_path, ladder_outcomes, needs_nccl,
-    parse_shape, probe_spec, read_knobs, record_knobs, remove_knobs, show_env, verdict_of,
-    ClusterKnobs, KnobSet, NcclProbe, ProbeAttempt, ProbeOptions, ProbeReport, ShapeKnobs,
-    KNOBS_FILE, PROBE_DIR, PROBE_LABEL, PROBE_SHAPE_LABEL, PROBE_VERDICT_LABEL, VERDICT_FILE,
+    cluster_key, default_ladder, knobs_path, ladder_outcomes, needs_nccl, parse_shape, probe_spec,
+    read_knobs, record_knobs, remove_knobs, show_env, verdict_of, ClusterKnobs, KnobSet, NcclProbe,
+    ProbeAttempt, ProbeOptions, ProbeReport, ShapeKnobs, KNOBS_FILE, PROBE_DIR, PROBE_LABEL,
+    PROBE_SHAPE_LABEL, PROBE_VERDICT_LABEL, VERDICT_FILE,
 };
 use crate::record::{JobId, JobRecord, Mark, RecordFilter, RecordStore, TransitionSource};
 use crate::render::Renderer;
@@ -46,7 +46,7 @@ pub(super) enum NcclPlan {
     /// The job waits for this probe and exports the knobs it finds.
     Probe {
         /// The probe's record (PENDING or RUNNING).
-        probe: JobRecord,
+        probe: Box<JobRecord>,
         /// Whether this submit submitted it (and so cancels it if the job is refused).
         new: bool,
     },
@@ -71,7 +71,10 @@ fn attempts_of(
             outcome,
             job: record.id.clone(),
             native_id: record.backend_ref.as_ref().map(|r| r.native_id.clone()),
-            log: Some(format!("{}/{PROBE_DIR}/rung-{index}.out", record.results_dir)),
+            log: Some(format!(
+                "{}/{PROBE_DIR}/rung-{index}.out",
+                record.results_dir
+            )),
         })
         .collect()
 }
@@ -180,10 +183,12 @@ where
         }
         let cluster = self.cluster_name().await?;
         let cached = |backend: &Self| -> Result<Option<KnobSet>> {
-            Ok(read_knobs(&backend.inner.config.state_dir, &cluster)?.and_then(|k| {
-                k.for_shape(resources.nodes, resources.gpus_per_node)
-                    .map(|s| s.env.clone())
-            }))
+            Ok(
+                read_knobs(&backend.inner.config.state_dir, &cluster)?.and_then(|k| {
+                    k.for_shape(resources.nodes, resources.gpus_per_node)
+                        .map(|s| s.env.clone())
+                }),
+            )
         };
         if mode == NcclProbe::Auto {
             // Without an image there is no container torchrun to probe with.
@@ -204,10 +209,16 @@ where
         }
         if let Some(probe) = in_flight {
             tracing::info!(job = %spec.name, probe = %probe.id, "waiting for the NCCL probe already in flight");
-            return Ok(NcclPlan::Probe { probe, new: false });
+            return Ok(NcclPlan::Probe {
+                probe: Box::new(probe),
+                new: false,
+            });
         }
         let probe = self.submit_probe(spec, &resources, &options.probe).await?;
-        Ok(NcclPlan::Probe { probe, new: true })
+        Ok(NcclPlan::Probe {
+            probe: Box::new(probe),
+            new: true,
+        })
     }
 
     /// A probe not yet ended of the same image at a shape covering `resources`, after a
@@ -340,17 +351,21 @@ where
                     .await?,
             ],
             _ => {
-                let joined = round_trip::join(&commands).display_as(format!(
-                    "read {} NCCL probe verdicts",
-                    commands.len()
-                ));
+                let joined = round_trip::join(&commands)
+                    .display_as(format!("read {} NCCL probe verdicts", commands.len()));
                 round_trip::split(&self.inner.transport.run(&joined).await?, commands.len())?
             }
         };
         // cat exits 1 when the file is missing: the probe wrote no verdict.
         Ok(outputs
             .iter()
-            .map(|o| if o.success() { o.stdout_text() } else { String::new() })
+            .map(|o| {
+                if o.success() {
+                    o.stdout_text()
+                } else {
+                    String::new()
+                }
+            })
             .collect())
     }
 
@@ -446,7 +461,10 @@ where
                         (Some(ErrorClass::Infra), false) => ErrorClass::Infra,
                         _ => ErrorClass::Program,
                     };
-                    for job in waiting.iter().filter(|r| r.after.iter().any(|d| d.job == probe.id)) {
+                    for job in waiting
+                        .iter()
+                        .filter(|r| r.after.iter().any(|d| d.job == probe.id))
+                    {
                         let message = format!(
                             "the NCCL probe it waited for ended {outcome}: {error}; cancelled on the cluster"
                         );

@@ -47,7 +47,8 @@ fn fake_cluster(remote: &mut MockRemote) -> Shared {
             let id = command.label().trim_start_matches("submit ").to_string();
             fake.scripts.push((id, staged_script(command)));
             let native = 100 + fake.scripts.len() as u32;
-            fake.jobs.insert(native, Seen::Queued("PENDING", "Priority"));
+            fake.jobs
+                .insert(native, Seen::Queued("PENDING", "Priority"));
             fake.ran.push(command.label());
             Ok(output(0, &format!("{native}\n"), ""))
         });
@@ -105,15 +106,20 @@ fn fake_cluster(remote: &mut MockRemote) -> Shared {
     let rest = Arc::clone(&fake);
     remote.expect_run().returning(move |command| {
         let mut fake = rest.lock().unwrap();
-        fake.ran
-            .push(format!("{} {}", command.label(), command.get_args().join(" ")));
+        fake.ran.push(format!(
+            "{} {}",
+            command.label(),
+            command.get_args().join(" ")
+        ));
         let n: usize = command
             .label()
             .strip_prefix("round trip of ")
             .and_then(|rest| rest.split(':').next())
             .and_then(|n| n.parse().ok())
             .unwrap_or(1);
-        let text: String = (0..n).map(|i| format!("@@begin {i}\n@@end {i} 0\n")).collect();
+        let text: String = (0..n)
+            .map(|i| format!("@@begin {i}\n@@end {i} 0\n"))
+            .collect();
         Ok(output(0, &text, ""))
     });
     fake
@@ -139,7 +145,7 @@ const PASSED_ON_P2P: &str = "rung 0 HUNG no verdict within 120s (timeout exit 12
                              env 1 NCCL_P2P_DISABLE=1\n\
                              rung 1 OK NCCL_PROBE_OK world=16 backend=nccl\nend OK 1\n";
 
-const NO_TORCHRUN: &str = "rung 0 FAILED NCCL_PROBE_EXIT node_rank=0 cannot run: no torchrun on the PATH (of the job's image, if it has one)\nend FAILED 0\n";
+const NO_TORCHRUN: &str = "rung 0 FAILED NCCL_PROBE_EXIT node_rank=0 cannot run: no torchrun on the PATH (in the job image, if any)\nend FAILED 0\n";
 
 /// Issue 13, point 3: the submit returns with the probe and the job both queued, the
 /// job held by the scheduler (afterok on the probe) and reading its knobs; the client
@@ -177,7 +183,10 @@ async fn a_submit_queues_the_probe_and_the_job_at_once_and_waits_for_neither() {
         )),
         "{job_script}"
     );
-    assert!(!job_script.contains("NCCL_P2P_DISABLE"), "no knob known yet");
+    assert!(
+        !job_script.contains("NCCL_P2P_DISABLE"),
+        "no knob known yet"
+    );
     assert_eq!(record.state, JobState::Pending);
     assert_eq!(record.after.len(), 1);
     assert_eq!(record.after[0].job.as_str(), probe_id.as_str());
@@ -278,7 +287,9 @@ async fn a_probe_that_cannot_run_ends_the_waiting_job_naming_the_switch() {
     );
     let fake = fake.lock().unwrap();
     assert!(
-        fake.ran.iter().any(|r| r.contains("scancel") && r.contains("102")),
+        fake.ran
+            .iter()
+            .any(|r| r.contains("scancel") && r.contains("102")),
         "the job is cancelled on the cluster: {:?}",
         fake.ran
     );
@@ -301,13 +312,14 @@ async fn a_second_submit_waits_for_the_probe_in_flight() {
         .submit(&image_job("second", 2, 4), SubmitOptions::default())
         .await
         .unwrap();
-    let fake = fake.lock().unwrap();
-    assert_eq!(fake.scripts.len(), 3, "one probe for both: {:?}", fake.ran);
-    assert!(fake.scripts[2]
-        .1
-        .contains("#SBATCH --dependency=afterok:101\n"));
+    {
+        let fake = fake.lock().unwrap();
+        assert_eq!(fake.scripts.len(), 3, "one probe for both: {:?}", fake.ran);
+        assert!(fake.scripts[2]
+            .1
+            .contains("#SBATCH --dependency=afterok:101\n"));
+    }
     assert_eq!(second.after[0].job, probes(&backend)[0].id);
-    drop(fake);
     // A shape the probe covers waits for it too; another image probes on its own.
     backend
         .submit(&image_job("wide", 1, 8), SubmitOptions::default())
@@ -376,7 +388,9 @@ async fn a_refused_job_cancels_the_probe_it_queued() {
     assert!(err.to_string().contains("supporting_files"), "{err}");
     let fake = fake.lock().unwrap();
     assert!(
-        fake.ran.iter().any(|r| r.starts_with("scancel") && r.contains("101")),
+        fake.ran
+            .iter()
+            .any(|r| r.starts_with("scancel") && r.contains("101")),
         "{:?}",
         fake.ran
     );
@@ -429,7 +443,10 @@ async fn cached_knobs_reach_covered_jobs_only() {
     let scripts: Vec<&String> = fake.scripts.iter().map(|(_, s)| s).collect();
     assert_eq!(scripts.len(), 4, "no probe: {:?}", fake.ran);
     assert!(scripts[0].contains("export NCCL_P2P_DISABLE=1\n"));
-    assert!(scripts[1].contains("export NCCL_P2P_DISABLE=0\n"), "the spec's value wins");
+    assert!(
+        scripts[1].contains("export NCCL_P2P_DISABLE=0\n"),
+        "the spec's value wins"
+    );
     assert!(!scripts[1].contains("NCCL_P2P_DISABLE=1"));
     assert!(!scripts[2].contains("NCCL_"), "one GPU needs no knob");
     assert!(!scripts[3].contains("NCCL_"), "never adds no knob");

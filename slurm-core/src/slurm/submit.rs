@@ -127,7 +127,7 @@ where
                     &self.inner.store,
                     &[Dependency::ok(probe.id.clone())],
                 )?);
-                (KnobSet::new(), Some((probe, new)))
+                (KnobSet::new(), Some((*probe, new)))
             }
         };
         let placement = Placement {
@@ -137,24 +137,23 @@ where
             exclude,
             probe: probe.as_ref().map(|(probe, _)| probe.clone()),
         };
-        let prepared = match self.prepare(spec, &secrets, &root, previous.as_ref(), &knobs, &placement)
-        {
-            Ok(prepared) => prepared,
-            Err(error) => {
-                if let Some((probe, true)) = &probe {
-                    self.drop_probe(probe).await;
+        let prepared =
+            match self.prepare(spec, &secrets, &root, previous.as_ref(), &knobs, &placement) {
+                Ok(prepared) => prepared,
+                Err(error) => {
+                    if let Some((probe, true)) = &probe {
+                        self.drop_probe(probe).await;
+                    }
+                    return Err(error);
                 }
-                return Err(error);
-            }
-        };
+            };
         let id = prepared.record.id.clone();
         self.inner.store.open(&prepared.record)?;
         tracing::info!(job = %id, "record opened; submitting");
         match self.submit_once(&id, &prepared).await {
             Ok(record) => Ok(record),
             Err(error) => {
-                if let (Some((probe, true)), false) =
-                    (&probe, error.kind() == ErrorKind::Ambiguous)
+                if let (Some((probe, true)), false) = (&probe, error.kind() == ErrorKind::Ambiguous)
                 {
                     self.drop_probe(probe).await;
                 }
@@ -490,7 +489,10 @@ where
             note = format!(
                 "; it waits for NCCL probe {} (SLURM job {}) and exports the knobs it finds",
                 probe.id,
-                probe.backend_ref.as_ref().map_or("?", |r| r.native_id.as_str())
+                probe
+                    .backend_ref
+                    .as_ref()
+                    .map_or("?", |r| r.native_id.as_str())
             );
         }
         let image_param = if conversion.is_some() || spec.image_ref()?.is_some_and(|i| i.is_sqsh())

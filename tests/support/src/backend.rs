@@ -253,4 +253,3 @@ pub async fn with_credentials(harness: &Harness) {
         .unwrap();
     assert!(status.is_present(), "{status}");
 }
-
