@@ -18,8 +18,8 @@ use slurm_core::slurm::SlurmSubmitOptions;
 use slurm_core::transport::Command;
 use slurm_core::{ErrorKind, JobRecord, JobSpec, JobState};
 use slurm_run_testsupport::backend::{
-    harness, registry_image, remote, small_spec, wait_state, wait_terminal, wait_until,
-    with_credentials, Harness,
+    completed_output, harness, registry_image, remote, small_spec, wait_state, wait_terminal,
+    wait_until, with_credentials, Harness,
 };
 use slurm_run_testsupport::cluster;
 
@@ -155,18 +155,12 @@ async fn the_ladder_finds_the_knob_that_stops_the_hang_and_a_later_job_skips_the
         .unwrap();
     assert_eq!(record.state, JobState::Pending);
     let probe = probe_of(&h, &record);
-    let status = wait_terminal(&h.backend, &record.id, 600).await;
+    let out = completed_output(&h.backend, &record.id, 600).await;
     eprintln!(
         "a real probe climbing one rung past a {}-s hang, then the job: {:?}",
         TORCH_RUNG.as_secs(),
         started.elapsed()
     );
-    assert_eq!(status.state(), JobState::Complete, "{status:?}");
-    let out = h
-        .backend
-        .logs(&record.id, LogOptions::default())
-        .await
-        .unwrap();
     assert_eq!(out.matches("p2p=1").count(), 2, "{out}");
     // One probe job, two rungs: the hang, then the knob.
     let probe = h.backend.record(&probe.id).unwrap();
@@ -196,13 +190,7 @@ async fn the_ladder_finds_the_knob_that_stops_the_hang_and_a_later_job_skips_the
     assert!(submits[0].starts_with("submit train-"), "{labels:?}");
     assert!(!labels.iter().any(|l| l.starts_with("poll ")), "{labels:?}");
     assert!(later.after.is_empty());
-    let status = wait_terminal(&h.backend, &later.id, 180).await;
-    assert_eq!(status.state(), JobState::Complete, "{status:?}");
-    let out = h
-        .backend
-        .logs(&later.id, LogOptions::default())
-        .await
-        .unwrap();
+    let out = completed_output(&h.backend, &later.id, 180).await;
     assert_eq!(out.matches("p2p=1").count(), 2, "{out}");
     assert_eq!(
         h.backend.records(&probes()).unwrap().len(),
@@ -300,13 +288,7 @@ async fn a_probe_queued_behind_a_blocker_leaves_the_submit_free() {
     assert_eq!(queued.state(), JobState::Pending, "{queued:?}");
 
     h.backend.cancel(&blocker.id).await.unwrap();
-    let status = wait_terminal(&h.backend, &record.id, 180).await;
-    assert_eq!(status.state(), JobState::Complete, "{status:?}");
-    let out = h
-        .backend
-        .logs(&record.id, LogOptions::default())
-        .await
-        .unwrap();
+    let out = completed_output(&h.backend, &record.id, 180).await;
     assert_eq!(out.matches("job-ran p2p=1").count(), 2, "{out}");
     let cached = h.backend.knob_cache("testbed").unwrap().unwrap();
     assert_eq!(cached.for_shape(2, 1).unwrap().env["NCCL_P2P_DISABLE"], "1");
@@ -361,9 +343,7 @@ async fn a_hang_climbs_to_p2p_disable_in_one_probe_job_which_later_jobs_use() {
         (&ids[1], "own-p2p=0", 2),
         (&ids[2], "single-p2p=unset", 1),
     ] {
-        let status = wait_terminal(&h.backend, id, 60).await;
-        assert_eq!(status.state(), JobState::Complete, "{status:?}");
-        let out = h.backend.logs(id, LogOptions::default()).await.unwrap();
+        let out = completed_output(&h.backend, id, 60).await;
         assert_eq!(out.matches(expected).count(), count, "{expected}: {out}");
     }
     assert_eq!(

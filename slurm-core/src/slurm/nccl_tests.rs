@@ -135,6 +135,22 @@ fn image_job(name: &str, nodes: u32, gpus: u32) -> JobSpec {
     spec
 }
 
+/// The probe (SLURM job 101) ended as `state`/`exit` with `verdict`; its job (102)
+/// waits for it.
+fn probe_ended(
+    fake: &Shared,
+    probe: &JobRecord,
+    state: &'static str,
+    exit: &'static str,
+    verdict: &str,
+) {
+    let mut fake = fake.lock().unwrap();
+    fake.jobs.insert(101, Seen::Ended(state, exit));
+    fake.jobs.insert(102, Seen::Queued("PENDING", "Dependency"));
+    fake.verdicts
+        .insert(probe.id.to_string(), verdict.to_string());
+}
+
 fn probes(backend: &TestBackend) -> Vec<JobRecord> {
     backend
         .records(&RecordFilter::any().label(PROBE_LABEL, "nccl"))
@@ -213,13 +229,7 @@ async fn a_poll_that_sees_the_probe_pass_caches_its_knobs_for_later_jobs() {
         .await
         .unwrap();
     let probe = probes(&backend).remove(0);
-    {
-        let mut fake = fake.lock().unwrap();
-        fake.jobs.insert(101, Seen::Ended("COMPLETED", "0:0"));
-        fake.jobs.insert(102, Seen::Queued("PENDING", "Dependency"));
-        fake.verdicts
-            .insert(probe.id.to_string(), PASSED_ON_P2P.to_string());
-    }
+    probe_ended(&fake, &probe, "COMPLETED", "0:0", PASSED_ON_P2P);
     // Watching the job polls its probe too (a parent): the verdict is read once.
     let status = backend.status(&record.id).await.unwrap();
     assert_eq!(status.state(), JobState::Pending);
@@ -262,13 +272,7 @@ async fn a_probe_that_cannot_run_ends_the_waiting_job_naming_the_switch() {
         .await
         .unwrap();
     let probe = probes(&backend).remove(0);
-    {
-        let mut fake = fake.lock().unwrap();
-        fake.jobs.insert(101, Seen::Ended("FAILED", "3:0"));
-        fake.jobs.insert(102, Seen::Queued("PENDING", "Dependency"));
-        fake.verdicts
-            .insert(probe.id.to_string(), NO_TORCHRUN.to_string());
-    }
+    probe_ended(&fake, &probe, "FAILED", "3:0", NO_TORCHRUN);
     let status = backend.status(&record.id).await.unwrap();
     assert_eq!(status.state(), JobState::Error, "{status:?}");
     let message = status.record.last_message().to_string();

@@ -112,6 +112,16 @@ pub async fn wait_terminal(backend: &TestBackend, id: &JobId, seconds: u64) -> J
     wait_until(backend, id, seconds, |s| s.state().is_terminal()).await
 }
 
+/// Poll `id` until it is terminal, check that it COMPLETEd, and return its `main.out`.
+pub async fn completed_output(backend: &TestBackend, id: &JobId, seconds: u64) -> String {
+    let status = wait_terminal(backend, id, seconds).await;
+    assert_eq!(status.state(), JobState::Complete, "{status:?}");
+    backend
+        .logs(id, slurm_core::backend::LogOptions::default())
+        .await
+        .expect("the log of a completed job")
+}
+
 /// Poll `id` until it is in `state`.
 pub async fn wait_state(
     backend: &TestBackend,
