@@ -46,6 +46,10 @@ where
             continue;
         }
         match backend.record(id) {
+            // A job that failed before the watch began is still the policy's to retry.
+            Ok(record) if record.state == JobState::Error && options.retry.is_some() => {
+                active.push((id.clone(), record.state))
+            }
             Ok(record) if record.state.is_terminal() => {}
             Ok(record) => active.push((id.clone(), record.state)),
             Err(error) => queued.push_back(Err(error)),

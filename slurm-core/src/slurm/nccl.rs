@@ -461,12 +461,18 @@ where
                         (Some(ErrorClass::Infra), false) => ErrorClass::Infra,
                         _ => ErrorClass::Program,
                     };
+                    let why = match &error {
+                        Error::Preflight {
+                            message, remedy, ..
+                        } => format!("{message}; remedy: {remedy}"),
+                        other => other.to_string(),
+                    };
                     for job in waiting
                         .iter()
                         .filter(|r| r.after.iter().any(|d| d.job == probe.id))
                     {
                         let message = format!(
-                            "the NCCL probe it waited for ended {outcome}: {error}; cancelled on the cluster"
+                            "the NCCL probe it waited for ended {outcome}: {why}; cancelled on the cluster"
                         );
                         let updated = store.mark(
                             &job.id,
