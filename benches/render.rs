@@ -46,6 +46,8 @@ fn context() -> ScriptContext {
         dependency: None,
         exclude: Vec::new(),
         array: None,
+        probe: false,
+        knobs_file: None,
     }
 }
 

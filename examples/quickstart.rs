@@ -9,8 +9,18 @@
 //! cargo run --example quickstart
 //! ```
 //!
+//! Arguments (both optional): `--probe auto|always|never` runs the job with or
+//! without the NCCL probe first (default: `SLURM_NCCL_PROBE`, else `auto`), and
+//! `--image IMAGE` runs it in a container image (the probe runs that image's
+//! torchrun):
+//!
+//! ```text
+//! cargo run --example quickstart -- --image nvcr.io/nvidia/pytorch:24.01-py3 --probe always
+//! ```
+//!
 //! Exits 0 when the job COMPLETEd, 1 when it ended otherwise, 2 on bad
-//! configuration or a failed preflight, 3 when the cluster could not be reached.
+//! configuration, bad arguments or a failed preflight, 3 when the cluster could not
+//! be reached.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -44,7 +54,32 @@ async fn main() -> ExitCode {
     }
 }
 
+/// The quickstart's arguments: `--probe auto|always|never` and `--image IMAGE`.
+fn arguments() -> Result<(Option<NcclProbe>, Option<String>)> {
+    let (mut probe, mut image) = (None, None);
+    let mut args = std::env::args().skip(1);
+    let usage = "the quickstart takes --probe auto|always|never and --image IMAGE";
+    while let Some(arg) = args.next() {
+        let mut value = || {
+            args.next()
+                .ok_or_else(|| Error::invalid(arg.clone(), format!("needs a value; {usage}")))
+        };
+        match arg.as_str() {
+            "--probe" => probe = Some(value()?.parse::<NcclProbe>()?),
+            "--image" => image = Some(value()?),
+            _ => {
+                return Err(Error::invalid(
+                    "arguments",
+                    format!("`{arg}` is unknown; {usage}"),
+                ))
+            }
+        }
+    }
+    Ok((probe, image))
+}
+
 async fn run() -> Result<ExitCode> {
+    let (probe, image) = arguments()?;
     // 1. Wire the backend from the environment.
     let config = SlurmConfig::from_env()?;
     let store = FileRecordStore::new(&config.state_dir)?;
@@ -57,6 +92,8 @@ async fn run() -> Result<ExitCode> {
     spec.gpus_per_node = Some(1);
     spec.cpus_per_task = Some(1);
     spec.time = Some(WallTime::parse("00:10:00")?);
+    spec.nccl_probe = probe;
+    spec.image = image;
 
     // 3. Preflight: one line per check, with the remedy of each failure.
     println!("== preflight");
@@ -77,6 +114,12 @@ async fn run() -> Result<ExitCode> {
         .unwrap_or_default();
     println!("\n== submitted {} as SLURM job {slurm_id}", record.id);
     println!("   results: {}", record.results_dir);
+    if let Some(probe) = record.after.first() {
+        println!(
+            "   it waits on the cluster for NCCL probe {} (the submit did not)",
+            probe.job
+        );
+    }
 
     // 5. Watch until it ends: a spinner on a terminal, one line per change otherwise.
     println!("\n== watch");

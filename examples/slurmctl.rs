@@ -2,7 +2,9 @@
 //!
 //! ```text
 //! slurmctl preflight [SPEC]          check that jobs (like SPEC) can run
-//! slurmctl submit SPEC [--after ID[:ok|any|notok|start]]...   submit exactly once (after other jobs)
+//! slurmctl submit SPEC [--after ID[:ok|any|notok|start]]... [--probe auto|always|never]
+//!                                    submit exactly once (after other jobs; with or
+//!                                    without the NCCL probe first)
 //! slurmctl status ID...              current state (one round trip for all ids)
 //! slurmctl watch ID...               follow jobs until each is terminal
 //! slurmctl logs ID [--task N] [--tail N] [--err] [--follow]
@@ -53,6 +55,7 @@ use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 use slurm_run::core::backend::{NativeStatus, PreflightCheck};
+use slurm_run::core::nccl::PROBE_LABEL;
 use slurm_run::core::record::state_groups;
 use slurm_run::core::slurm::default_state_dir;
 use slurm_run::core::spec::{Dependency, TaskSet};
@@ -141,6 +144,11 @@ enum Cmd {
         /// scheduler enforces the wait.
         #[arg(long, value_name = "ID[:COND]")]
         after: Vec<String>,
+        /// The NCCL probe before a multi-GPU job: auto (when the cluster has no knobs
+        /// cached for the job's shape and it has an image), always, or never (and no
+        /// cached knobs). Overrides the spec's nccl_probe and SLURM_NCCL_PROBE.
+        #[arg(long, value_name = "auto|always|never")]
+        probe: Option<NcclProbe>,
     },
     /// The current state of jobs, one remote round trip for all of them.
     Status {
@@ -321,8 +329,11 @@ async fn run(cli: &Cli, out: &Out) -> slurm_run::Result<u8> {
                 .map_or(0, |failed| check_exit_code(failed.kind));
             Ok(code)
         }
-        Cmd::Submit { spec, after } => {
-            let spec = JobSpec::from_path(spec)?;
+        Cmd::Submit { spec, after, probe } => {
+            let mut spec = JobSpec::from_path(spec)?;
+            if let Some(probe) = probe {
+                spec.nccl_probe = Some(*probe);
+            }
             let after = after
                 .iter()
                 .map(|a| a.parse::<Dependency>())
@@ -348,6 +359,17 @@ async fn run(cli: &Cli, out: &Out) -> slurm_run::Result<u8> {
                         .unwrap_or_else(|| "-".into()),
                     record.results_dir
                 ));
+                let probe = record
+                    .after
+                    .iter()
+                    .filter_map(|d| backend.record(&d.job).ok())
+                    .find(|r| r.labels.contains_key(PROBE_LABEL));
+                if let Some(probe) = probe {
+                    out.line(&format!(
+                        "it waits on the cluster for NCCL probe {} and runs with the knobs it finds",
+                        probe.id
+                    ));
+                }
                 out.line(&format!("follow it with: slurmctl watch {}", record.id));
             }
             Ok(0)

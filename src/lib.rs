@@ -101,7 +101,7 @@ pub mod prelude {
     pub use slurm_core::classify::RetryPolicy;
     pub use slurm_core::record::RecordFilter;
     pub use slurm_core::slurm::SlurmConfig;
-    pub use slurm_core::spec::{ArraySpec, Dependency, Sweep, TaskSet, WallTime};
+    pub use slurm_core::spec::{ArraySpec, Dependency, NcclProbe, Sweep, TaskSet, WallTime};
     pub use slurm_core::{
         Backend, BackendExt, Error, ErrorKind, FileRecordStore, JobId, JobRecord, JobSpec,
         JobState, LocalBackend, RecordStore, Renderer, Result, SlurmBackend, Transport,

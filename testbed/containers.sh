@@ -19,13 +19,15 @@ TB_REGISTRY_DIR="$TB_DIR/registry"
 TB_REGISTRY_USER=slurm-run-test
 # The fixture images: each holds /etc/slurm-run-image with its own name:tag.
 TB_IMAGES=(slurm-run/tiny:1 slurm-run/tiny:latest)
+# The CPU PyTorch image (Debian 12's python3-torch, torchrun, Gloo) for the NCCL probe.
+TB_TORCH_IMAGE=slurm-run/torch:1
 
 # Packages enroot, Pyxis, the registry and the image build need (Debian 12 names).
 containers_packages() {
   local pkg
   for pkg in gcc make libc6-dev libbsd-dev linux-libc-dev makeself libcap2-bin curl gawk jq \
     parallel passwd squashfs-tools zstd pigz bsdmainutils squashfuse fuse3 fuse-overlayfs \
-    libslurm-dev docker-registry skopeo umoci apache2-utils; do
+    libslurm-dev docker-registry skopeo umoci apache2-utils mmdebstrap; do
     dpkg -s "$pkg" >/dev/null 2>&1 || printf '%s\n' "$pkg"
   done
 }
@@ -196,10 +198,96 @@ images_push() {
   printf '%s\n' "$recipe" > "$stamp"
 }
 
+# The Debian archive apt uses here (its bookworm sources), for mmdebstrap.
+debian_sources() {
+  grep -ls bookworm /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources || true
+}
+
+# mmdebstrap's customize hook for the torch image ($1: its root): what a CPU probe needs
+# kept, the rest of what python3-torch drags in (opencv's ffmpeg, mesa, gdal, perl...)
+# removed, Debian's torchrun made to start on Python 3.11, and the TEST-BED FIXTURE hang
+# switch installed.
+torch_customize() {
+  local root=$1 api
+  rm -rf "$root"/usr/lib/x86_64-linux-gnu/libLLVM-15.so* "$root"/usr/lib/x86_64-linux-gnu/libz3.so* \
+    "$root"/usr/lib/x86_64-linux-gnu/dri "$root"/usr/lib/x86_64-linux-gnu/mfx \
+    "$root"/usr/lib/x86_64-linux-gnu/libmfxhw64.so* "$root"/usr/lib/x86_64-linux-gnu/libmfx-gen* \
+    "$root"/usr/lib/x86_64-linux-gnu/perl* "$root"/usr/share/perl* "$root"/usr/lib/libtorch-test \
+    "$root"/usr/share/proj "$root"/usr/share/gdal "$root"/usr/share/icons "$root"/var/cache/* \
+    "$root"/var/lib/apt/lists/* "$root"/usr/lib/python3/dist-packages/sympy/*/tests
+  # Debian's torch 1.13 on Python 3.11: iterating a Flag skips Std.NONE, so torchrun dies
+  # parsing its --redirects default (fixed in later torch); return the member directly.
+  api="$root/usr/lib/python3/dist-packages/torch/distributed/elastic/multiprocessing/api.py"
+  sed -i 's/^\(            \)v = int(v)$/&\n\1return Std(v)  # slurm-run test bed: Python 3.11/' "$api"
+  grep -q 'return Std(v)  # slurm-run test bed' "$api" || { echo "torchrun patch did not apply" >&2; return 1; }
+  cat > "$root/usr/lib/python3/dist-packages/slurm_run_fixture_hang.py" <<'EOF'
+# TEST-BED FIXTURE of slurm-run, in the test image slurm-run/torch only (no real image has
+# it). When SLURM_RUN_FIXTURE_HANG_UNLESS names a variable that is not set to 1,
+# torch.distributed.all_reduce never returns, as a collective over a broken NCCL transport
+# hangs: the NCCL probe's knob ladder can then be tested on CPUs (Gloo), where setting
+# that knob is what makes the collective pass.
+import os
+
+_knob = os.environ.get("SLURM_RUN_FIXTURE_HANG_UNLESS")
+if _knob and os.environ.get(_knob) != "1":
+    import time
+
+    import torch.distributed as _dist
+
+    def _hang(*args, **kwargs):
+        while True:
+            time.sleep(1)
+
+    _dist.all_reduce = _hang
+EOF
+  printf 'import slurm_run_fixture_hang\n' > "$root/usr/lib/python3/dist-packages/slurm_run_fixture_hang.pth"
+  printf '%s\n' "$TB_TORCH_IMAGE" > "$root/etc/slurm-run-image"
+}
+
+# Build the torch image offline from the Debian archive (mmdebstrap), once, and push it.
+torch_image_push() {
+  local stamp="$TB_REGISTRY_DIR/torch.stamp" recipe work auth sources
+  mapfile -t sources < <(debian_sources)
+  recipe=$( { printf '%s\n' "$TB_TORCH_IMAGE"; declare -f torch_customize torch_image_push; cat "${sources[@]}"; } | sha256sum)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$recipe" ]; then
+    return 0
+  fi
+  [ ${#sources[@]} -gt 0 ] || die "no bookworm apt sources in /etc/apt: the torch image is built from the Debian archive apt uses"
+  log "building and pushing $TB_TORCH_IMAGE (python3-torch from the Debian archive; once, a few minutes)"
+  work=$(mktemp -d /var/tmp/slurm-run-torch.XXXXXX)
+  auth="$work/auth.json"
+  (umask 077; printf '{"auths":{"127.0.0.1:%s":{"auth":"%s"}}}\n' "$TB_REGISTRY_PORT" \
+    "$(printf '%s:%s' "$TB_REGISTRY_USER" "$(cat "$TB_REGISTRY_DIR/password")" | base64 -w0)" > "$auth")
+  {
+    printf '#!/bin/bash\nset -euo pipefail\nTB_TORCH_IMAGE=%q\n' "$TB_TORCH_IMAGE"
+    declare -f torch_customize
+    # shellcheck disable=SC2016 # "$1" is for the hook script, not expanded here
+    printf '%s\n' 'torch_customize "$1"'
+  } > "$work/customize.sh"
+  chmod 755 "$work/customize.sh"
+  (
+    set -e
+    mmdebstrap --variant=essential --include=python3-torch --skip=output/dev \
+      --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+      --dpkgopt='path-exclude=/usr/share/info/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+      --customize-hook="$work/customize.sh" bookworm "$work/rootfs.tar" "${sources[@]}"
+    umoci init --layout "$work/oci"
+    umoci new --image "$work/oci:1"
+    umoci raw add-layer --image "$work/oci:1" "$work/rootfs.tar"
+    rm -f "$work/rootfs.tar"
+    umoci config --image "$work/oci:1" --config.cmd /bin/sh \
+      --config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+    skopeo copy --quiet --format v2s2 --dest-tls-verify=false --dest-authfile "$auth" \
+      "oci:$work/oci:1" "docker://127.0.0.1:$TB_REGISTRY_PORT/$TB_TORCH_IMAGE"
+  ) >"$TB_DIR/log/torch-image.log" 2>&1 || { rm -rf "$work"; die "$TB_TORCH_IMAGE was not built and pushed (see $TB_DIR/log/torch-image.log)"; }
+  rm -rf "$work"
+  printf '%s\n' "$recipe" > "$stamp"
+}
+
 containers_healthy() {
   [ -x "$TB_ENROOT_PREFIX/bin/enroot" ] && [ -s "$TB_PLUGSTACK" ] &&
     [ "$(stat -c %a /dev/fuse 2>/dev/null)" = 666 ] && [ -d /run/enroot ] &&
     slurmd_sees_enroot "$TB_DIR/run/slurmd-n1.pid" && slurmd_sees_enroot "$TB_DIR/run/slurmd-n2.pid" &&
     pid_alive "$TB_DIR/run/registry.pid" docker-registry && registry_answers &&
-    [ -s "$TB_REGISTRY_DIR/images.stamp" ]
+    [ -s "$TB_REGISTRY_DIR/images.stamp" ] && [ -s "$TB_REGISTRY_DIR/torch.stamp" ]
 }

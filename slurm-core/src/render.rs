@@ -107,6 +107,15 @@ pub struct ScriptContext {
     pub exclude: Vec<String>,
     /// The array, when the job is one.
     pub array: Option<ArrayContext>,
+    /// The command is an NCCL probe's knob ladder: it runs in the batch step (on the
+    /// first node, outside the container) as `bash -c COMMAND slurm-run-probe
+    /// <results_dir>`, and starts one step per rung with `slurm_run_step CMD`, a
+    /// function the script defines and exports (CMD on every node, in the container,
+    /// as the job's command would run).
+    pub probe: bool,
+    /// A file of NCCL knobs (`NAME=VALUE` lines) the script exports before the job's
+    /// own env (whose values win): what the probe this job waited for found.
+    pub knobs_file: Option<String>,
 }
 
 /// What an array job's script needs: its tasks, and the sweep file each task sources.

@@ -20,7 +20,8 @@
 //! `extra_sbatch` (options such as `--qos=high`), `extra_env`, `labels`
 //! (`{arch: ..., action: ...}`), `completion_check` (`exit_code` or
 //! `status_json`), `allow_registry_image`, `force_reconvert_latest` (convert a
-//! `:latest` image again on this submit), and for pipelines and sweeps `after`
+//! `:latest` image again on this submit), `nccl_probe` (`auto`, `always` or `never`:
+//! whether a multi-GPU job is preceded by the NCCL probe), and for pipelines and sweeps `after`
 //! (`[train-a1b2c3, prep-00ff11:any]`: records to wait for), `array`
 //! (`{size: 8, max_parallel: 2}` or `{indices: "0-3,8"}`) and `sweep` (`{LR: [0.1,
 //! 0.01], BATCH: [32, 64]}`, a grid, or a list of points). Unknown keys are an error.
@@ -51,12 +52,14 @@ use crate::{Error, Result};
 
 mod array;
 mod depend;
+mod probe;
 mod validate;
 mod wall_time;
 
 use crate::names::{validate_safe_name, validate_shell_name};
 pub use array::{ArrayPlan, ArraySpec, Scalar, Sweep, TaskSet, MAX_TASKS};
 pub use depend::{Dependency, DependencyCondition, Verdict};
+pub use probe::NcclProbe;
 pub(crate) use validate::{first_duplicate, validate_memory, validate_partition};
 pub use validate::{normalise_sbatch_line, validate_sbatch_line};
 pub use wall_time::WallTime;
@@ -159,6 +162,10 @@ pub struct JobSpec {
     /// `array` picks some of them); each task sees its values in its environment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sweep: Option<Sweep>,
+    /// Whether the NCCL probe runs first (`auto`, `always`, `never`; also written
+    /// `probe:`); unset: the submit's option, by default the configuration's.
+    #[serde(default, alias = "probe", skip_serializing_if = "Option::is_none")]
+    pub nccl_probe: Option<NcclProbe>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -296,6 +303,7 @@ impl JobSpec {
             after: Vec::new(),
             array: None,
             sweep: None,
+            nccl_probe: None,
         }
     }
 

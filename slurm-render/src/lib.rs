@@ -74,5 +74,7 @@ pub fn example_context() -> slurm_core::render::ScriptContext {
         dependency: None,
         exclude: Vec::new(),
         array: None,
+        probe: false,
+        knobs_file: None,
     }
 }

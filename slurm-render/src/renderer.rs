@@ -42,6 +42,8 @@ pub struct HandlebarsRenderer {
     registry: Handlebars<'static>,
     /// Where each template came from, for `Debug` and errors.
     origins: [Option<PathBuf>; 2],
+    /// Whether each template can run an NCCL probe's ladder (it defines `slurm_run_step`).
+    runs_probes: [bool; 2],
 }
 
 impl HandlebarsRenderer {
@@ -56,6 +58,7 @@ impl HandlebarsRenderer {
         HandlebarsRenderer {
             registry,
             origins: [None, None],
+            runs_probes: [true, true],
         }
     }
 
@@ -84,13 +87,14 @@ impl HandlebarsRenderer {
                 .map_err(|e| Error::io(format!("reading template {}", path.display()), e))?;
             renderer
                 .registry
-                .register_template_string(kind.name(), source)
+                .register_template_string(kind.name(), &source)
                 .map_err(|e| {
                     Error::Render(format!(
                         "template {} does not parse: {e}; fix the template",
                         path.display()
                     ))
                 })?;
+            renderer.runs_probes[slot] = source.contains("slurm_run_step");
             renderer.origins[slot] = Some(path);
         }
         if renderer.origins.iter().all(Option::is_none) {
@@ -133,6 +137,14 @@ impl fmt::Debug for HandlebarsRenderer {
 impl Renderer for HandlebarsRenderer {
     fn render(&self, kind: TemplateKind, context: &ScriptContext) -> Result<String> {
         validate_context(kind, context)?;
+        if context.probe && !self.runs_probes[slot(kind)] {
+            let origin = self
+                .template_origin(kind)
+                .map_or_else(|| "built-in".to_string(), |p| p.display().to_string());
+            return Err(Error::Render(format!(
+                "template {kind} ({origin}) cannot run the NCCL probe's ladder (it defines no slurm_run_step); copy the `probe` branch of the built-in template into it, or submit with nccl_probe: never"
+            )));
+        }
         self.registry.render(kind.name(), context).map_err(|e| {
             let origin = self
                 .template_origin(kind)

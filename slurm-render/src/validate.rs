@@ -118,6 +118,15 @@ pub fn validate_context(kind: TemplateKind, context: &ScriptContext) -> Result<(
     if let Some(env_file) = &c.env_file {
         check_path("env_file", env_file)?;
     }
+    if let Some(knobs_file) = &c.knobs_file {
+        check_path("knobs_file", knobs_file)?;
+    }
+    if c.probe && c.array.is_some() {
+        return Err(Error::invalid(
+            "array",
+            "an NCCL probe is one job, not an array; drop the array or the probe",
+        ));
+    }
     match &c.image {
         Some(image) => {
             check_path("image", image)?;

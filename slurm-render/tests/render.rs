@@ -163,6 +163,143 @@ fn snapshot_array_with_dependency_and_exclusion() {
     assert!(error.to_string().contains("dependency"), "{error}");
 }
 
+/// The NCCL probe of a 2-node job: its ladder runs in the batch step, each rung a step
+/// through `slurm_run_step`.
+fn probe_two_nodes() -> ScriptContext {
+    ScriptContext {
+        job_name: "nccl-probe-00aa11".into(),
+        command: "echo \"ladder in $1\"; slurm_run_step 'echo rung on $NODE_RANK'".into(),
+        probe: true,
+        extra_env: Vec::new(),
+        ..two_nodes_exclusive()
+    }
+}
+
+/// A job that waited for its probe and exports the knobs it found.
+fn after_probe() -> ScriptContext {
+    ScriptContext {
+        dependency: Some("afterok:41".into()),
+        knobs_file: Some("/lustre/users/me/results/nccl-probe-00aa11/nccl/knobs.env".into()),
+        ..two_nodes_exclusive()
+    }
+}
+
+#[test]
+fn snapshot_a_probe_and_the_job_after_it() {
+    let renderer = HandlebarsRenderer::new();
+    let probe = renderer
+        .render(TemplateKind::MultiNode, &probe_two_nodes())
+        .unwrap();
+    assert!(probe.contains("export -f slurm_run_step\n"), "{probe}");
+    insta::assert_snapshot!("multinode_probe", probe);
+    let job = renderer
+        .render(TemplateKind::MultiNode, &after_probe())
+        .unwrap();
+    insta::assert_snapshot!("multinode_after_probe", job);
+    // The knobs come before the job's own env, which wins.
+    let knobs = job.find("done < ").unwrap();
+    let own = job.find("export NCCL_P2P_DISABLE=1").unwrap();
+    assert!(knobs < own, "{job}");
+}
+
+/// Issue 13: the probe's ladder and the job after it, run by bash with stand-ins for
+/// srun: each rung runs on "every node" in order, and the job exports the knobs the
+/// probe wrote, its own values winning.
+#[test]
+fn the_probe_script_runs_its_ladder_and_the_job_reads_the_knobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().display().to_string();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    // srun: run the step's command once per node, NODE_RANK from SLURM_NODEID.
+    let srun = "#!/bin/bash\nwhile [ \"${1#--}\" != \"$1\" ]; do shift; done\nfor n in 0 1; do SLURM_NODEID=$n \"$@\"; done\n";
+    std::fs::write(bin.join("srun"), srun).unwrap();
+    std::fs::write(bin.join("scontrol"), "#!/bin/bash\necho n1; echo n2\n").unwrap();
+    for tool in ["srun", "scontrol"] {
+        std::process::Command::new("chmod")
+            .arg("+x")
+            .arg(bin.join(tool))
+            .status()
+            .unwrap();
+    }
+    let context = ScriptContext {
+        log_dir: format!("{root}/logs"),
+        results_dir: format!("{root}/probe"),
+        results_dir_in_job: format!("{root}/probe"),
+        image: None,
+        container_mounts: Vec::new(),
+        ..probe_two_nodes()
+    };
+    let renderer = HandlebarsRenderer::new();
+    let script = renderer.render(TemplateKind::MultiNode, &context).unwrap();
+    let run = |script: &str| {
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("SLURM_JOB_ID", "7")
+            .env("SLURM_JOB_NODELIST", "n[1-2]")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    run(&script);
+    let main =
+        std::fs::read_to_string(format!("{root}/logs/nccl-probe-00aa11-7/main.out")).unwrap();
+    assert_eq!(
+        main,
+        format!("ladder in {root}/probe\nrung on 0\nrung on 1\n")
+    );
+    // The job after it: the knobs file read, the spec's value kept.
+    std::fs::create_dir_all(format!("{root}/probe/nccl")).unwrap();
+    std::fs::write(
+        format!("{root}/probe/nccl/knobs.env"),
+        "NCCL_IB_DISABLE=1\nNCCL_P2P_DISABLE=0\nNOT A NAME=x\nNCCL_SOCKET_IFNAME=^lo docker",
+    )
+    .unwrap();
+    let job = ScriptContext {
+        job_name: "job-00bb22".into(),
+        log_dir: format!("{root}/logs"),
+        results_dir: format!("{root}/job"),
+        results_dir_in_job: format!("{root}/job"),
+        image: None,
+        container_mounts: Vec::new(),
+        knobs_file: Some(format!("{root}/probe/nccl/knobs.env")),
+        command: "echo \"ib=$NCCL_IB_DISABLE p2p=$NCCL_P2P_DISABLE if=$NCCL_SOCKET_IFNAME\"".into(),
+        ..after_probe()
+    };
+    run(&renderer.render(TemplateKind::MultiNode, &job).unwrap());
+    let main = std::fs::read_to_string(format!("{root}/logs/job-00bb22-7/main.out")).unwrap();
+    assert_eq!(
+        main, "ib=1 p2p=1 if=eth0\nib=1 p2p=1 if=eth0\n",
+        "the spec's extra env wins"
+    );
+}
+
+#[test]
+fn a_user_template_without_the_probe_branch_refuses_a_probe() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("multinode.sbatch.hbs"), USER_TEMPLATE).unwrap();
+    let renderer = HandlebarsRenderer::with_template_dir(dir.path()).unwrap();
+    let err = renderer
+        .render(TemplateKind::MultiNode, &probe_two_nodes())
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("slurm_run_step") && text.contains("nccl_probe: never"),
+        "{text}"
+    );
+    // The built-in single-node template runs probes.
+    let single = ScriptContext {
+        nodes: 1,
+        ..probe_two_nodes()
+    };
+    assert!(HandlebarsRenderer::new()
+        .render(TemplateKind::SingleNode, &single)
+        .unwrap()
+        .contains("slurm_run_step() {"));
+}
+
 #[test]
 fn every_rendered_script_passes_bash_n_and_the_lint() {
     let renderer = HandlebarsRenderer::new();
@@ -183,6 +320,22 @@ fn every_rendered_script_passes_bash_n_and_the_lint() {
             ScriptContext {
                 nodes: 3,
                 ..no_image()
+            },
+        ),
+        (TemplateKind::MultiNode, probe_two_nodes()),
+        (
+            TemplateKind::SingleNode,
+            ScriptContext {
+                nodes: 1,
+                ..probe_two_nodes()
+            },
+        ),
+        (TemplateKind::MultiNode, after_probe()),
+        (
+            TemplateKind::SingleNode,
+            ScriptContext {
+                nodes: 1,
+                ..after_probe()
             },
         ),
     ];

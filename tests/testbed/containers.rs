@@ -15,7 +15,8 @@ use slurm_core::spec::CompletionCheck;
 use slurm_core::transport::Command;
 use slurm_core::{CheckKind, Error, ErrorKind, JobRecord, JobSpec, JobState};
 use slurm_run_testsupport::backend::{
-    harness, harness_in, jobs_named, remote, small_spec, wait_terminal, Harness,
+    harness, harness_in, jobs_named, registry_image, registry_password, remote, small_spec,
+    wait_terminal, with_credentials, Harness,
 };
 use slurm_run_testsupport::cluster;
 use slurm_run_testsupport::examples::{example, run_input, ArgvWatch};
@@ -31,32 +32,7 @@ fn stamp() -> String {
 
 /// The fixture image `slurm-run/tiny:TAG` on the test bed's registry, as `host:port/...`.
 fn tiny(h: &Harness, tag: &str) -> String {
-    format!(
-        "{}/slurm-run/tiny:{tag}",
-        h.testbed.get("SLURM_RUN_TEST_REGISTRY")
-    )
-}
-
-/// The registry's password (test-only).
-fn password(h: &Harness) -> String {
-    h.testbed
-        .get("SLURM_RUN_TEST_REGISTRY_PASSWORD")
-        .to_string()
-}
-
-/// Install the registry's credentials through the library (idempotent).
-async fn with_credentials(h: &Harness) {
-    let registry = h.testbed.get("SLURM_RUN_TEST_REGISTRY");
-    let status = h
-        .backend
-        .install_credentials(
-            registry,
-            h.testbed.get("SLURM_RUN_TEST_REGISTRY_USER"),
-            &password(h),
-        )
-        .await
-        .unwrap();
-    assert!(status.is_present(), "{status}");
+    registry_image(h, &format!("slurm-run/tiny:{tag}"))
 }
 
 /// A one-node job of `image` printing the image's marker.
@@ -272,7 +248,7 @@ async fn slurmctl_credentials_then_conversion_on_the_cpu_partition_then_a_contai
     let _cluster = cluster::shared().await;
     let h = harness_in(Some(&format!("first-{}", stamp())));
     let registry = h.testbed.get("SLURM_RUN_TEST_REGISTRY").to_string();
-    let secret = password(&h);
+    let secret = registry_password(&h);
     let state = tempfile::tempdir().unwrap();
     let mut env: Vec<(String, String)> = h.testbed.vars.clone().into_iter().collect();
     env.retain(|(k, _)| k != "SLURM_RUN_TEST_REGISTRY_PASSWORD");

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use slurm_run_testsupport::examples::{example, run, Run};
+use slurm_run_testsupport::examples::{example, install_registry_credentials, run, Run};
 use slurm_run_testsupport::{cluster, testbed_env};
 
 /// Run example `name` with the test bed's environment (plus `extra`) and a fresh record folder.
@@ -57,6 +57,45 @@ fn quickstart_runs_a_two_node_job_to_complete() {
         serde_json::from_slice(&std::fs::read(state.path().join(format!("{id}.json"))).unwrap())
             .unwrap();
     assert_eq!(stored, record);
+}
+
+/// Issue 13, point 4: the quickstart's switch. In the torch image with `--probe always`
+/// the job waits on the cluster for its probe (the real one, torchrun in the image)
+/// and completes; a bad mode is bad input.
+#[test]
+fn quickstart_probe_switch_with_the_torch_image() {
+    let _cluster = cluster::shared_blocking();
+    let env: Vec<(String, String)> = testbed_env().vars.into_iter().collect();
+    install_registry_credentials(&env);
+    let image = format!(
+        "{}/slurm-run/torch:1",
+        testbed_env().get("SLURM_RUN_TEST_REGISTRY")
+    );
+    let (out, state) = run_example("quickstart", &["--image", &image, "--probe", "always"], &[]);
+    out.expect_code(0);
+    let stdout = &out.stdout;
+    assert!(
+        stdout.contains("it waits on the cluster for NCCL probe nccl-probe-"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("rank 1 of 2 on n2"), "{stdout}");
+    assert!(stdout.contains("-> COMPLETE"), "{stdout}");
+    // The probe's record sits beside the job's.
+    let records = std::fs::read_dir(state.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("nccl-probe-"))
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .count();
+    assert_eq!(records, 1);
+
+    let (out, _state) = run_example("quickstart", &["--probe", "sometimes"], &[]);
+    out.expect_code(2);
+    assert!(
+        out.stderr.contains("auto, always or never"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]

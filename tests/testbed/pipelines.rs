@@ -282,6 +282,25 @@ async fn a_node_failure_retry_avoids_the_node_and_the_dependant_follows() {
         .cloned()
         .expect("it runs on a node");
     let child = submit_after(&h, "after-retry", "echo followed", &parent).await;
+    // RUNNING is the allocation: down the node only once the command has left its mark
+    // (on a busy machine the batch script may not have reached it yet).
+    let mark = format!(
+        "{}/{}",
+        h.testbed.get("SLURM_BASE_RESULTS_DIR"),
+        marker.trim_start_matches("../")
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while remote(&h, Command::new("ls").arg("-a").arg(&mark))
+        .await
+        .trim()
+        != mark
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the first run never started its command"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 
     let _resume = ResumeNode(&h.testbed, bad.clone());
     admin(

@@ -245,6 +245,8 @@ fn submit_job(
         dependency: None,
         exclude: Vec::new(),
         array: None,
+        probe: false,
+        knobs_file: None,
     };
     let renderer = HandlebarsRenderer::new();
     let script = renderer.render(kind, &context).expect("renders");

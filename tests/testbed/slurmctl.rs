@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::Value;
-use slurm_run_testsupport::examples::{example, run, Run};
+use slurm_run_testsupport::examples::{example, install_registry_credentials, run, Run};
 use slurm_run_testsupport::{cluster, testbed_env, Testbed};
 
 const VOCABULARY: &[&str] = &[
@@ -565,4 +565,70 @@ fn submit_after_and_an_array_status_task_by_task() {
     let out = ctl.run(&["cancel", &array_id, "--json"]);
     out.expect_code(0);
     assert_eq!(out.json_lines()[0]["state"], "CANCELED", "{}", out.stdout);
+}
+
+/// Issue 13, point 4: `submit --probe never|always` (overriding the spec), on a
+/// two-node job in an image without torchrun: `never` runs it without a probe;
+/// `always` queues the probe and the job at once, and `watch` ends the job ERROR with
+/// the error naming the switch; a bad mode is bad input.
+#[test]
+fn submit_probe_switch_never_and_always() {
+    let _cluster = cluster::shared_blocking();
+    let ctl = Ctl::new();
+    let registry = ctl.tb.get("SLURM_RUN_TEST_REGISTRY").to_string();
+    install_registry_credentials(&ctl.env());
+    let spec = ctl.spec(
+        "tiny.yaml",
+        &format!(
+            "{}nodes: 2\nimage: {registry}/slurm-run/tiny:1\nnccl_probe: always\n",
+            small_spec("twonode", "echo ran-without-probe")
+        ),
+    );
+
+    let out = ctl.run(&["submit", &spec, "--probe", "never", "--json"]);
+    out.expect_code(0);
+    let id = id_of(&out.json_lines()[0]);
+    assert_eq!(ctl.record_count(), 1, "no probe record");
+    let out = ctl.run(&["watch", &id]);
+    out.expect_code(0);
+    let out = ctl.run(&["logs", &id]);
+    assert_eq!(
+        out.stdout.matches("ran-without-probe").count(),
+        2,
+        "{}",
+        out.stdout
+    );
+
+    let out = ctl.run(&["submit", &spec, "--probe", "always"]);
+    out.expect_code(0);
+    assert!(
+        out.stdout
+            .contains("it waits on the cluster for NCCL probe nccl-probe-"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(ctl.record_count(), 3, "the job and its probe");
+    let id = out
+        .stdout
+        .split_whitespace()
+        .nth(1)
+        .expect("submitted ID ...")
+        .to_string();
+    let out = ctl.run(&["watch", &id, "--json"]);
+    out.expect_code(4);
+    let last = out.json_lines().pop().unwrap();
+    assert_eq!(last["state"], "ERROR", "{}", out.stdout);
+    let message = last["message"].as_str().unwrap();
+    assert!(
+        message.contains("no torchrun") && message.contains("--probe never"),
+        "{message}"
+    );
+
+    let out = ctl.run(&["submit", &spec, "--probe", "sometimes"]);
+    out.expect_code(2);
+    assert!(
+        out.stderr.contains("auto") && out.stderr.contains("never"),
+        "{}",
+        out.stderr
+    );
 }

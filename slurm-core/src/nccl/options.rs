@@ -1,51 +1,36 @@
-//! How an NCCL probe runs: whether a submit probes first, the probe's options, and the
-//! ladder of knob sets tried while it hangs.
+//! How an NCCL probe runs: the probe's options and the ladder of knob sets tried while
+//! it hangs (whether a submit probes first, [`NcclProbe`], is the spec's).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+pub use crate::spec::NcclProbe;
 
 /// Extra environment for NCCL: variable name to value.
 pub type KnobSet = BTreeMap<String, String>;
 
-/// Whether a submit runs the NCCL probe first.
-///
-/// Only jobs that need NCCL are concerned: more than one node, or more than one GPU
-/// per node (the intra-node P2P hang needs no second node). Other jobs never probe
-/// and never get knobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NcclProbe {
-    /// Probe when the job has a container image (the probe runs the container's
-    /// torchrun) and the cluster's cached knobs were not probed at this shape
-    /// ([`ClusterKnobs::covers`](super::ClusterKnobs::covers)); otherwise submit with the cached knobs, if any.
-    #[default]
-    Auto,
-    /// Probe before every such job (and refresh the cache).
-    Always,
-    /// Neither probe nor add cached knobs: the job runs with its own env only.
-    Never,
-}
-
 /// How a probe runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbeOptions {
-    /// The command each node runs instead of the default `torchrun ... python3 -c
-    /// <all-reduce script>`; it runs in `bash -c`, inside the container when the job
-    /// has an image, with `NODE_RANK`, `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`
-    /// (nodes) and `NUM_GPU_PER_NODE` set on multi-node jobs. Rank 0 must print
-    /// `NCCL_PROBE_OK` or `NCCL_PROBE_BAD`. It always runs under `timeout`.
+    /// The command each node runs on each rung instead of the default `torchrun ...
+    /// python3 -c <all-reduce script>`; it runs in `bash -c`, inside the container when
+    /// the job has an image, with the rung's knobs, `NODE_RANK`, `MASTER_ADDR` and a
+    /// fresh `MASTER_PORT` set (and `WORLD_SIZE` (nodes) and `NUM_GPU_PER_NODE` on
+    /// multi-node jobs). Rank 0 must print `NCCL_PROBE_OK` or `NCCL_PROBE_BAD`. Each
+    /// rung runs under `timeout`.
     pub command: Option<String>,
-    /// The time one probe may take before it counts as hung.
+    /// The time one rung may take before it counts as hung.
     pub timeout: Duration,
     /// The env sets tried in order while the probe hangs; `None` is
     /// [`default_ladder`] with the configured `SLURM_NCCL_SOCKET_IFNAME`.
     pub ladder: Option<Vec<KnobSet>>,
-    /// Time between two polls of a probe job.
+    /// Time between two polls while `probe_nccl` waits for its probe job.
     pub poll_interval: Duration,
-    /// How long one probe job may take, queue time included, before it is cancelled.
-    pub max_wait: Duration,
+    /// How long `probe_nccl` waits for its probe job, queue time included (`None`, the
+    /// default: as long as it takes; long queue waits are normal). When it runs out the
+    /// call returns an error and the probe keeps its place: its result is cached when a
+    /// later poll sees it end. A submit never waits for a probe.
+    pub max_wait: Option<Duration>,
 }
 
 impl Default for ProbeOptions {
@@ -55,7 +40,7 @@ impl Default for ProbeOptions {
             timeout: Duration::from_secs(120),
             ladder: None,
             poll_interval: Duration::from_secs(5),
-            max_wait: Duration::from_secs(30 * 60),
+            max_wait: None,
         }
     }
 }
@@ -67,7 +52,7 @@ impl ProbeOptions {
         self
     }
 
-    /// The time one probe may take before it counts as hung.
+    /// The time one rung may take before it counts as hung.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -79,15 +64,15 @@ impl ProbeOptions {
         self
     }
 
-    /// Time between two polls of a probe job.
+    /// Time between two polls while `probe_nccl` waits.
     pub fn with_poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval;
         self
     }
 
-    /// How long one probe job may take, queue time included.
+    /// How long `probe_nccl` waits for its probe, queue time included.
     pub fn with_max_wait(mut self, wait: Duration) -> Self {
-        self.max_wait = wait;
+        self.max_wait = Some(wait);
         self
     }
 }

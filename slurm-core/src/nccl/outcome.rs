@@ -2,12 +2,10 @@
 //! and the job's end, the climb up the ladder, and the verdict with its remedy.
 
 use std::fmt;
-use std::future::Future;
 use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::job::{PROBE_BAD, PROBE_EXIT, PROBE_OK, PROBE_TIMEOUT};
 use super::options::KnobSet;
 use crate::backend::NativeStatus;
 use crate::error::CheckKind;
@@ -19,22 +17,22 @@ use crate::{Error, Result};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum ProbeOutcome {
-    /// Rank 0 printed `PROBE_OK`: the collective works with this env.
+    /// Rank 0 printed `NCCL_PROBE_OK`: the collective works with this env.
     Ok,
-    /// Rank 0 printed `PROBE_BAD`: the collective finished with a wrong sum. A
+    /// Rank 0 printed `NCCL_PROBE_BAD`: the collective finished with a wrong sum. A
     /// hard fault (fabric, driver), not a hang: no knob is tried.
     Bad {
         /// The marker line.
         detail: String,
     },
-    /// The probe did not finish in time (`PROBE_TIMEOUT`, exit code 124, or the
-    /// job's wall time).
+    /// The rung did not finish in time (its `timeout` fired, or the job reached its
+    /// wall time).
     Hung {
         /// What showed the hang.
         detail: String,
     },
-    /// The job ended otherwise, without a marker (no torchrun in the image, a node
-    /// failure, a cancel): trying NCCL knobs would not help.
+    /// The probe could not run or ended without a marker (no python3 or torchrun in
+    /// the image, a node failure, a cancel): trying NCCL knobs would not help.
     Failed {
         /// How the job ended.
         detail: String,
@@ -64,7 +62,7 @@ impl fmt::Display for ProbeOutcome {
     }
 }
 
-/// One rung of the ladder, as it ran.
+/// One rung of the ladder, as it ran (every rung runs in the same probe job).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProbeAttempt {
     /// The knob env of this rung.
@@ -75,7 +73,8 @@ pub struct ProbeAttempt {
     pub job: JobId,
     /// The scheduler's id of the probe job (SLURM: its job id).
     pub native_id: Option<String>,
-    /// Its `main.out` on the cluster (with the `NCCL_DEBUG=INFO` lines).
+    /// The rung's output on the cluster (every node; with the `NCCL_DEBUG=INFO` lines):
+    /// `<probe job folder>/nccl/rung-<i>.out`.
     pub log: Option<String>,
 }
 
@@ -90,42 +89,70 @@ pub struct ProbeReport {
     pub attempts: Vec<ProbeAttempt>,
     /// The cache file written.
     pub cache_file: PathBuf,
+    /// The probe job's record.
+    pub job: JobId,
 }
 
-/// The outcome of a finished probe job from its marker lines and how it ended.
-pub(crate) fn probe_outcome(
+/// The rungs a probe job tried, read from its verdict file (see `probe_ladder.sh`), and
+/// how the ladder ended when the job did not let it finish: `state` and `native` are
+/// how the job ended, `None` while it has not.
+pub(crate) fn ladder_outcomes(
+    verdict: &str,
     state: JobState,
     native: Option<&NativeStatus>,
-    markers: &str,
-) -> ProbeOutcome {
-    let line = |marker: &str| {
-        markers
-            .lines()
-            .map(str::trim)
-            .find(|l| l.contains(marker))
-            .map(str::to_string)
+) -> Vec<(KnobSet, ProbeOutcome)> {
+    let mut envs: Vec<KnobSet> = Vec::new();
+    let mut rungs: Vec<(KnobSet, ProbeOutcome)> = Vec::new();
+    let mut finished = false;
+    let env_of = |envs: &mut Vec<KnobSet>, index: usize| -> KnobSet {
+        envs.get(index).cloned().unwrap_or_default()
     };
-    if let Some(detail) = line(PROBE_BAD) {
-        return ProbeOutcome::Bad { detail };
+    for line in verdict.lines() {
+        let mut words = line.splitn(3, ' ');
+        let (kind, first, rest) = (
+            words.next().unwrap_or(""),
+            words.next().unwrap_or(""),
+            words.next().unwrap_or(""),
+        );
+        match kind {
+            "env" => {
+                let (Ok(index), Some((name, value))) =
+                    (first.parse::<usize>(), rest.split_once('='))
+                else {
+                    continue;
+                };
+                if envs.len() <= index {
+                    envs.resize(index + 1, KnobSet::new());
+                }
+                envs[index].insert(name.to_string(), value.to_string());
+            }
+            "rung" => {
+                let Ok(index) = first.parse::<usize>() else {
+                    continue;
+                };
+                let (name, detail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let detail = detail.to_string();
+                let outcome = match name {
+                    "OK" => ProbeOutcome::Ok,
+                    "BAD" => ProbeOutcome::Bad { detail },
+                    "HUNG" => ProbeOutcome::Hung { detail },
+                    _ => ProbeOutcome::Failed { detail },
+                };
+                rungs.push((env_of(&mut envs, index), outcome));
+            }
+            "end" => finished = true,
+            _ => {}
+        }
     }
-    if line(PROBE_OK).is_some() {
-        return ProbeOutcome::Ok;
+    if finished || !state.is_terminal() {
+        return rungs;
     }
-    if let Some(detail) = line(PROBE_TIMEOUT) {
-        return ProbeOutcome::Hung { detail };
-    }
+    // The job ended before its ladder did: how, in the scheduler's words.
     let scheduler = native.map(|n| n.state.as_str()).unwrap_or("");
-    if native.and_then(|n| n.exit_code) == Some(124) {
-        return ProbeOutcome::Hung {
-            detail: "the probe exited 124 (timeout)".to_string(),
-        };
-    }
-    if scheduler.starts_with("TIMEOUT") {
-        return ProbeOutcome::Hung {
-            detail: "the probe job reached its wall time".to_string(),
-        };
-    }
-    let mut detail = format!("the probe job ended {state} without a probe marker");
+    let mut detail = format!(
+        "the probe job ended {state} before its ladder finished ({} of its rungs done)",
+        rungs.len()
+    );
     if let Some(native) = native {
         detail.push_str(&format!(" (SLURM {}", native.state));
         if let Some(code) = native.exit_code {
@@ -136,37 +163,19 @@ pub(crate) fn probe_outcome(
         }
         detail.push(')');
     }
-    let exits: Vec<&str> = markers
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.contains(PROBE_EXIT))
-        .collect();
-    if !exits.is_empty() {
-        detail.push_str(&format!("; {}", exits.join("; ")));
+    if verdict.trim().is_empty() {
+        detail.push_str("; it wrote no verdict (the batch step needs bash and timeout on the node; read its main.err)");
     }
-    ProbeOutcome::Failed { detail }
-}
-
-/// Try the rungs in order until one does not hang; the attempts made.
-pub(crate) async fn climb<'a, F, Fut>(
-    ladder: &'a [KnobSet],
-    mut attempt: F,
-) -> Result<Vec<ProbeAttempt>>
-where
-    F: FnMut(&'a KnobSet) -> Fut,
-    Fut: Future<Output = Result<ProbeAttempt>>,
-{
-    let mut attempts: Vec<ProbeAttempt> = Vec::new();
-    for rung in ladder {
-        let done = attempt(rung).await?;
-        let hung = matches!(done.outcome, ProbeOutcome::Hung { .. });
-        tracing::info!(job = %done.job, env = ?done.env, outcome = %done.outcome, "NCCL probe");
-        attempts.push(done);
-        if !hung {
-            break;
+    let env = env_of(&mut envs, rungs.len());
+    let outcome = if scheduler.starts_with("TIMEOUT") {
+        ProbeOutcome::Hung {
+            detail: format!("{detail}: it reached its wall time"),
         }
-    }
-    Ok(attempts)
+    } else {
+        ProbeOutcome::Failed { detail }
+    };
+    rungs.push((env, outcome));
+    rungs
 }
 
 pub(crate) fn show_env(env: &KnobSet) -> String {
@@ -176,7 +185,7 @@ pub(crate) fn show_env(env: &KnobSet) -> String {
 
 /// The knobs that worked, or the error that says which outcome stopped the ladder
 /// and what to do.
-pub(crate) fn verdict(cluster: &str, attempts: &[ProbeAttempt]) -> Result<KnobSet> {
+pub(crate) fn verdict_of(cluster: &str, attempts: &[ProbeAttempt]) -> Result<KnobSet> {
     let check = "nccl probe".to_string();
     let Some(last) = attempts.last() else {
         return Err(Error::invalid(
@@ -202,9 +211,9 @@ pub(crate) fn verdict(cluster: &str, attempts: &[ProbeAttempt]) -> Result<KnobSe
         ProbeOutcome::Failed { detail } => Err(Error::Preflight {
             kind: CheckKind::NcclProbe,
             check,
-            message: format!("FAILED on {cluster}: probe {}: {detail}", last.job),
+            message: format!("FAILED on {cluster}: probe {} could not run its all-reduce: {detail}", last.job),
             remedy: format!(
-                "read the probe's logs ({log} and main.err beside it): the image needs torchrun and python3 with torch, and the nodes must start the job; or submit with nccl_probe: Never and set NCCL knobs in extra_env yourself"
+                "read the probe's output ({log}, and the probe job's main.err): the probe runs torchrun and python3 with torch in the job's image, on every node; use an image that has them, or submit without the probe (`nccl_probe: never` in the spec, `slurmctl submit --probe never`, NcclProbe::Never) and set the NCCL knobs in extra_env yourself"
             ),
         }),
         ProbeOutcome::Hung { .. } => {
@@ -214,11 +223,12 @@ pub(crate) fn verdict(cluster: &str, attempts: &[ProbeAttempt]) -> Result<KnobSe
                 kind: CheckKind::NcclProbe,
                 check,
                 message: format!(
-                    "HUNG on {cluster}: the all-reduce hung with every env set tried: {}",
+                    "HUNG on {cluster}: the all-reduce of probe {} hung with every env set tried: {}",
+                    last.job,
                     tried.join(" -> ")
                 ),
                 remedy: format!(
-                    "read the NCCL_DEBUG=INFO logs of the probes ({}) for the transport that stalls; try other knobs (ProbeOptions::ladder, SLURM_NCCL_SOCKET_IFNAME for the right interface) or ask the cluster admins",
+                    "read the NCCL_DEBUG=INFO output of the rungs ({}) for the transport that stalls; try other knobs (ProbeOptions::ladder, SLURM_NCCL_SOCKET_IFNAME for the right interface) or ask the cluster admins; to run without the probe: `nccl_probe: never` with the knobs in extra_env",
                     if logs.is_empty() { "none was written".to_string() } else { logs.join(", ") }
                 ),
             })
@@ -231,18 +241,22 @@ mod tests {
     use super::*;
     use crate::nccl::default_ladder;
 
-    fn attempt(env: KnobSet, outcome: ProbeOutcome) -> ProbeAttempt {
-        ProbeAttempt {
-            env,
-            outcome,
-            job: JobId::parse("nccl-probe-abcdef").unwrap(),
-            native_id: None,
-            log: Some("/r/nccl-probe-abcdef/logs/x/main.out".into()),
-        }
-    }
-
-    fn hung() -> ProbeOutcome {
-        ProbeOutcome::Hung { detail: "t".into() }
+    fn attempts(
+        verdict: &str,
+        state: JobState,
+        native: Option<&NativeStatus>,
+    ) -> Vec<ProbeAttempt> {
+        ladder_outcomes(verdict, state, native)
+            .into_iter()
+            .enumerate()
+            .map(|(i, (env, outcome))| ProbeAttempt {
+                env,
+                outcome,
+                job: JobId::parse("nccl-probe-abcdef").unwrap(),
+                native_id: Some("77".into()),
+                log: Some(format!("/r/nccl-probe-abcdef/nccl/rung-{i}.out")),
+            })
+            .collect()
     }
 
     fn native(state: &str, exit: Option<i32>) -> NativeStatus {
@@ -256,134 +270,106 @@ mod tests {
     }
 
     #[test]
-    fn markers_decide_before_the_exit_code() {
-        let ok = probe_outcome(
+    fn the_verdict_file_gives_each_rung_its_env_and_the_passing_knobs() {
+        let verdict = "rung 0 HUNG no verdict within 120s (timeout exit 124)\n\
+                       env 1 NCCL_P2P_DISABLE=1\n\
+                       rung 1 HUNG no verdict within 120s (timeout exit 124)\n\
+                       env 2 NCCL_IB_DISABLE=1\nenv 2 NCCL_P2P_DISABLE=1\n\
+                       rung 2 OK NCCL_PROBE_OK world=16 backend=nccl\nend OK 2\n";
+        let done = attempts(
+            verdict,
             JobState::Complete,
             Some(&native("COMPLETED", Some(0))),
-            "NCCL_PROBE_OK world=16\n",
         );
-        assert_eq!(ok, ProbeOutcome::Ok);
-        let bad = probe_outcome(
+        let names: Vec<&str> = done.iter().map(|a| a.outcome.name()).collect();
+        assert_eq!(names, ["HUNG", "HUNG", "OK"]);
+        assert!(done[0].env.is_empty());
+        assert_eq!(done[1].env, default_ladder("x")[1]);
+        let knobs = verdict_of("c1", &done).unwrap();
+        assert_eq!(knobs, default_ladder("x")[2]);
+        // A value holding `=` and spaces survives.
+        let done = attempts(
+            "env 0 NCCL_SOCKET_IFNAME=^lo, docker=0\nrung 0 OK NCCL_PROBE_OK\nend OK 0\n",
+            JobState::Complete,
+            None,
+        );
+        assert_eq!(done[0].env["NCCL_SOCKET_IFNAME"], "^lo, docker=0");
+        // A ladder still running has only its finished rungs.
+        let running = attempts("rung 0 HUNG t\n", JobState::Running, None);
+        assert_eq!(running.len(), 1);
+    }
+
+    #[test]
+    fn bad_stops_the_ladder_and_names_the_remedy() {
+        let done = attempts(
+            "rung 0 BAD NCCL_PROBE_BAD sum=3 expected=10\nend BAD 0\n",
             JobState::Error,
             Some(&native("FAILED", Some(3))),
-            "NCCL_PROBE_BAD sum=10 expected=136\n",
         );
-        assert_eq!(bad.name(), "BAD");
-        assert!(bad.to_string().contains("sum=10 expected=136"), "{bad}");
-        let hung = probe_outcome(
-            JobState::Error,
-            Some(&native("FAILED", Some(1))),
-            "NCCL_PROBE_TIMEOUT node_rank=1 after 3s\n",
-        );
-        assert_eq!(hung.name(), "HUNG");
-        assert_eq!(
-            probe_outcome(JobState::Error, Some(&native("FAILED", Some(124))), "").name(),
-            "HUNG"
-        );
-        assert_eq!(
-            probe_outcome(JobState::Error, Some(&native("TIMEOUT", None)), "").name(),
-            "HUNG"
-        );
-        let failed = probe_outcome(JobState::Error, Some(&native("FAILED", Some(127))), "");
-        assert_eq!(failed.name(), "FAILED");
-        assert!(failed.to_string().contains("exit code 127"), "{failed}");
-        // Finished, but the command printed nothing: not OK.
-        assert_eq!(
-            probe_outcome(JobState::Complete, Some(&native("COMPLETED", Some(0))), "").name(),
-            "FAILED"
-        );
-    }
-
-    #[tokio::test]
-    async fn the_ladder_stops_at_the_first_rung_that_does_not_hang() {
-        let ladder = default_ladder("ib0");
-        let mut seen = Vec::new();
-        let attempts = climb(&ladder, |rung| {
-            seen.push(rung.clone());
-            let outcome = if rung.contains_key("NCCL_IB_DISABLE") {
-                ProbeOutcome::Ok
-            } else {
-                hung()
-            };
-            let done = attempt(rung.clone(), outcome);
-            async move { Ok(done) }
-        })
-        .await
-        .unwrap();
-        assert_eq!(seen.len(), 3, "the fourth rung is not tried: {seen:?}");
-        assert_eq!(attempts.len(), 3);
-        let knobs = verdict("c1", &attempts).unwrap();
-        assert_eq!(
-            knobs,
-            KnobSet::from([
-                ("NCCL_IB_DISABLE".to_string(), "1".to_string()),
-                ("NCCL_P2P_DISABLE".to_string(), "1".to_string()),
-            ])
-        );
-    }
-
-    #[tokio::test]
-    async fn bad_stops_the_ladder_at_once_and_names_the_remedy() {
-        let ladder = default_ladder("eth0");
-        let mut calls = 0;
-        let attempts = climb(&ladder, |rung| {
-            calls += 1;
-            let done = attempt(
-                rung.clone(),
-                ProbeOutcome::Bad {
-                    detail: "NCCL_PROBE_BAD sum=3 expected=10".into(),
-                },
-            );
-            async move { Ok(done) }
-        })
-        .await
-        .unwrap();
-        assert_eq!(calls, 1);
-        let err = verdict("c1", &attempts).unwrap_err();
+        assert_eq!(done.len(), 1);
+        let err = verdict_of("c1", &done).unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::Preflight);
         let text = err.to_string();
         assert!(text.contains("BAD") && text.contains("admins"), "{text}");
         assert!(text.contains("sum=3 expected=10"), "{text}");
     }
 
-    #[tokio::test]
-    async fn every_rung_hung_lists_the_env_sets_and_the_logs() {
-        let ladder = default_ladder("ib0");
-        let attempts = climb(&ladder, |rung| {
-            let done = attempt(rung.clone(), hung());
-            async move { Ok(done) }
-        })
-        .await
-        .unwrap();
-        assert_eq!(attempts.len(), 4);
-        let text = verdict("c1", &attempts).unwrap_err().to_string();
+    #[test]
+    fn every_rung_hung_lists_the_env_sets_and_the_outputs() {
+        let mut verdict = String::new();
+        for (i, rung) in default_ladder("ib0").iter().enumerate() {
+            for (k, v) in rung {
+                verdict.push_str(&format!("env {i} {k}={v}\n"));
+            }
+            verdict.push_str(&format!("rung {i} HUNG no verdict within 120s\n"));
+        }
+        verdict.push_str("end HUNG 3\n");
+        let done = attempts(&verdict, JobState::Error, Some(&native("FAILED", Some(3))));
+        assert_eq!(done.len(), 4);
+        let text = verdict_of("c1", &done).unwrap_err().to_string();
         assert!(text.contains("HUNG"), "{text}");
         assert!(text.contains("{} -> {NCCL_P2P_DISABLE=1} ->"), "{text}");
         assert!(text.contains("NCCL_SOCKET_IFNAME=ib0"), "{text}");
-        assert!(text.contains("NCCL_DEBUG=INFO"), "{text}");
-        assert!(text.contains("/main.out"), "{text}");
-        // An error of one attempt (not an outcome) stops the climb and is returned.
-        let err = climb(&ladder, |_| async {
-            Err::<ProbeAttempt, _>(Error::invalid("x", "boom"))
-        })
-        .await
-        .unwrap_err();
-        assert!(err.to_string().contains("boom"));
+        assert!(text.contains("/nccl/rung-3.out"), "{text}");
+        assert!(text.contains("nccl_probe: never"), "{text}");
     }
 
     #[test]
-    fn a_probe_that_failed_without_a_verdict_says_how() {
-        // The wrapper exits 0 (so srun keeps every task's output) and names the exit.
-        let outcome = probe_outcome(
-            JobState::Complete,
-            Some(&native("COMPLETED", Some(0))),
-            "NCCL_PROBE_EXIT node_rank=0 exit code 127\n",
+    fn a_probe_that_cannot_run_names_the_switch() {
+        let done = attempts(
+            "rung 0 FAILED NCCL_PROBE_EXIT node_rank=0 cannot run: no torchrun on the PATH\nend FAILED 0\n",
+            JobState::Error,
+            Some(&native("FAILED", Some(3))),
         );
-        match outcome {
-            ProbeOutcome::Failed { detail } => {
-                assert!(detail.contains("exit code 127"), "{detail}")
-            }
-            other => panic!("expected Failed, got {other:?}"),
-        }
+        let text = verdict_of("c1", &done).unwrap_err().to_string();
+        assert!(
+            text.contains("FAILED") && text.contains("no torchrun"),
+            "{text}"
+        );
+        assert!(text.contains("--probe never"), "{text}");
+        assert!(text.contains("nccl_probe: never"), "{text}");
+    }
+
+    #[test]
+    fn a_job_that_ended_before_its_ladder_says_how() {
+        // Cut by its wall time mid-rung: a hang.
+        let done = attempts(
+            "rung 0 HUNG t\nenv 1 NCCL_P2P_DISABLE=1\n",
+            JobState::Error,
+            Some(&native("TIMEOUT", None)),
+        );
+        assert_eq!(done.len(), 2);
+        assert_eq!(done[1].outcome.name(), "HUNG");
+        assert_eq!(done[1].env["NCCL_P2P_DISABLE"], "1");
+        // Killed (a node failure, a cancel): FAILED, with the scheduler's words.
+        let done = attempts("", JobState::Error, Some(&native("NODE_FAIL", Some(1))));
+        let text = done[0].outcome.to_string();
+        assert_eq!(done[0].outcome.name(), "FAILED", "{text}");
+        assert!(
+            text.contains("NODE_FAIL") && text.contains("wrote no verdict"),
+            "{text}"
+        );
+        // No rung at all is an error, not a pass.
+        assert!(verdict_of("c1", &[]).is_err());
     }
 }

@@ -35,6 +35,10 @@ pub const ENV_VARS: &[(&str, &str)] = &[
         "SLURM_NCCL_SOCKET_IFNAME",
         "network interface the NCCL probe's last rung pins with NCCL_SOCKET_IFNAME (optional: default `eth0`)",
     ),
+    (
+        "SLURM_NCCL_PROBE",
+        "whether multi-GPU jobs are preceded by the NCCL probe: auto, always or never (optional: default `auto`; a spec's nccl_probe wins)",
+    ),
 ];
 
 /// The SLURM backend's configuration. Connection settings (`SLURM_HOSTNAME`,
@@ -114,6 +118,8 @@ pub struct SlurmConfigBuilder {
     reconcile_wait: Option<Duration>,
     convert_minutes: Option<u32>,
     nccl_socket_ifname: Option<String>,
+    /// `SLURM_NCCL_PROBE` as given, checked by `build`.
+    nccl_probe: Option<String>,
     submit: SlurmSubmitOptions,
 }
 
@@ -148,6 +154,9 @@ impl SlurmConfigBuilder {
         }
         if let Some(v) = get("SLURM_NCCL_SOCKET_IFNAME") {
             self.nccl_socket_ifname = Some(v.trim().to_string());
+        }
+        if let Some(v) = get("SLURM_NCCL_PROBE") {
+            self.nccl_probe = Some(v);
         }
         self
     }
@@ -218,9 +227,11 @@ impl SlurmConfigBuilder {
         self
     }
 
-    /// What every submit does beyond the generic options (the NCCL probe).
+    /// What every submit does beyond the generic options (the NCCL probe); overrides
+    /// `SLURM_NCCL_PROBE`.
     pub fn with_submit_options(mut self, options: SlurmSubmitOptions) -> Self {
         self.submit = options;
+        self.nccl_probe = None;
         self
     }
 
@@ -278,6 +289,18 @@ impl SlurmConfigBuilder {
                 format!("`{nccl_socket_ifname}` is not an interface name (letters, digits, `._-,^=:`); give e.g. eth0 or ib0"),
             ));
         }
+        let mut submit = self.submit;
+        if let Some(mode) = &self.nccl_probe {
+            submit.nccl_probe = mode.parse().map_err(|_| {
+                Error::config(
+                    "SLURM_NCCL_PROBE",
+                    format!(
+                        "`{}` is not a probe mode; give auto, always or never",
+                        mode.trim()
+                    ),
+                )
+            })?;
+        }
         let state_dir = match self.state_dir {
             Some(dir) => dir,
             None => default_state_dir()?,
@@ -298,7 +321,7 @@ impl SlurmConfigBuilder {
             reconcile_wait: self.reconcile_wait.unwrap_or(Duration::from_secs(20)),
             convert_minutes: self.convert_minutes.unwrap_or(120),
             nccl_socket_ifname,
-            submit: self.submit,
+            submit,
         })
     }
 }
@@ -371,6 +394,36 @@ mod tests {
             err.to_string().contains("SLURM_NCCL_SOCKET_IFNAME"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_probe_switch_is_read_and_checked() {
+        let config = from(&[("SLURM_PARTITION", "gpu"), ("SLURM_NCCL_PROBE", "Never")]).unwrap();
+        assert_eq!(config.submit.nccl_probe, crate::nccl::NcclProbe::Never);
+        let config = from(&[("SLURM_PARTITION", "gpu")]).unwrap();
+        assert_eq!(config.submit.nccl_probe, crate::nccl::NcclProbe::Auto);
+        let err = from(&[
+            ("SLURM_PARTITION", "gpu"),
+            ("SLURM_NCCL_PROBE", "sometimes"),
+        ])
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("SLURM_NCCL_PROBE") && text.contains("auto, always or never"),
+            "{text}"
+        );
+        // A setter overrides the environment.
+        let config = SlurmConfig::builder()
+            .with_env_from(|name| (name == "SLURM_NCCL_PROBE").then(|| "never".to_string()))
+            .with_partition("gpu")
+            .with_state_dir("/tmp/x")
+            .with_submit_options(SlurmSubmitOptions {
+                nccl_probe: crate::nccl::NcclProbe::Always,
+                ..SlurmSubmitOptions::default()
+            })
+            .build()
+            .unwrap();
+        assert_eq!(config.submit.nccl_probe, crate::nccl::NcclProbe::Always);
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! | `depend.rs` | `--dependency` from the parents' ids; dependants re-pointed at a retried parent |
 //! | `poll.rs`, `observe.rs` | one-round-trip status; the pure decisions from squeue/sacct/scontrol rows |
 //! | `preflight.rs`, `cancel.rs`, `logs.rs` | the other operations |
-//! | `nccl.rs` | probe jobs and the submit hook of the NCCL knob cache |
+//! | `nccl.rs` | the NCCL probe's submit hook (cached knobs, or a probe queued with the job waiting on it), the settling of probes a poll saw end, `probe_nccl` |
 //! | `states.rs`, `parse/`, `commands.rs`, `scripts/` | SLURM's states, output, argv and scripts |
 
 mod backend;
@@ -39,6 +39,8 @@ mod submit;
 #[cfg(test)]
 mod container_tests;
 #[cfg(test)]
+mod nccl_tests;
+#[cfg(test)]
 mod tests;
 
 use crate::nccl::{NcclProbe, ProbeOptions};
@@ -61,7 +63,8 @@ pub(crate) use poll::{poll_command, Group as PollGroup};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SlurmSubmitOptions {
     /// Whether a job that needs NCCL (more than one node or more than one GPU per
-    /// node) is preceded by the NCCL probe; see [`NcclProbe`].
+    /// node) is preceded by the NCCL probe; see [`NcclProbe`]. A spec's own
+    /// `nccl_probe` wins.
     pub nccl_probe: NcclProbe,
     /// How that probe runs (its command, timeout and knob ladder).
     pub probe: ProbeOptions,

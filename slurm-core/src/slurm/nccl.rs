@@ -1,7 +1,11 @@
-//! The SLURM side of the NCCL probe: probe jobs submitted, watched and read like any
-//! job, the knob ladder climbed, the cache kept; and the submit hook that adds cached
-//! knobs (or probes first) before a job that needs NCCL.
+//! The SLURM side of the NCCL probe. A submit that needs a probe submits the probe job
+//! (the whole knob ladder in its one allocation) and the real job at once, the real job
+//! held by the scheduler (`--dependency=afterok:<probe>`) and exporting the knobs the
+//! probe writes to its job folder: nobody waits on a queue. When a poll sees a probe
+//! end, its verdict is read: a pass is cached, anything else ends the jobs that waited
+//! for it with the error that says why. `probe_nccl` runs one probe on demand and waits.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -10,21 +14,78 @@ use std::time::Instant;
 use chrono::Utc;
 
 use super::backend::SlurmBackend;
+use super::commands;
+use super::parse::SlurmJobId;
+use super::poll::slurm_job;
 use super::scripts;
 use super::SlurmSubmitOptions;
-use crate::backend::{JobStatus, LogStream, SubmitOptions};
+use crate::backend::{JobStatus, NativeStatus, SubmitOptions};
+use crate::classify::ErrorClass;
 use crate::nccl::{
-    climb, cluster_key, default_ladder, knobs_path, needs_nccl, probe_outcome, probe_spec,
-    read_knobs, remove_knobs, show_env, verdict, write_knobs, ClusterKnobs, KnobSet, NcclProbe,
-    ProbeAttempt, ProbeOptions, ProbeReport, KNOBS_SCHEMA_VERSION, MARKER_PATTERN, PROBE_LABEL,
+    cluster_key, default_ladder, knobs_path, ladder_outcomes, needs_nccl, parse_shape, probe_spec,
+    read_knobs, record_knobs, remove_knobs, show_env, verdict_of, ClusterKnobs, KnobSet, NcclProbe,
+    ProbeAttempt, ProbeOptions, ProbeReport, ShapeKnobs, KNOBS_FILE, PROBE_DIR, PROBE_LABEL,
+    PROBE_SHAPE_LABEL, PROBE_VERDICT_LABEL, VERDICT_FILE,
 };
-use crate::record::{JobId, JobRecord, RecordStore};
+use crate::record::{JobId, JobRecord, Mark, RecordFilter, RecordStore, TransitionSource};
 use crate::render::Renderer;
 use crate::spec::{JobSpec, Resources};
-use crate::transport::{Command, Transport};
+use crate::state::JobState;
+use crate::storage::RemotePath;
+use crate::transport::{round_trip, Command, Transport};
 use crate::{Error, Result};
 
 type BoxedSubmit<'a> = Pin<Box<dyn Future<Output = Result<JobRecord>> + Send + 'a>>;
+
+/// What a submit does about NCCL for one job.
+pub(super) enum NcclPlan {
+    /// Nothing: the job needs no NCCL, or the probe and the cache are off for it.
+    Nothing,
+    /// The cluster's cached knobs for the job's shape, added to its extra env.
+    Cached(KnobSet),
+    /// The job waits for this probe and exports the knobs it finds.
+    Probe {
+        /// The probe's record (PENDING or RUNNING).
+        probe: Box<JobRecord>,
+        /// Whether this submit submitted it (and so cancels it if the job is refused).
+        new: bool,
+    },
+}
+
+/// Where a probe leaves its knobs for the jobs that wait for it.
+pub(super) fn knobs_file(probe: &JobRecord) -> Result<RemotePath> {
+    probe.results_dir.join(PROBE_DIR)?.join(KNOBS_FILE)
+}
+
+/// The rungs a finished (or running) probe tried, from its verdict file's text.
+fn attempts_of(
+    record: &JobRecord,
+    verdict: &str,
+    native: Option<&NativeStatus>,
+) -> Vec<ProbeAttempt> {
+    ladder_outcomes(verdict, record.state, native)
+        .into_iter()
+        .enumerate()
+        .map(|(index, (env, outcome))| ProbeAttempt {
+            env,
+            outcome,
+            job: record.id.clone(),
+            native_id: record.backend_ref.as_ref().map(|r| r.native_id.clone()),
+            log: Some(format!(
+                "{}/{PROBE_DIR}/rung-{index}.out",
+                record.results_dir
+            )),
+        })
+        .collect()
+}
+
+/// What the poll learnt from probes that ended: the jobs that waited for a failed
+/// probe, now ended, and the SLURM jobs to cancel.
+#[derive(Default)]
+pub(super) struct Settled {
+    pub(super) ended: HashMap<JobId, JobRecord>,
+    pub(super) cancels: Vec<(Option<String>, SlurmJobId)>,
+}
 
 impl<T, R, S> SlurmBackend<T, R, S>
 where
@@ -33,54 +94,35 @@ where
     S: RecordStore + 'static,
 {
     /// Run the NCCL probe for jobs like `spec` (its resources, image, mounts and env;
-    /// not its command), climbing the knob ladder while the probe hangs, and cache the
-    /// first env that passes for this cluster. Always probes, whatever is cached.
+    /// not its command): one probe job climbing the whole knob ladder in its allocation.
+    /// Waits for it (see [`ProbeOptions::max_wait`]) and caches the first env that
+    /// passed for this cluster and shape. Always probes, whatever is cached.
     ///
     /// Errors ([`Error::Preflight`], check `nccl probe`) name the outcome that stopped
     /// the ladder and the remedy: BAD (a wrong sum: a fault no knob fixes), FAILED (the
-    /// probe could not run), HUNG on every rung (with the env sets tried and the logs).
-    /// Nothing is cached then.
+    /// probe could not run, e.g. no torchrun in the image), HUNG on every rung (with
+    /// the env sets tried and the rungs' outputs). Nothing is cached then.
     pub async fn probe_nccl(&self, spec: &JobSpec, options: ProbeOptions) -> Result<ProbeReport> {
         spec.validate()?;
         self.ensure_ready(spec).await?;
         let resources = self.resources(spec)?;
         let cluster = self.cluster_name().await?;
-        let ladder = options
-            .ladder
-            .clone()
-            .unwrap_or_else(|| default_ladder(&self.inner.config.nccl_socket_ifname));
-        if ladder.is_empty() {
-            return Err(Error::invalid(
-                "ladder",
-                "empty; give at least one env set (an empty set probes without knobs)",
-            ));
-        }
-        // Every rung is checked before the first job runs.
-        for rung in &ladder {
-            probe_spec(spec, &resources, &options, rung)?.validate()?;
-        }
-        let attempts = climb(&ladder, |rung| {
-            self.run_probe(spec, &resources, &options, rung)
-        })
-        .await?;
-        let knobs = verdict(&cluster, &attempts)?;
-        let last = attempts.last().expect("a passed ladder has an attempt");
-        let entry = ClusterKnobs {
-            schema_version: KNOBS_SCHEMA_VERSION,
-            cluster: cluster.clone(),
-            env: knobs.clone(),
-            probed_at: Utc::now(),
-            nodes: resources.nodes,
-            gpus_per_node: resources.gpus_per_node,
-            probe_job: last.job.clone(),
-        };
-        let cache_file = write_knobs(&self.inner.config.state_dir, &entry)?;
-        tracing::info!(%cluster, knobs = %show_env(&knobs), file = %cache_file.display(), "NCCL probe passed; knobs cached");
+        let probe = self.submit_probe(spec, &resources, &options).await?;
+        let status = self.wait_probe(&probe.id, &options).await?;
+        let verdict = self
+            .read_verdicts(std::slice::from_ref(&status.record))
+            .await?
+            .remove(0);
+        let attempts = attempts_of(&status.record, &verdict, status.native.as_ref());
+        let knobs = verdict_of(&cluster, &attempts)?;
+        // The poll that saw the end cached it already; a second write is harmless.
+        let cache_file = self.cache_pass(&cluster, &status.record, &knobs)?;
         Ok(ProbeReport {
             cluster,
             knobs,
             attempts,
             cache_file,
+            job: status.record.id,
         })
     }
 
@@ -122,102 +164,150 @@ where
         knobs_path(&self.inner.config.state_dir, cluster)
     }
 
-    /// The knobs a submit adds to `spec`'s extra env, probing first when the options
-    /// ask for it (see [`NcclProbe`]).
-    pub(super) async fn nccl_knobs_for(
+    /// What a submit does about NCCL for `spec` (see [`NcclProbe`]; the spec's
+    /// `nccl_probe` wins over the submit's option): nothing, the cached knobs, or a
+    /// probe to wait for: one in flight for a covering shape and the same image, or a
+    /// new one, submitted here. Never waits for a probe to run.
+    pub(super) async fn nccl_plan(
         &self,
         spec: &JobSpec,
         options: &SlurmSubmitOptions,
-    ) -> Result<KnobSet> {
-        if options.nccl_probe == NcclProbe::Never || spec.labels.contains_key(PROBE_LABEL) {
-            return Ok(KnobSet::new());
+    ) -> Result<NcclPlan> {
+        let mode = spec.nccl_probe.unwrap_or(options.nccl_probe);
+        if mode == NcclProbe::Never || spec.labels.contains_key(PROBE_LABEL) {
+            return Ok(NcclPlan::Nothing);
         }
         let resources = self.resources(spec)?;
         if !needs_nccl(&resources) {
-            return Ok(KnobSet::new());
+            return Ok(NcclPlan::Nothing);
         }
         let cluster = self.cluster_name().await?;
-        let state_dir = &self.inner.config.state_dir;
-        let fresh = |cached: &Option<ClusterKnobs>| match options.nccl_probe {
-            NcclProbe::Always => false,
-            _ => {
-                spec.image.is_none()
-                    || cached
-                        .as_ref()
-                        .is_some_and(|c| c.covers(resources.nodes, resources.gpus_per_node))
-            }
+        let cached = |backend: &Self| -> Result<Option<KnobSet>> {
+            Ok(
+                read_knobs(&backend.inner.config.state_dir, &cluster)?.and_then(|k| {
+                    k.for_shape(resources.nodes, resources.gpus_per_node)
+                        .map(|s| s.env.clone())
+                }),
+            )
         };
-        let cached = read_knobs(state_dir, &cluster)?;
-        if fresh(&cached) {
-            return Ok(cached.map(|c| c.env).unwrap_or_default());
-        }
-        // One probe at a time: submits that arrive together use the first one's result.
-        let _once = self.inner.probe_once.lock().await;
-        if options.nccl_probe == NcclProbe::Auto {
-            let cached = read_knobs(state_dir, &cluster)?;
-            if fresh(&cached) {
-                return Ok(cached.map(|c| c.env).unwrap_or_default());
+        if mode == NcclProbe::Auto {
+            // Without an image there is no container torchrun to probe with.
+            if spec.image.is_none() {
+                return Ok(NcclPlan::Cached(cached(self)?.unwrap_or_default()));
+            }
+            if let Some(knobs) = cached(self)? {
+                return Ok(NcclPlan::Cached(knobs));
             }
         }
-        let report = self.probe_nccl(spec, options.probe.clone()).await?;
-        Ok(report.knobs)
+        // One decision at a time: concurrent submits share one probe.
+        let _once = self.inner.probe_once.lock().await;
+        let in_flight = self.probes_in_flight(spec, &resources).await?;
+        if mode == NcclProbe::Auto {
+            if let Some(knobs) = cached(self)? {
+                return Ok(NcclPlan::Cached(knobs));
+            }
+        }
+        if let Some(probe) = in_flight {
+            tracing::info!(job = %spec.name, probe = %probe.id, "waiting for the NCCL probe already in flight");
+            return Ok(NcclPlan::Probe {
+                probe: Box::new(probe),
+                new: false,
+            });
+        }
+        let probe = self.submit_probe(spec, &resources, &options.probe).await?;
+        Ok(NcclPlan::Probe {
+            probe: Box::new(probe),
+            new: true,
+        })
+    }
+
+    /// A probe not yet ended of the same image at a shape covering `resources`, after a
+    /// poll of the candidates (which settles any that ended meanwhile).
+    async fn probes_in_flight(
+        &self,
+        spec: &JobSpec,
+        resources: &Resources,
+    ) -> Result<Option<JobRecord>> {
+        let covers = |record: &JobRecord| {
+            let shape = record
+                .labels
+                .get(PROBE_SHAPE_LABEL)
+                .and_then(|l| parse_shape(l));
+            record.image == spec.image
+                && shape.is_some_and(|(nodes, gpus)| {
+                    (resources.nodes <= 1 || nodes >= 2)
+                        && (resources.gpus_per_node <= 1 || gpus >= 2)
+                })
+        };
+        let candidates: Vec<JobId> = self
+            .inner
+            .store
+            .list(&RecordFilter::any().label(PROBE_LABEL, "nccl").active())?
+            .into_iter()
+            .filter(|r| r.backend_ref.is_some() && covers(r))
+            .map(|r| r.id)
+            .collect();
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        let statuses = self.poll(&candidates).await?;
+        Ok(statuses
+            .into_iter()
+            .map(|s| s.record)
+            .find(|r| !r.state.is_terminal()))
     }
 
     /// The cached knobs a submit would add to `spec` (no probe).
     pub(super) async fn cached_knobs_for(&self, spec: &JobSpec) -> Result<KnobSet> {
-        if spec.labels.contains_key(PROBE_LABEL) || !needs_nccl(&self.resources(spec)?) {
+        let resources = self.resources(spec)?;
+        if spec.nccl_probe == Some(NcclProbe::Never)
+            || spec.labels.contains_key(PROBE_LABEL)
+            || !needs_nccl(&resources)
+        {
             return Ok(KnobSet::new());
         }
         let cluster = self.cluster_name().await?;
         Ok(read_knobs(&self.inner.config.state_dir, &cluster)?
-            .map(|c| c.env)
+            .and_then(|k| {
+                k.for_shape(resources.nodes, resources.gpus_per_node)
+                    .map(|s| s.env.clone())
+            })
             .unwrap_or_default())
     }
 
-    /// Submit one probe job with `rung`, wait for its end, read its markers.
-    async fn run_probe(
-        &self,
-        spec: &JobSpec,
-        resources: &Resources,
-        options: &ProbeOptions,
-        rung: &KnobSet,
-    ) -> Result<ProbeAttempt> {
-        let probe = probe_spec(spec, resources, options, rung)?;
-        let record = self.submit_probe(&probe).await?;
-        let status = self.wait_probe(&record.id, options).await?;
-        let log = self.log_path(&status.record, None, LogStream::Out).ok();
-        let markers = match &log {
-            Some(path) => self.probe_markers(path).await?,
-            None => String::new(),
-        };
-        Ok(ProbeAttempt {
-            env: rung.clone(),
-            outcome: probe_outcome(status.state(), status.native.as_ref(), &markers),
-            job: record.id,
-            native_id: status.native_id().map(str::to_string),
-            log,
-        })
-    }
-
-    /// Submit a probe job (never probing itself). A named, boxed future: a submit may
-    /// probe, so the submit and probe futures would otherwise contain each other.
-    fn submit_probe<'a>(&'a self, probe: &'a JobSpec) -> BoxedSubmit<'a> {
+    /// Submit the probe job standing for `spec` (the whole ladder; never probing
+    /// itself). A named, boxed future: a submit may probe, so the submit and probe
+    /// futures would otherwise contain each other.
+    fn submit_probe<'a>(
+        &'a self,
+        spec: &'a JobSpec,
+        resources: &'a Resources,
+        options: &'a ProbeOptions,
+    ) -> BoxedSubmit<'a> {
         Box::pin(async move {
-            self.submit_job(
-                probe,
-                SubmitOptions::default(),
-                SlurmSubmitOptions {
-                    nccl_probe: NcclProbe::Never,
-                    ..SlurmSubmitOptions::default()
-                },
-            )
-            .await
+            let ladder = options
+                .ladder
+                .clone()
+                .unwrap_or_else(|| default_ladder(&self.inner.config.nccl_socket_ifname));
+            let probe = probe_spec(spec, resources, options, &ladder)?;
+            let record = self
+                .submit_job(
+                    &probe,
+                    SubmitOptions::default(),
+                    SlurmSubmitOptions {
+                        nccl_probe: NcclProbe::Never,
+                        ..SlurmSubmitOptions::default()
+                    },
+                )
+                .await?;
+            tracing::info!(probe = %record.id, rungs = ladder.len(), "NCCL probe submitted");
+            Ok(record)
         })
     }
 
-    /// Poll the probe `id` until it ends; cancel it after `max_wait`.
+    /// Poll the probe `id` until it ends, or until `max_wait` (the probe keeps its place).
     async fn wait_probe(&self, id: &JobId, options: &ProbeOptions) -> Result<JobStatus> {
-        let deadline = Instant::now() + options.max_wait;
+        let started = Instant::now();
         loop {
             match self.poll(std::slice::from_ref(id)).await {
                 Ok(mut statuses) => {
@@ -231,32 +321,190 @@ where
                 }
                 Err(error) => return Err(error),
             }
-            if Instant::now() >= deadline {
-                let _ = self.cancel_job(id).await;
-                return Err(Error::Timeout {
-                    what: format!(
-                        "NCCL probe {id} (queued or running; cancelled). The partition may be busy: raise ProbeOptions::max_wait, or submit with nccl_probe: Never and set the NCCL knobs in extra_env"
-                    ),
-                    after: options.max_wait,
-                    may_have_run: false,
-                });
+            if let Some(max) = options.max_wait {
+                if started.elapsed() >= max {
+                    return Err(Error::Timeout {
+                        what: format!(
+                            "NCCL probe {id} (still queued or running; it keeps its place, and its result is cached when a later poll or submit sees it end)"
+                        ),
+                        after: max,
+                        may_have_run: false,
+                    });
+                }
             }
             tokio::time::sleep(options.poll_interval).await;
         }
     }
 
-    /// The marker lines of a probe's `main.out` (empty when it has none or no log).
-    async fn probe_markers(&self, path: &str) -> Result<String> {
-        let command = Command::new("grep")
-            .args(["-a", "-m", "20", "-E", MARKER_PATTERN, "--"])
-            .arg(path)
-            .display_as("grep probe markers");
-        let output = self.inner.transport.run(&command).await?;
-        // 1: no marker; 2: no log (the job never started).
-        Ok(if output.status == 0 {
-            output.stdout_text()
-        } else {
-            String::new()
-        })
+    /// The verdict files of `probes` (empty when a probe wrote none), in one round trip.
+    async fn read_verdicts(&self, probes: &[JobRecord]) -> Result<Vec<String>> {
+        let mut commands = Vec::with_capacity(probes.len());
+        for probe in probes {
+            let path = probe.results_dir.join(PROBE_DIR)?.join(VERDICT_FILE)?;
+            commands.push(Command::new("cat").arg("--").arg(path.as_str()));
+        }
+        let outputs = match commands.as_slice() {
+            [one] => vec![
+                self.inner
+                    .transport
+                    .run(&one.clone().display_as("read the NCCL probe's verdict"))
+                    .await?,
+            ],
+            _ => {
+                let joined = round_trip::join(&commands)
+                    .display_as(format!("read {} NCCL probe verdicts", commands.len()));
+                round_trip::split(&self.inner.transport.run(&joined).await?, commands.len())?
+            }
+        };
+        // cat exits 1 when the file is missing: the probe wrote no verdict.
+        Ok(outputs
+            .iter()
+            .map(|o| {
+                if o.success() {
+                    o.stdout_text()
+                } else {
+                    String::new()
+                }
+            })
+            .collect())
+    }
+
+    /// Cache a passing probe's knobs for its cluster and shape.
+    fn cache_pass(&self, cluster: &str, probe: &JobRecord, knobs: &KnobSet) -> Result<PathBuf> {
+        let (nodes, gpus_per_node) = probe
+            .labels
+            .get(PROBE_SHAPE_LABEL)
+            .and_then(|l| parse_shape(l))
+            .ok_or_else(|| {
+                Error::invalid(
+                    "labels",
+                    format!("probe {} has no {PROBE_SHAPE_LABEL} label", probe.id),
+                )
+            })?;
+        let path = record_knobs(
+            &self.inner.config.state_dir,
+            cluster,
+            ShapeKnobs {
+                env: knobs.clone(),
+                probed_at: Utc::now(),
+                nodes,
+                gpus_per_node,
+                probe_job: probe.id.clone(),
+            },
+        )?;
+        tracing::info!(%cluster, probe = %probe.id, knobs = %show_env(knobs), file = %path.display(), "NCCL probe passed; knobs cached");
+        Ok(path)
+    }
+
+    /// Read the verdict of every probe among `records` that has ended and not been
+    /// read yet (one round trip for all): cache a pass; on anything else end the jobs
+    /// still waiting for it, ERROR with the error that says why (and the switch that
+    /// skips the probe), to be cancelled on the cluster. A failure to read is logged
+    /// and tried again by a later poll or submit. `natives` are what this poll saw.
+    pub(super) async fn settle_probes(
+        &self,
+        records: &[&JobRecord],
+        natives: &BTreeMap<JobId, NativeStatus>,
+    ) -> Settled {
+        let mut seen = HashSet::new();
+        let ended: Vec<JobRecord> = records
+            .iter()
+            .filter(|r| {
+                r.labels.get(PROBE_LABEL).map(String::as_str) == Some("nccl")
+                    && r.state.is_terminal()
+                    && !r.labels.contains_key(PROBE_VERDICT_LABEL)
+                    && seen.insert(r.id.clone())
+            })
+            .map(|r| (*r).clone())
+            .collect();
+        if ended.is_empty() {
+            return Settled::default();
+        }
+        match self.settle(&ended, natives).await {
+            Ok(settled) => settled,
+            Err(error) => {
+                tracing::warn!(%error, "reading the verdict of an NCCL probe failed; a later poll tries again");
+                Settled::default()
+            }
+        }
+    }
+
+    async fn settle(
+        &self,
+        probes: &[JobRecord],
+        natives: &BTreeMap<JobId, NativeStatus>,
+    ) -> Result<Settled> {
+        let store = &self.inner.store;
+        let cluster = self.cluster_name().await?;
+        let verdicts = self.read_verdicts(probes).await?;
+        let mut settled = Settled::default();
+        let waiting = store.list(&RecordFilter::any().active())?;
+        for (probe, verdict) in probes.iter().zip(&verdicts) {
+            let attempts = attempts_of(probe, verdict, natives.get(&probe.id));
+            let outcome = attempts
+                .last()
+                .map_or("FAILED", |a| a.outcome.name())
+                .to_string();
+            match verdict_of(&cluster, &attempts) {
+                Ok(knobs) => {
+                    self.cache_pass(&cluster, probe, &knobs)?;
+                }
+                Err(error) if probe.state == JobState::Complete => {
+                    // The ladder exits 0 only after a pass: its jobs may run already.
+                    tracing::warn!(probe = %probe.id, %error, "an NCCL probe COMPLETED without a readable pass; nothing cached");
+                }
+                Err(error) => {
+                    // The probe's own class decides: a node failure before the ladder
+                    // finished is worth a retry (which probes again), a verdict is not.
+                    let finished = verdict.lines().any(|l| l.starts_with("end "));
+                    let class = match (probe.err_class, finished) {
+                        (Some(ErrorClass::Infra), false) => ErrorClass::Infra,
+                        _ => ErrorClass::Program,
+                    };
+                    let why = match &error {
+                        Error::Preflight {
+                            message, remedy, ..
+                        } => format!("{message}; remedy: {remedy}"),
+                        other => other.to_string(),
+                    };
+                    for job in waiting
+                        .iter()
+                        .filter(|r| r.after.iter().any(|d| d.job == probe.id))
+                    {
+                        let message = format!(
+                            "the NCCL probe it waited for ended {outcome}: {why}; cancelled on the cluster"
+                        );
+                        let updated = store.mark(
+                            &job.id,
+                            Mark::new(JobState::Error, TransitionSource::Poll)
+                                .message(message)
+                                .err_class(class),
+                        )?;
+                        if let Some(native) = slurm_job(&updated)? {
+                            settled.cancels.push(native);
+                        }
+                        settled.ended.insert(job.id.clone(), updated);
+                    }
+                }
+            }
+            store.update(&probe.id, &mut |record| {
+                record
+                    .labels
+                    .insert(PROBE_VERDICT_LABEL.to_string(), outcome.clone());
+                Ok(())
+            })?;
+        }
+        Ok(settled)
+    }
+
+    /// Cancel a probe this submit made for a job that was then refused (best effort:
+    /// the probe would only refresh the cache).
+    pub(super) async fn drop_probe(&self, probe: &JobRecord) {
+        if let Some((cluster, id)) = slurm_job(probe).ok().flatten() {
+            let command = commands::scancel(id, cluster.as_deref());
+            if let Err(error) = self.inner.transport.run(&command).await {
+                tracing::warn!(probe = %probe.id, %error, "cancelling the NCCL probe of a refused job failed");
+            }
+        }
     }
 }

@@ -22,7 +22,7 @@ use super::parse::SlurmJobId;
 use super::reconcile::Verdict;
 use super::scripts::{FORGET_SECRETS, POLL, TAIL_LOGS};
 use super::states::live_state_names;
-use crate::backend::JobStatus;
+use crate::backend::{JobStatus, NativeStatus};
 use crate::classify::LOG_TAIL_LINES;
 use crate::dependency::{latest_attempts, never_satisfied, resolve_dependencies};
 use crate::record::{BackendRef, JobId, JobRecord, Mark, RecordStore, TaskMark, TransitionSource};
@@ -199,6 +199,24 @@ where
             }
         }
         let (mut statuses, mut cancels) = self.observe_records(records).await?;
+        // Probes that ended (polled now, or parents that ended before): their verdicts
+        // read, the jobs waiting for a failed one ended (see nccl.rs).
+        let natives: BTreeMap<JobId, NativeStatus> = statuses
+            .iter()
+            .filter_map(|s| Some((s.record.id.clone(), s.native.clone()?)))
+            .collect();
+        let candidates: Vec<&JobRecord> = statuses
+            .iter()
+            .map(|s| &s.record)
+            .chain(parents.values().filter(|p| p.state.is_terminal()))
+            .collect();
+        let mut settled = self.settle_probes(&candidates, &natives).await;
+        cancels.append(&mut settled.cancels);
+        for status in statuses.iter_mut() {
+            if let Some(record) = settled.ended.remove(&status.record.id) {
+                status.record = record;
+            }
+        }
         statuses.truncate(ids.len());
         let mut follow = Vec::new();
         let mut ended = Vec::new();

@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 use super::backend::SlurmBackend;
 use super::depend::dependency_option;
 use super::images::{Conversion, Converted};
+use super::nccl::{knobs_file, NcclPlan};
 use super::parse::{parse_sbatch_parsable, SbatchOutcome};
 use super::reconcile::Verdict;
 use super::scripts::{SubmitExit, SUBMIT};
@@ -17,13 +18,15 @@ use crate::backend::SubmitOptions;
 use crate::dependency::{check_before_submit, follow_retry};
 use crate::image::{check_gpu_image, ImageRef};
 use crate::names::validate_safe_name;
-use crate::nccl::KnobSet;
+use crate::nccl::{is_probe_job, KnobSet};
 use crate::record::{
     claim_retry, BackendRef, JobId, JobRecord, Mark, RecordStore, RetryClaim, TransitionSource,
 };
 use crate::redact::SecretRegistry;
 use crate::render::{ArrayContext, EnvVar, Renderer, ScriptContext, TemplateKind};
-use crate::spec::{normalise_sbatch_line, ArrayPlan, JobSpec, Limits, Resources, SpecDefaults};
+use crate::spec::{
+    normalise_sbatch_line, ArrayPlan, Dependency, JobSpec, Limits, Resources, SpecDefaults,
+};
 use crate::state::JobState;
 use crate::storage::RemotePath;
 use crate::transport::{shell_quote, Command, Transport};
@@ -67,6 +70,8 @@ pub(super) struct Placement {
     pub(super) dependency: Option<String>,
     pub(super) exclude: Vec<String>,
     pub(super) plan: Option<ArrayPlan>,
+    /// The NCCL probe the job waits for (and whose knobs it exports).
+    pub(super) probe: Option<JobRecord>,
 }
 
 /// The sweep file of an array: `case` on the task index, each branch exporting that
@@ -108,6 +113,8 @@ struct Prepared {
     tail: Vec<String>,
     root: String,
     conversion: Option<Conversion>,
+    /// What the PENDING mark adds to "sbatch accepted the job" (the probe waited for).
+    note: String,
 }
 
 impl<T, R, S> SlurmBackend<T, R, S>
@@ -135,7 +142,7 @@ where
         }
         // The parents: each accepted by the scheduler, able to meet its condition; the
         // scheduler waits for those still running.
-        let waiting = check_before_submit(&self.inner.store, &spec.after)?;
+        let mut waiting = check_before_submit(&self.inner.store, &spec.after)?;
         let root = self.ensure_ready(spec).await?;
         // What converting the image needs, before anything (an NCCL probe too) is queued.
         if let Some((_, Some(conversion))) = self.container_image(spec, &root)? {
@@ -145,17 +152,37 @@ where
             .as_ref()
             .map(JobRecord::nodes_to_exclude)
             .unwrap_or_default();
+        self.check_exclusions(spec, &exclude, previous.as_ref())?;
+        // The cluster's NCCL knobs: cached, or those of a probe the job waits for
+        // (on the scheduler: this submit never waits for it).
+        let (knobs, probe) = match self.nccl_plan(spec, &slurm).await? {
+            NcclPlan::Nothing => (KnobSet::new(), None),
+            NcclPlan::Cached(knobs) => (knobs, None),
+            NcclPlan::Probe { probe, new } => {
+                waiting.extend(check_before_submit(
+                    &self.inner.store,
+                    &[Dependency::ok(probe.id.clone())],
+                )?);
+                (KnobSet::new(), Some((*probe, new)))
+            }
+        };
         let placement = Placement {
             sidecar: !secrets.is_empty(),
             dependency: dependency_option(&waiting)?,
             plan: spec.array_plan()?,
             exclude,
+            probe: probe.as_ref().map(|(probe, _)| probe.clone()),
         };
-        self.check_exclusions(spec, &placement.exclude, previous.as_ref())?;
-        // The cluster's NCCL knobs (cached, or found by a probe job first).
-        let knobs = self.nccl_knobs_for(spec, &slurm).await?;
         let prepared =
-            self.prepare(spec, &secrets, &root, previous.as_ref(), &knobs, &placement)?;
+            match self.prepare(spec, &secrets, &root, previous.as_ref(), &knobs, &placement) {
+                Ok(prepared) => prepared,
+                Err(error) => {
+                    if let Some((probe, true)) = &probe {
+                        self.drop_probe(probe).await;
+                    }
+                    return Err(error);
+                }
+            };
         let id = prepared.record.id.clone();
         if let Some(previous) = &previous {
             // Retried meanwhile (preflight and rendering take a while): follow that retry.
@@ -183,6 +210,10 @@ where
         match self.submit_once(&id, &prepared).await {
             Ok(record) => Ok(record),
             Err(Failure::Ended { error, state }) => {
+                // Nothing was submitted: a probe queued for this job alone goes too.
+                if let Some((probe, true)) = &probe {
+                    self.drop_probe(probe).await;
+                }
                 let message = secrets.redact(&error.to_string());
                 let _ = self.inner.store.mark(
                     &id,
@@ -440,6 +471,11 @@ where
                 .collect(),
             requeue: resources.requeue,
             exclusive: resources.exclusive,
+            probe: is_probe_job(spec),
+            knobs_file: match &placement.probe {
+                Some(probe) => Some(knobs_file(probe)?.as_str().to_string()),
+                None => None,
+            },
             extra_sbatch: spec
                 .extra_sbatch
                 .iter()
@@ -547,6 +583,18 @@ where
         record.excluded_nodes = placement.exclude.clone();
         record.submit_attempts = Some(1);
         record.secrets_staged = !secrets.is_empty();
+        let mut note = String::new();
+        if let Some(probe) = &placement.probe {
+            record.after.push(Dependency::ok(probe.id.clone()));
+            note = format!(
+                "; it waits for NCCL probe {} (SLURM job {}) and exports the knobs it finds",
+                probe.id,
+                probe
+                    .backend_ref
+                    .as_ref()
+                    .map_or("?", |r| r.native_id.as_str())
+            );
+        }
         let image_param = if conversion.is_some() || spec.image_ref()?.is_some_and(|i| i.is_sqsh())
         {
             context.image.clone().unwrap_or_default()
@@ -563,6 +611,7 @@ where
             tail,
             root: root.as_str().to_string(),
             conversion,
+            note,
         })
     }
 
@@ -593,7 +642,7 @@ where
     ) -> std::result::Result<JobRecord, Failure> {
         let mut attempt = 1u32;
         let mut converted = false;
-        let mut accepted = "sbatch accepted the job".to_string();
+        let mut accepted = format!("sbatch accepted the job{}", prepared.note);
         // A `:latest` asked anew is converted before the first send.
         if let Some(conversion) = prepared.conversion.as_ref().filter(|c| c.force) {
             match self.convert_image(conversion).await {

@@ -6,9 +6,8 @@ use async_trait::async_trait;
 use mockall::mock;
 
 use super::backend::PartitionInfo;
-use super::{SlurmBackend, SlurmConfig, SlurmSubmitOptions};
+use super::{SlurmBackend, SlurmConfig};
 use crate::backend::{Backend, SubmitOptions};
-use crate::nccl::{NcclProbe, ProbeOptions, PROBE_LABEL};
 use crate::record::{BackendRef, MemoryRecordStore, RecordFilter, RecordStore};
 use crate::redact::SecretRegistry;
 use crate::render::{Renderer, ScriptContext, TemplateKind};
@@ -48,7 +47,7 @@ fn backend(remote: MockRemote) -> SlurmBackend<MockRemote, NameRenderer, MemoryR
 
 /// A backend as after a passed preflight (no preflight round trip in these tests),
 /// rendering with `renderer`, caching knobs under `state_dir`.
-fn prepared_backend<R: Renderer + 'static>(
+pub(super) fn prepared_backend<R: Renderer + 'static>(
     remote: MockRemote,
     renderer: R,
     state_dir: &std::path::Path,
@@ -78,7 +77,7 @@ fn prepared_backend<R: Renderer + 'static>(
     backend
 }
 
-fn output(status: i32, stdout: &str, stderr: &str) -> Output {
+pub(super) fn output(status: i32, stdout: &str, stderr: &str) -> Output {
     Output {
         status,
         stdout: stdout.as_bytes().to_vec(),
@@ -171,7 +170,7 @@ fn settle_answer(
     output(0, &text, "")
 }
 
-fn is_submit(command: &Command) -> bool {
+pub(super) fn is_submit(command: &Command) -> bool {
     command.label().starts_with("submit ")
 }
 
@@ -628,13 +627,23 @@ async fn a_wall_time_above_the_partition_maximum_is_refused_before_anything_runs
     assert!(backend.records(&RecordFilter::any()).unwrap().is_empty());
 }
 
-/// Renders the job name and the extra env (one `export` a line); lints nothing.
+/// Renders the job name, the dependency, the probe's knobs file, whether it is a
+/// probe, and the extra env (one `export` a line); lints nothing.
 #[derive(Debug)]
-struct EnvRenderer;
+pub(super) struct EnvRenderer;
 
 impl Renderer for EnvRenderer {
     fn render(&self, _: TemplateKind, context: &ScriptContext) -> Result<String> {
         let mut script = format!("#!/bin/bash\n# {}\n", context.job_name);
+        if let Some(dependency) = &context.dependency {
+            script.push_str(&format!("#SBATCH --dependency={dependency}\n"));
+        }
+        if let Some(file) = &context.knobs_file {
+            script.push_str(&format!("# knobs from {file}\n"));
+        }
+        if context.probe {
+            script.push_str("# the NCCL probe's ladder\n");
+        }
         for var in &context.extra_env {
             script.push_str(&format!("export {}={}\n", var.name, var.value));
         }
@@ -645,7 +654,7 @@ impl Renderer for EnvRenderer {
     }
 }
 
-fn env_backend(
+pub(super) fn env_backend(
     remote: MockRemote,
     state_dir: &std::path::Path,
 ) -> SlurmBackend<MockRemote, EnvRenderer, MemoryRecordStore> {
@@ -653,7 +662,7 @@ fn env_backend(
 }
 
 /// The batch script inside a submit's staging archive.
-fn staged_script(command: &Command) -> String {
+pub(super) fn staged_script(command: &Command) -> String {
     let mut archive = tar::Archive::new(command.stdin_bytes().unwrap());
     for entry in archive.entries().unwrap() {
         let mut entry = entry.unwrap();
@@ -665,265 +674,6 @@ fn staged_script(command: &Command) -> String {
         }
     }
     panic!("no batch script staged");
-}
-
-fn write_cache(dir: &std::path::Path, env: &[(&str, &str)], nodes: u32, gpus: u32) {
-    std::fs::create_dir_all(dir.join("clusters")).unwrap();
-    let env: std::collections::BTreeMap<&str, &str> = env.iter().copied().collect();
-    let json = serde_json::json!({
-        "schema_version": 1, "cluster": "unit", "env": env,
-        "probed_at": "2024-05-01T10:00:00Z", "nodes": nodes, "gpus_per_node": gpus,
-        "probe_job": "nccl-probe-abcdef",
-    });
-    std::fs::write(dir.join("clusters/unit.json"), json.to_string()).unwrap();
-}
-
-type Scripts = std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>;
-
-/// A transport that accepts every submit (job ids from 100 up), recording each
-/// staged script by record id.
-fn accepting(remote: &mut MockRemote) -> Scripts {
-    let scripts: Scripts = Default::default();
-    let seen = std::sync::Arc::clone(&scripts);
-    remote
-        .expect_run()
-        .withf(is_submit)
-        .returning(move |command| {
-            let mut seen = seen.lock().unwrap();
-            let id = command.label().trim_start_matches("submit ").to_string();
-            seen.push((id, staged_script(command)));
-            Ok(output(0, &format!("{}\n", 100 + seen.len()), ""))
-        });
-    scripts
-}
-
-#[tokio::test]
-async fn cached_knobs_reach_the_script_of_a_multi_gpu_job_without_a_probe() {
-    let dir = tempfile::tempdir().unwrap();
-    write_cache(dir.path(), &[("NCCL_P2P_DISABLE", "1")], 2, 8);
-    let mut remote = MockRemote::new();
-    let scripts = accepting(&mut remote);
-    let backend = env_backend(remote, dir.path());
-
-    let mut two = JobSpec::new("two", "true");
-    two.nodes = Some(2);
-    // An image and a covering cache: Auto does not probe (only submits ran).
-    two.image = Some("/images/pt.sqsh".into());
-    backend
-        .submit(&two, SubmitOptions::default())
-        .await
-        .unwrap();
-    let mut own = JobSpec::new("own", "true");
-    own.gpus_per_node = Some(2);
-    own.extra_env.insert("NCCL_P2P_DISABLE".into(), "0".into());
-    backend
-        .submit(&own, SubmitOptions::default())
-        .await
-        .unwrap();
-    let mut one = JobSpec::new("one", "true");
-    one.gpus_per_node = Some(1);
-    backend
-        .submit(&one, SubmitOptions::default())
-        .await
-        .unwrap();
-    let never = SlurmSubmitOptions {
-        nccl_probe: NcclProbe::Never,
-        ..SlurmSubmitOptions::default()
-    };
-    backend
-        .submit_with(&two, SubmitOptions::default(), never)
-        .await
-        .unwrap();
-
-    let scripts = scripts.lock().unwrap();
-    assert_eq!(scripts.len(), 4, "no probe job: {scripts:?}");
-    assert!(
-        scripts[0].1.contains("export NCCL_P2P_DISABLE=1\n"),
-        "{}",
-        scripts[0].1
-    );
-    assert!(
-        scripts[1].1.contains("export NCCL_P2P_DISABLE=0\n"),
-        "the spec's value wins"
-    );
-    assert!(!scripts[1].1.contains("NCCL_P2P_DISABLE=1"));
-    assert!(!scripts[2].1.contains("NCCL_"), "one GPU needs no knob");
-    assert!(!scripts[3].1.contains("NCCL_"), "Never adds no knob");
-}
-
-/// One SLURM job of the fake cluster: how it ends and what its main.out holds.
-struct FakeJob {
-    sacct: &'static str,
-    markers: &'static str,
-}
-
-/// A fake cluster for probes: submits get ids 101, 102, ...; job N ends as `jobs[N - 101]`.
-fn fake_cluster(remote: &mut MockRemote, jobs: Vec<FakeJob>) -> Scripts {
-    let scripts = accepting(remote);
-    let jobs = std::sync::Arc::new(jobs);
-    let polled = std::sync::Arc::clone(&jobs);
-    remote
-        .expect_run()
-        .withf(|c| c.label().starts_with("poll "))
-        .returning(move |command| {
-            // The poll script's jobs come on stdin, `GROUP J ID` a line.
-            let n: usize = String::from_utf8_lossy(command.stdin_bytes().unwrap())
-                .lines()
-                .find_map(|line| line.strip_prefix("0 J "))
-                .and_then(|n| n.parse().ok())
-                .unwrap();
-            let job = &polled[n - 101];
-            Ok(output(
-                0,
-                &format!(
-                    "@@begin 0\n@@end 0 0\n@@begin 1\nO {n}|{n}|{}|None|2024-05-01T10:00:00|2024-05-01T10:00:01|2024-05-01T10:00:09|n[1-2]|nccl-probe\n@@end 1 0\n",
-                    job.sacct
-                ),
-                "",
-            ))
-        });
-    remote
-        .expect_run()
-        .withf(|c| c.label() == "grep probe markers")
-        .returning(move |command| {
-            let path = command.get_args().last().unwrap().clone();
-            let n: usize = path
-                .rsplit('-')
-                .next()
-                .and_then(|s| s.split('/').next())
-                .and_then(|n| n.parse().ok())
-                .unwrap();
-            let markers = jobs[n - 101].markers;
-            Ok(output(if markers.is_empty() { 1 } else { 0 }, markers, ""))
-        });
-    // Reads of a failed job's log tails (classification): a round trip of empty answers.
-    remote.expect_run().returning(|command| {
-        let label = command.label();
-        let n: usize = label
-            .strip_prefix("round trip of ")
-            .and_then(|rest| rest.split(':').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(1);
-        let text: String = (0..n)
-            .map(|i| format!("@@begin {i}\n@@end {i} 0\n"))
-            .collect();
-        Ok(output(0, &text, ""))
-    });
-    scripts
-}
-
-#[tokio::test]
-async fn auto_probes_an_image_job_once_climbs_past_a_hang_and_caches_the_knob() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut remote = MockRemote::new();
-    let scripts = fake_cluster(
-        &mut remote,
-        vec![
-            FakeJob {
-                sacct: "FAILED|124:0",
-                markers: "NCCL_PROBE_TIMEOUT node_rank=0 after 120s\n",
-            },
-            FakeJob {
-                sacct: "COMPLETED|0:0",
-                markers: "NCCL_PROBE_OK world=16\n",
-            },
-        ],
-    );
-    let backend = env_backend(remote, dir.path());
-    let mut spec = JobSpec::new("train", "python train.py");
-    spec.image = Some("/images/pt.sqsh".into());
-    spec.nodes = Some(2);
-    spec.gpus_per_node = Some(8);
-    let options = SlurmSubmitOptions {
-        probe: ProbeOptions::default().with_poll_interval(Duration::from_millis(1)),
-        ..SlurmSubmitOptions::default()
-    };
-    let record = backend
-        .submit_with(&spec, SubmitOptions::default(), options.clone())
-        .await
-        .unwrap();
-    assert_eq!(record.backend_ref.unwrap().native_id, "103");
-    {
-        let scripts = scripts.lock().unwrap();
-        let ids: Vec<&str> = scripts.iter().map(|(id, _)| id.as_str()).collect();
-        assert!(
-            ids[0].starts_with("nccl-probe-") && ids[1].starts_with("nccl-probe-"),
-            "{ids:?}"
-        );
-        assert!(ids[2].starts_with("train-"), "{ids:?}");
-        assert!(
-            !scripts[0].1.contains("NCCL_P2P_DISABLE"),
-            "rung 1 has no knob"
-        );
-        assert!(scripts[1].1.contains("export NCCL_P2P_DISABLE=1\n"));
-        assert!(
-            scripts[2].1.contains("export NCCL_P2P_DISABLE=1\n"),
-            "{}",
-            scripts[2].1
-        );
-    }
-    let cached = backend.knob_cache("unit").unwrap().unwrap();
-    assert_eq!(cached.env["NCCL_P2P_DISABLE"], "1");
-    assert_eq!((cached.nodes, cached.gpus_per_node), (2, 8));
-    // The user's list shows the job, not the probes.
-    let listed = backend.records(&RecordFilter::any()).unwrap();
-    assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].id, record.id);
-    assert_eq!(
-        backend
-            .records(&RecordFilter::any().label(PROBE_LABEL, "nccl"))
-            .unwrap()
-            .len(),
-        2
-    );
-    // The next submit uses the cache: no new probe.
-    backend
-        .submit_with(&spec, SubmitOptions::default(), options)
-        .await
-        .unwrap();
-    assert_eq!(scripts.lock().unwrap().len(), 4);
-}
-
-#[tokio::test]
-async fn a_probe_that_cannot_run_fails_the_submit_and_caches_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut remote = MockRemote::new();
-    let scripts = fake_cluster(
-        &mut remote,
-        vec![FakeJob {
-            sacct: "FAILED|127:0",
-            markers: "",
-        }],
-    );
-    let backend = env_backend(remote, dir.path());
-    let mut spec = JobSpec::new("train", "python train.py");
-    spec.image = Some("/images/pt.sqsh".into());
-    spec.gpus_per_node = Some(4);
-    let options = SlurmSubmitOptions {
-        probe: ProbeOptions::default().with_poll_interval(Duration::from_millis(1)),
-        ..SlurmSubmitOptions::default()
-    };
-    let err = backend
-        .submit_with(&spec, SubmitOptions::default(), options)
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Preflight);
-    let text = err.to_string();
-    assert!(
-        text.contains("FAILED") && text.contains("exit code 127"),
-        "{text}"
-    );
-    assert!(
-        text.contains("torchrun"),
-        "the remedy names what the image needs: {text}"
-    );
-    assert_eq!(
-        scripts.lock().unwrap().len(),
-        1,
-        "FAILED is not retried with knobs"
-    );
-    assert!(backend.knob_cache("unit").unwrap().is_none());
-    assert!(backend.records(&RecordFilter::any()).unwrap().is_empty());
 }
 
 /// Issue 14, point 5: a partition whose MaxTime is UNLIMITED takes the spec's time;
@@ -1221,6 +971,9 @@ async fn cancel_settles_a_submitting_record_first() {
     assert_eq!(ended.state, JobState::Canceled);
     assert_eq!(ended.backend_ref.unwrap().native_id, "808");
 }
+
+/// What a fake transport saw staged, shared with the test.
+type Scripts = std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>;
 
 #[tokio::test]
 async fn a_retry_submits_the_spec_the_client_kept_never_the_clusters_copy() {

@@ -35,8 +35,9 @@ pub fn poll_command(ids: &[SlurmJobId]) -> Result<Command> {
     crate::slurm::poll_command(&groups)
 }
 
-/// Every remote script of slurm-run, by name, as bash runs it (prelude included): for
-/// linting them (`bash -n`, shellcheck) outside the crate.
+/// Every remote script of slurm-run, by name, as bash runs it (prelude included), and
+/// the NCCL probe's ladder and per-node command: for linting them (`bash -n`,
+/// shellcheck) outside the crate.
 pub fn scripts() -> Vec<(&'static str, String)> {
     [
         crate::transport::WRITE_FILE,
@@ -45,5 +46,18 @@ pub fn scripts() -> Vec<(&'static str, String)> {
     .into_iter()
     .chain(crate::slurm::scripts::all())
     .map(|script| (script.name, script.full_text()))
+    .chain([
+        (
+            "nccl-probe-ladder",
+            format!("#!/bin/bash\n{}", crate::nccl::PROBE_LADDER),
+        ),
+        (
+            "nccl-probe-rung",
+            format!(
+                "#!/bin/bash\n{}\n",
+                crate::nccl::default_probe_command(2, 8)
+            ),
+        ),
+    ])
     .collect()
 }

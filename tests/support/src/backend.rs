@@ -123,6 +123,16 @@ pub async fn wait_terminal(backend: &TestBackend, id: &JobId, seconds: u64) -> J
     wait_until(backend, id, seconds, |s| s.state().is_terminal()).await
 }
 
+/// Poll `id` until it is terminal, check that it COMPLETEd, and return its `main.out`.
+pub async fn completed_output(backend: &TestBackend, id: &JobId, seconds: u64) -> String {
+    let status = wait_terminal(backend, id, seconds).await;
+    assert_eq!(status.state(), JobState::Complete, "{status:?}");
+    backend
+        .logs(id, slurm_core::backend::LogOptions::default())
+        .await
+        .expect("the log of a completed job")
+}
+
 /// Poll `id` until it is in `state`.
 pub async fn wait_state(
     backend: &TestBackend,
@@ -235,4 +245,32 @@ impl Drop for ResumeNode<'_> {
             .env("SLURM_CONF", self.0.dir().join("etc/slurm.conf"))
             .status();
     }
+}
+
+/// The test bed registry's image `name` (e.g. `slurm-run/tiny:1`), as `host:port/name`.
+pub fn registry_image(harness: &Harness, name: &str) -> String {
+    format!("{}/{name}", harness.testbed.get("SLURM_RUN_TEST_REGISTRY"))
+}
+
+/// The test bed registry's password (test-only).
+pub fn registry_password(harness: &Harness) -> String {
+    harness
+        .testbed
+        .get("SLURM_RUN_TEST_REGISTRY_PASSWORD")
+        .to_string()
+}
+
+/// Install the test bed registry's credentials through the library (idempotent).
+pub async fn with_credentials(harness: &Harness) {
+    let registry = harness.testbed.get("SLURM_RUN_TEST_REGISTRY");
+    let status = harness
+        .backend
+        .install_credentials(
+            registry,
+            harness.testbed.get("SLURM_RUN_TEST_REGISTRY_USER"),
+            &registry_password(harness),
+        )
+        .await
+        .unwrap();
+    assert!(status.is_present(), "{status}");
 }

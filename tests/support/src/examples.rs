@@ -195,3 +195,28 @@ impl ArgvWatch {
 fn memchr_find(haystack: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
 }
+
+/// Install the test bed registry's credentials with `slurmctl credentials install` (the
+/// password on stdin), as a user would; `env` is the test bed's environment.
+pub fn install_registry_credentials(env: &[(String, String)]) {
+    let get = |name: &str| {
+        env.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("{name} is not in the test bed's environment"))
+    };
+    let out = run_input(
+        &example("slurmctl"),
+        &[
+            "credentials",
+            "install",
+            &get("SLURM_RUN_TEST_REGISTRY"),
+            "--user",
+            &get("SLURM_RUN_TEST_REGISTRY_USER"),
+        ],
+        env,
+        Some(format!("{}\n", get("SLURM_RUN_TEST_REGISTRY_PASSWORD")).as_bytes()),
+        Duration::from_secs(60),
+    );
+    out.expect_code(0);
+}
