@@ -21,7 +21,8 @@ test: testbed-up
 	$(TESTBED_ENV) && RUST_TEST_THREADS=$${RUST_TEST_THREADS:-4} cargo test --workspace --features testbed --no-fail-fast
 
 ## Benchmarks (most need the test bed): each figure against the bare Slurm command measured in the same
-## run; then bench-report writes BENCHMARKS.md and its plot (docs/benchmarks-poll.svg) from their figures.
+## run; then bench-report writes BENCHMARKS.md and its plot (docs/benchmarks-poll.svg) from their figures
+## (SLURM_RUN_BENCH_BEFORE=<results folder of a run on older code> adds a column of the figures then).
 bench: testbed-up
 	$(TESTBED_ENV) && export SLURM_RUN_BENCH_STARTED=$$(date +%s) \
 	  SLURM_RUN_BENCH_RESULTS=$${CARGO_TARGET_DIR:-$(CURDIR)/target}/slurm-run-bench && \

@@ -124,11 +124,7 @@ async fn main() {
                 &h.testbed,
                 jobs.iter().step_by(step).take(FRESH_SAMPLE).map(line),
             );
-            Baseline::extrapolated(
-                "ssh sacct -j ID per job",
-                sample / FRESH_SAMPLE as u32,
-                n,
-            )
+            Baseline::extrapolated("ssh sacct -j ID per job", sample / FRESH_SAMPLE as u32, n)
         };
         library_series
             .points
@@ -149,8 +145,12 @@ async fn main() {
                 .aim(1.2)
                 .note(format!(
                     "squeue --jobs=<ids> {}, --me {}",
-                    slurm_run_testsupport::bench::report::time(slurm_run_testsupport::bench::ms(list)),
-                    slurm_run_testsupport::bench::report::time(slurm_run_testsupport::bench::ms(by_me)),
+                    slurm_run_testsupport::bench::report::time(slurm_run_testsupport::bench::ms(
+                        list
+                    )),
+                    slurm_run_testsupport::bench::report::time(slurm_run_testsupport::bench::ms(
+                        by_me
+                    )),
                 )),
         );
     }

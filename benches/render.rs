@@ -8,10 +8,10 @@
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
-use slurm_run_testsupport::bench::{results_dir, Area, Baseline, Row};
 use slurm_core::redact::SecretRegistry;
 use slurm_core::render::{EnvVar, Renderer, ScriptContext, TemplateKind};
 use slurm_render::{scan_secrets, HandlebarsRenderer};
+use slurm_run_testsupport::bench::{results_dir, Area, Baseline, Row};
 
 fn context() -> ScriptContext {
     ScriptContext {
@@ -110,14 +110,18 @@ fn main() {
     }
     let mut area = Area::new("render", "`bash -n` of the script alone", "-");
     let bash_n = Baseline::measured("the reference's lint step", estimate("bash_n"));
-    area.push(Row::new("render the multinode template", estimate("render")));
+    area.push(Row::new(
+        "render the multinode template",
+        estimate("render"),
+    ));
+    area.push(Row::new("render + secret scan", estimate("render_scan")).note("no process started"));
     area.push(
-        Row::new("render + secret scan", estimate("render_scan")).note("no process started"),
-    );
-    area.push(
-        Row::new("render + full lint (secret scan, `bash -n`)", estimate("render_lint"))
-            .bare(bash_n)
-            .note("what a submit does before it opens the record"),
+        Row::new(
+            "render + full lint (secret scan, `bash -n`)",
+            estimate("render_lint"),
+        )
+        .bare(bash_n)
+        .note("what a submit does before it opens the record"),
     );
     area.notes.push(
         "Criterion's median per script, one core. The full lint starts one `bash -n`; the \

@@ -43,13 +43,21 @@ fn job_id(text: &str) -> SlurmJobId {
 async fn submit_latency(h: &Harness, area: &mut Area, jobs: &mut Vec<SlurmJobId>) {
     let mut spec = backend::small_spec("benchsubmit", "true");
     spec.extra_sbatch = vec!["--begin=now+1hour".into()];
-    let warm = h.backend.submit(&spec, SubmitOptions::default()).await.unwrap();
+    let warm = h
+        .backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap();
     jobs.push(job_id(&warm.backend_ref.unwrap().native_id));
     let (mut library, mut bare, mut fresh) = (Vec::new(), Vec::new(), Vec::new());
     let line = "sbatch --parsable --begin=now+1hour --output=/dev/null --wrap=true";
     for i in 0..25 {
         let start = Instant::now();
-        let record = h.backend.submit(&spec, SubmitOptions::default()).await.unwrap();
+        let record = h
+            .backend
+            .submit(&spec, SubmitOptions::default())
+            .await
+            .unwrap();
         library.push(start.elapsed());
         jobs.push(job_id(&record.backend_ref.unwrap().native_id));
         let start = Instant::now();
@@ -65,7 +73,9 @@ async fn submit_latency(h: &Harness, area: &mut Area, jobs: &mut Vec<SlurmJobId>
             .bare(Baseline::measured("sbatch --parsable --wrap", median(bare)))
             .fresh(Baseline::measured("ssh host sbatch", median(fresh)))
             .aim(1.5)
-            .note("validate, render, lint, record (fsynced), stage + verify + sbatch, record PENDING"),
+            .note(
+                "validate, render, lint, record (fsynced), stage + verify + sbatch, record PENDING",
+            ),
     );
 }
 
@@ -73,10 +83,8 @@ async fn throughput(h: &Harness, area: &mut Area, jobs: &mut Vec<SlurmJobId>) {
     let mut spec = backend::small_spec("benchmany", "true");
     spec.extra_sbatch = vec!["--begin=now+1hour".into()];
     let start = Instant::now();
-    let submitted = join_all(
-        (0..CONCURRENT).map(|_| h.backend.submit(&spec, SubmitOptions::default())),
-    )
-    .await;
+    let submitted =
+        join_all((0..CONCURRENT).map(|_| h.backend.submit(&spec, SubmitOptions::default()))).await;
     let library = start.elapsed();
     for record in submitted {
         let record = record.expect("submit");

@@ -11,15 +11,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use slurm_core::transport::{Command, Transport};
-use slurm_run_testsupport::bench::{Area, Baseline, Row};
+use slurm_run_testsupport::bench::{median, Area, Baseline, Row};
 use slurm_run_testsupport::testbed::{testbed_env, Master, Testbed};
 use slurm_run_testsupport::transports::{openssh_builder, ssh2_builder};
 use slurm_ssh::{OpenSshTransport, Ssh2Transport};
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
 
 async fn through<T: Transport>(t: &T, command: &Command, n: usize) -> Duration {
     for _ in 0..3 {

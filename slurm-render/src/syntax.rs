@@ -112,7 +112,11 @@ mod tests {
         // Fills the slot, then checks a good and a bad script with processes started
         // ahead: the answers are those of a fresh `bash -n`.
         let fresh = |script: &str| feed(start().unwrap(), script).unwrap().status.success();
-        for (script, good) in [("echo ok\n", true), ("if then fi\n", false), ("f() {\n", false)] {
+        for (script, good) in [
+            ("echo ok\n", true),
+            ("if then fi\n", false),
+            ("f() {\n", false),
+        ] {
             assert_eq!(fresh(script), good, "{script:?}");
             for _ in 0..3 {
                 assert_eq!(bash_n(script).unwrap().status.success(), good, "{script:?}");

@@ -493,11 +493,18 @@ mod tests {
                 })
                 .unwrap();
             assert_eq!(counter(&reader.get(&id).unwrap()), n);
-            assert_eq!(counter(&reader.get(&id).unwrap()), n, "kept, still the latest");
+            assert_eq!(
+                counter(&reader.get(&id).unwrap()),
+                n,
+                "kept, still the latest"
+            );
         }
         // A record removed is gone, whatever was kept.
         fs::remove_file(reader.record_path(&id)).unwrap();
-        assert_eq!(reader.get(&id).unwrap_err().kind(), crate::ErrorKind::NotFound);
+        assert_eq!(
+            reader.get(&id).unwrap_err().kind(),
+            crate::ErrorKind::NotFound
+        );
     }
 
     #[test]

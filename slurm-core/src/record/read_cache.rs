@@ -161,7 +161,11 @@ mod tests {
         let cache = ReadCache::default();
         let now = identity(&path);
         cache.keep(&id, now, &record(id.clone()));
-        assert_eq!(cache.get(&id, &now), None, "its successor could share its times");
+        assert_eq!(
+            cache.get(&id, &now),
+            None,
+            "its successor could share its times"
+        );
         assert!(now.settled_at(SystemTime::now() + SETTLED, SETTLED));
     }
 }

@@ -104,11 +104,13 @@ where
                     } else if Instant::now() >= deadline {
                         // The scheduler accepted the cancel; note it and let the next
                         // poll confirm.
-                        answers[index] = Some(self.inner.store.mark(
-                            &id,
-                            Mark::new(status.state(), TransitionSource::User)
-                                .message("scancel sent; waiting for the scheduler to confirm"),
-                        )?);
+                        answers[index] = Some(
+                            self.inner.store.mark(
+                                &id,
+                                Mark::new(status.state(), TransitionSource::User)
+                                    .message("scancel sent; waiting for the scheduler to confirm"),
+                            )?,
+                        );
                     } else {
                         still.push((index, id));
                     }

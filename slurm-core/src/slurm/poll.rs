@@ -904,11 +904,17 @@ mod tests {
             "no argument carries the ids"
         );
         let (_, squeue, sacct) = poll_group_locally("", 0, jobs(&all, &[])).await;
-        assert_eq!(squeue, "mine\n", "one squeue of the user's jobs, no id list");
+        assert_eq!(
+            squeue, "mine\n",
+            "one squeue of the user's jobs, no id list"
+        );
         let sacct = sacct.unwrap();
         assert_eq!(sacct.lines().count(), 10, "10 sacct runs of 2000 ids");
         assert!(sacct.lines().all(|c| c.split(',').count() == 2000));
-        assert_eq!(sacct.lines().next().unwrap().split(',').next(), Some("1000000"));
+        assert_eq!(
+            sacct.lines().next().unwrap().split(',').next(),
+            Some("1000000")
+        );
         assert_eq!(sacct.lines().flat_map(|l| l.split(',')).count(), 20_000);
     }
 
@@ -932,8 +938,15 @@ mod tests {
         assert_eq!(squeue, "mine\n");
         let listed = parts[0].stdout_text();
         assert!(listed.contains("1|PENDING") && listed.contains("5_[1-3]|PENDING"));
-        assert!(!listed.contains("9999"), "an untracked job is not sent back: {listed}");
+        assert!(
+            !listed.contains("9999"),
+            "an untracked job is not sent back: {listed}"
+        );
         assert_eq!(listed.lines().count(), MINE_FROM, "every tracked row kept");
-        assert_eq!(sacct.as_deref(), Some("2"), "only the unlisted job needs sacct");
+        assert_eq!(
+            sacct.as_deref(),
+            Some("2"),
+            "only the unlisted job needs sacct"
+        );
     }
 }

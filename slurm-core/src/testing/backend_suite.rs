@@ -313,7 +313,13 @@ pub async fn cancel_many_cancels_each_in_order<F: BackendFixture + ?Sized>(fixtu
     assert_eq!(done.state, JobState::Complete, "{done:?}");
     let mut live = Vec::new();
     for n in 0..3 {
-        live.push(submit(fixture, &fixture.spec(&format!("conf-many-{n}"), "sleep 300")).await);
+        live.push(
+            submit(
+                fixture,
+                &fixture.spec(&format!("conf-many-{n}"), "sleep 300"),
+            )
+            .await,
+        );
     }
     let ids = vec![
         live[0].id.clone(),
@@ -323,9 +329,17 @@ pub async fn cancel_many_cancels_each_in_order<F: BackendFixture + ?Sized>(fixtu
     ];
     let records = fixture.backend().cancel_many(&ids).await.unwrap();
     let answered: Vec<&JobId> = records.iter().map(|r| &r.id).collect();
-    assert_eq!(answered, ids.iter().collect::<Vec<_>>(), "in the order asked");
+    assert_eq!(
+        answered,
+        ids.iter().collect::<Vec<_>>(),
+        "in the order asked"
+    );
     assert_eq!(records[1].state, JobState::Complete);
-    assert_eq!(records[1].history.len(), done.history.len(), "left as it was");
+    assert_eq!(
+        records[1].history.len(),
+        done.history.len(),
+        "left as it was"
+    );
     for record in [&records[0], &records[2], &records[3]] {
         assert_eq!(record.state, JobState::Canceled, "{record:?}");
     }

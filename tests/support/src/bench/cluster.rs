@@ -50,8 +50,9 @@ pub fn track(h: &Harness, ids: &[SlurmJobId]) -> Vec<JobId> {
         .map(|id| {
             // Named after the SLURM job: minted ids (24 random bits) collide among thousands.
             let job = JobId::parse(&format!("bench-{id}-{}", std::process::id())).expect("an id");
-            let record = JobRecord::new(job.clone(), &spec, RemotePath::parse("/tmp/bench").unwrap())
-                .expect("a record");
+            let record =
+                JobRecord::new(job.clone(), &spec, RemotePath::parse("/tmp/bench").unwrap())
+                    .expect("a record");
             store.open(&record).expect("open a record");
             store
                 .mark(

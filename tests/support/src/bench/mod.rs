@@ -196,8 +196,13 @@ pub fn results_dir() -> PathBuf {
 
 /// Every area kept in the results folder, in the report's order (unknown names last).
 pub fn load_all() -> Vec<Area> {
+    load_from(&results_dir())
+}
+
+/// Every area kept in `dir` (a results folder), in the report's order.
+pub fn load_from(dir: &std::path::Path) -> Vec<Area> {
     let mut areas = Vec::new();
-    let Ok(entries) = std::fs::read_dir(results_dir()) else {
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return areas;
     };
     for entry in entries.flatten() {
@@ -249,7 +254,11 @@ pub fn machine() -> Vec<(String, String)> {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let cpu = cpuinfo
         .lines()
-        .find_map(|l| l.strip_prefix("model name")?.split_once(':').map(|(_, v)| v.trim().to_string()))
+        .find_map(|l| {
+            l.strip_prefix("model name")?
+                .split_once(':')
+                .map(|(_, v)| v.trim().to_string())
+        })
         .unwrap_or_else(|| "unknown".into());
     let cores = std::thread::available_parallelism()
         .map(|n| n.get().to_string())

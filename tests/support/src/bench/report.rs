@@ -43,7 +43,13 @@ pub fn row_line(row: &Row) -> String {
         let _ = write!(line, "; {} {} ({})", bare.what, time(bare.ms), ratio(r));
     }
     if let (Some(fresh), Some(s)) = (&row.fresh, row.speedup()) {
-        let _ = write!(line, "; {} {} ({} faster)", fresh.what, time(fresh.ms), ratio(s));
+        let _ = write!(
+            line,
+            "; {} {} ({} faster)",
+            fresh.what,
+            time(fresh.ms),
+            ratio(s)
+        );
     }
     if let Some(aim) = row.aim {
         let _ = write!(line, "; aim {}", ratio(aim));
@@ -62,17 +68,37 @@ fn cell_baseline(b: &Option<super::Baseline>) -> String {
     }
 }
 
-/// The markdown table of one area.
-pub fn table(area: &Area) -> String {
+/// The markdown table of one area; with `before` (the same area measured on the code
+/// before a change, see [`markdown`]), a column of each figure's time then.
+pub fn table(area: &Area, before: Option<&Area>) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "## {}\n", area.name);
+    let (before_head, before_rule) = match before {
+        Some(_) => (" before the change |", "---|"),
+        None => ("", ""),
+    };
     let _ = writeln!(
         out,
-        "| figure | slurm-run | {} | ratio | aim | {} | slurm-run is faster by | notes |",
+        "| figure | slurm-run |{before_head} {} | ratio | aim | {} | slurm-run is faster by | notes |",
         area.bare_label, area.fresh_label
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|{before_rule}---|---|---|---|---|---|");
     for row in &area.rows {
+        let then = match before {
+            Some(before) => {
+                let cell = before
+                    .rows
+                    .iter()
+                    .find(|b| b.figure == row.figure)
+                    .map(|b| match b.ratio() {
+                        Some(r) => format!("{} ({})", time(b.ms), ratio(r)),
+                        None => time(b.ms),
+                    })
+                    .unwrap_or_else(|| "-".into());
+                format!(" {cell} |")
+            }
+            None => String::new(),
+        };
         let aim = match (row.aim, row.aim_met()) {
             (Some(aim), Some(true)) => format!("≤ {} met", ratio(aim)),
             (Some(aim), _) => format!("≤ {} **not met**", ratio(aim)),
@@ -80,7 +106,7 @@ pub fn table(area: &Area) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} |{then} {} | {} | {} | {} | {} | {} |",
             row.figure,
             time(row.ms),
             cell_baseline(&row.bare),
@@ -98,8 +124,10 @@ pub fn table(area: &Area) -> String {
     out
 }
 
-/// The whole report. `minutes` is how long the run took.
-pub fn markdown(areas: &[Area], minutes: Option<f64>) -> String {
+/// The whole report. `minutes` is how long the run took. `before` holds the areas of the
+/// same benches run on the code before a change (their own ratio to their own bare
+/// command in brackets), shown beside each figure when given.
+pub fn markdown(areas: &[Area], before: &[Area], minutes: Option<f64>) -> String {
     let mut out = String::from(
         "# slurm-run benchmarks\n\n\
          Written by `make bench` (the benches in `benches/` against the local test bed, then\n\
@@ -129,8 +157,17 @@ pub fn markdown(areas: &[Area], minutes: Option<f64>) -> String {
         let _ = writeln!(out, "| `make bench` took | {minutes:.1} min |");
     }
     out.push('\n');
+    if !before.is_empty() {
+        let _ = writeln!(
+            out,
+            "*Before the change*: the same benches run on the code before it, just before \
+             this run, on the same test bed (`SLURM_RUN_BENCH_BEFORE`); in brackets that \
+             run's ratio to its own bare command.\n"
+        );
+    }
     for area in areas {
-        out.push_str(&table(area));
+        let then = before.iter().find(|b| b.name == area.name);
+        out.push_str(&table(area, then));
         if area.series.iter().any(|s| !s.points.is_empty()) {
             let _ = writeln!(
                 out,
@@ -185,7 +222,9 @@ pub fn plot(series: &[Series], path: &Path) -> Result<(), Box<dyn std::error::Er
         chart
             .draw_series(LineSeries::new(line, color.stroke_width(2)))?
             .label(s.name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
         chart.draw_series(s.points.iter().map(|(x, y, extrapolated)| {
             let style = if *extrapolated {
                 color.stroke_width(2)
@@ -232,8 +271,16 @@ mod tests {
             rows: vec![row],
             ..Area::new("poll", "bare", "fresh ssh")
         };
-        let table = table(&area);
-        assert!(table.contains("| 12.0 ms | 10.0 ms (squeue) | 1.20x | ≤ 1.10x **not met** | 24.0 s (ssh per job, extrapolated) | 2000x |"), "{table}");
+        let text = table(&area, None);
+        assert!(text.contains("| 12.0 ms | 10.0 ms (squeue) | 1.20x | ≤ 1.10x **not met** | 24.0 s (ssh per job, extrapolated) | 2000x |"), "{text}");
+        // With the figures of before a change: its time and its own ratio beside.
+        let mut then = area.clone();
+        then.rows[0].ms = 30.0;
+        let text = table(&area, Some(&then));
+        assert!(
+            text.contains("| 12.0 ms | 30.0 ms (3.00x) | 10.0 ms (squeue) | 1.20x |"),
+            "{text}"
+        );
     }
 
     #[test]
