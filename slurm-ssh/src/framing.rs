@@ -22,8 +22,9 @@
 //!    reused pid, or a shell that landed on another host behind the same name, is never hit.
 //! 3. *A command.* One line `__sr_run MARKER N 'QUOTED COMMAND LINE'`, then exactly
 //!    `N` raw stdin bytes (read by `head -c N` into a file, emptied when the command
-//!    ends, removed with the old files: the input of a submit holds the secrets
-//!    sidecar), then the line `MARKER`. When the file cannot be written (a full `/tmp`)
+//!    ends and removed once its answer is sent, before the next command is read, so the
+//!    removal's process start is not in the round trip: the input of a submit holds the
+//!    secrets sidecar), then the line `MARKER`. When the file cannot be written (a full `/tmp`)
 //!    the command is refused and the shell exits at once, before it reads another byte:
 //!    no byte of the input is ever read as shell input (the transport opens a new shell).
 //!    Output goes to files named per command (a background process a command left
@@ -90,7 +91,9 @@ __sr_run() {
   IFS= read -r ok
   if [ "$ok" != "$m" ]; then
     if [ "$n" -gt 0 ]; then : > "$src"; fi
-    printf '%s X\n' "$m"; return
+    printf '%s X\n' "$m"
+    if [ "$n" -gt 0 ]; then rm -f -- "$src"; fi
+    return
   fi
   ( umask "$__sr_um"; export __SR_JOB="$m"; eval "$3" ) < "$src" > "$o" 2> "$e" &
   p=$!
@@ -105,6 +108,7 @@ __sr_run() {
     printf '%s O' "$m"
   fi
   printf '%s E %d\n' "$m" "$s"
+  if [ "$n" -gt 0 ]; then rm -f -- "$src"; fi
 }
 "#;
 

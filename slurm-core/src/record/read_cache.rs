@@ -140,8 +140,9 @@ mod tests {
         let id = JobId::parse("kept-abcdef").unwrap();
         let cache = ReadCache::settled_after(Duration::ZERO);
         let first = identity(&path);
-        cache.keep(&id, first, &record(id.clone()));
-        assert_eq!(cache.get(&id, &first), Some(record(id.clone())));
+        let kept = record(id.clone());
+        cache.keep(&id, first, &kept);
+        assert_eq!(cache.get(&id, &first), Some(kept));
         // Replaced as the store replaces a record: a new file renamed over the old one,
         // even with the same length.
         let tmp = dir.path().join(".tmp");
