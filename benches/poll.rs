@@ -200,6 +200,21 @@ async fn main() {
          baseline is measured whole up to 100 jobs and extrapolated from {FRESH_SAMPLE} jobs \
          above (the reference's way would take minutes to hours there)."
     ));
+    area.notes.push(
+        "What stays above the bare squeue, and why. A poll of a few jobs pays for the \
+         framed command around squeue: the remote `bash` that runs `poll.sh`, one `awk` that \
+         decides which jobs need sacct (and, with `--me`, one that keeps the tracked rows), \
+         each a process start, plus the client reading and checking each record; on this \
+         2-core machine, shared with slurmctld and slurmdbd, a process start costs \
+         milliseconds, so a squeue of one id that takes a few milliseconds is outweighed. \
+         From `MINE_FROM` (64) jobs the poll asks `squeue --me`, whose cost does not grow \
+         with the number tracked, so it stays near the bare command at 100 jobs; at 1,000 \
+         and 10,000 jobs what is left is the client's own work per job (the ids on stdin, \
+         the rows back, a stat of each record, an observation per job: the records bench's \
+         per-poll time of a 10,000-job watch is that cost without the cluster), which the \
+         bare command does not do."
+            .to_string(),
+    );
     cancel_all(&h, &all).await;
     area.save();
 }

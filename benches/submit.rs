@@ -175,6 +175,20 @@ async fn main() {
     submit_latency(&h, &mut area, &mut jobs).await;
     throughput(&h, &mut area, &mut jobs).await;
     area.notes.push(
+        "What stays above the bare sbatch, and why. A submit does what a bare sbatch of a \
+         one-line job does not, and keeps doing it: locally the render, the secret lint and \
+         its `bash -n` (one process; the next one is started ahead, in the background), the \
+         record opened and marked PENDING with fsyncs (a crash must not lose a submitted \
+         job); remotely, in the same round trip, the staged files unpacked by `tar`, \
+         verified by `sha256sum`, the attempt's fence made (`mkdir`), sbatch under \
+         `timeout`, and its answer kept on disk (`mv`) so a lost answer can be settled \
+         exactly once. Those are five process starts beside sbatch's own, on a 2-core \
+         machine that also runs the scheduler, its database and sshd: so one submit stays \
+         well above the aim, and 1,000 at once are bounded by the same CPU (the bare \
+         sbatch runs are bounded by slurmctld alone)."
+            .to_string(),
+    );
+    area.notes.push(
         "Submits and bare sbatch alternate (one each, 25 times); the throughput figure sends \
          all its submits at once through one backend (the same pooled connections as the bare \
          sbatch). Every job waits an hour to start (`--begin=now+1hour`) and is cancelled \
