@@ -202,17 +202,19 @@ async fn main() {
     ));
     area.notes.push(
         "What stays above the bare squeue, and why. A poll of a few jobs pays for the \
-         framed command around squeue: the remote `bash` that runs `poll.sh`, one `awk` that \
-         decides which jobs need sacct (and, with `--me`, one that keeps the tracked rows), \
-         each a process start, plus the client reading and checking each record; on this \
-         2-core machine, shared with slurmctld and slurmdbd, a process start costs \
-         milliseconds, so a squeue of one id that takes a few milliseconds is outweighed. \
+         script around squeue: the remote `bash` that runs `poll.sh`, the `mktemp` and \
+         `rm` of its frame folder and one `awk` that decides which jobs need sacct (and, \
+         with `--me`, one that keeps the tracked rows): four process starts, about 2 ms each \
+         on this 2-core machine shared with slurmctld and slurmdbd, against a squeue of one \
+         id that takes a few milliseconds. The client's own part is small there: the same \
+         poll command sent alone over the connection costs what the library's poll does. \
          From `MINE_FROM` (64) jobs the poll asks `squeue --me`, whose cost does not grow \
          with the number tracked, so it stays near the bare command at 100 jobs; at 1,000 \
-         and 10,000 jobs what is left is the client's own work per job (the ids on stdin, \
-         the rows back, a stat of each record, an observation per job: the records bench's \
-         per-poll time of a 10,000-job watch is that cost without the cluster), which the \
-         bare command does not do."
+         and 10,000 jobs what is left is the client's own work per job: the ids on stdin, \
+         the rows back and parsed, a stat and a copy of each kept record, an observation \
+         per job (the records bench's per-poll time of a 10,000-job watch is that cost \
+         without the cluster; profiled, it is spread over the stats, allocation and \
+         copies, with no one hot spot), which the bare command does not do."
             .to_string(),
     );
     cancel_all(&h, &all).await;
