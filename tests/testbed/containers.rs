@@ -586,3 +586,58 @@ async fn a_direct_sqsh_runs_and_a_truncated_one_is_refused() {
     );
     remote(&h, Command::new("rm").args(["-rf", "--"]).arg(&dir)).await;
 }
+
+/// A node's `/tmp` may hold a folder an earlier job of the same SLURM id left there,
+/// owned by someone else (another user, or the cluster before its job ids restarted):
+/// the conversion's node-local temp folder is its own, so such a folder breaks nothing.
+/// (On the old script, which reused `/tmp/enroot-slurm-run-<job id>`, enroot exited 1
+/// with no message and the submit was refused as "registry refused".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_temp_folder_left_under_the_same_job_id_breaks_no_conversion() {
+    let _cluster = cluster::exclusive().await;
+    let h = harness_in(Some(&format!("stale-tmp-{}", stamp())));
+    with_credentials(&h).await;
+    let config = remote(&h, Command::new("scontrol").args(["show", "config"])).await;
+    let next: u64 = config
+        .lines()
+        .find_map(|line| {
+            let (key, value) = line.split_once('=')?;
+            (key.trim() == "NEXT_JOB_ID").then(|| value.trim().parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("no NEXT_JOB_ID in {config}"));
+    // The test bed's nodes share this machine's /tmp: plant foreign folders (owned by
+    // the test's user, not the job user) for the next job ids.
+    let planted = Planted(
+        (next..next + 20)
+            .map(|id| std::path::PathBuf::from(format!("/tmp/enroot-slurm-run-{id}")))
+            .filter(|path| std::fs::create_dir(path).is_ok())
+            .collect(),
+    );
+    assert!(!planted.0.is_empty(), "no folder could be planted");
+
+    let record = run_to_end(
+        &h,
+        &image_spec("stale-tmp", &tiny(&h, "1"), "cat /etc/slurm-run-image"),
+    )
+    .await;
+    drop(planted);
+    assert_eq!(record.state, JobState::Complete, "{:?}", record.history);
+    assert!(
+        conversion_job(&record).is_some(),
+        "{}",
+        submit_message(&record)
+    );
+    assert!(logs(&h, &record).await.contains("slurm-run/tiny:1"));
+    remove_root(&h).await;
+}
+
+/// Folders a test planted, removed when it ends (a failing test too).
+struct Planted(Vec<std::path::PathBuf>);
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_dir(path);
+        }
+    }
+}

@@ -4,7 +4,8 @@
 # $5 `force` to convert again although a whole image is there (a `:latest` asked
 # anew), else `reuse`. One conversion per image at a time (a lock beside it): a
 # submit that waited finds the image made and converts nothing. enroot writes to a
-# temporary name on node-local temp paths, then the result is checked whole
+# temporary name on node-local temp paths (a folder of its own, never one an
+# earlier job of the same id left behind), then the result is checked whole
 # (sqsh_whole) and renamed. Prints `present` or `converted JOBID`; enroot's own
 # lines go to stderr. Exit statuses: ConvertExit.
 set -uo pipefail
@@ -24,9 +25,9 @@ srun --chdir=/tmp -n1 -c4 --mem=7200M -p "$part" -t "$minutes" --job-name=slurm-
       echo "slurm-run-no-enroot on $(hostname)"; exit 127
     fi
     set -euo pipefail
-    export TMPDIR=/tmp ENROOT_TEMP_PATH="/tmp/enroot-slurm-run-$SLURM_JOB_ID"
-    export SLURM_ENROOT_TEMP_PATH="$ENROOT_TEMP_PATH"
-    mkdir -p "$ENROOT_TEMP_PATH"
+    export TMPDIR=/tmp
+    ENROOT_TEMP_PATH=$(mktemp -d "/tmp/enroot-slurm-run-$SLURM_JOB_ID.XXXXXX")
+    export ENROOT_TEMP_PATH SLURM_ENROOT_TEMP_PATH="$ENROOT_TEMP_PATH"
     trap '\''rm -rf "$ENROOT_TEMP_PATH"'\'' EXIT
     cd /tmp
     enroot import -o "$1" "$2"' slurm-run-convert "$tmp" "$uri" >"$log" 2>&1
