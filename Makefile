@@ -20,9 +20,15 @@ demo: testbed-up
 test: testbed-up
 	$(TESTBED_ENV) && RUST_TEST_THREADS=$${RUST_TEST_THREADS:-4} cargo test --workspace --features testbed --no-fail-fast
 
-## Benchmarks (some need the test bed); each prints ratios against a baseline measured in the same run.
+## Benchmarks (most need the test bed): each figure against the bare Slurm command measured in the same
+## run; then bench-report writes BENCHMARKS.md and its plot (docs/benchmarks-poll.svg) from their figures
+## (SLURM_RUN_BENCH_BEFORE=<results folder of a run on older code> adds a column of the figures then).
 bench: testbed-up
-	$(TESTBED_ENV) && cargo bench --workspace --all-features
+	$(TESTBED_ENV) && export SLURM_RUN_BENCH_STARTED=$$(date +%s) \
+	  SLURM_RUN_BENCH_RESULTS=$${CARGO_TARGET_DIR:-$(CURDIR)/target}/slurm-run-bench && \
+	  rm -rf -- "$$SLURM_RUN_BENCH_RESULTS" && \
+	  cargo bench --workspace --all-features && \
+	  cargo run --release --quiet -p slurm-run-testsupport --bin bench-report
 
 ## The soak (the `soak` test binary): a few hundred small jobs under connection kills and lost answers,
 ## then exactly-once and consistency checks (SLURM_RUN_SOAK_JOBS, SLURM_RUN_SOAK_SECONDS bound it;

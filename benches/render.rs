@@ -1,12 +1,17 @@
 //! Render plus lint of the multinode template: scripts per second on one core.
 //!
-//! Three measurements: render alone, render + secret scan (no process started), and
-//! render + the full lint (secret scan and `bash -n`, which starts one bash).
+//! Four measurements: render alone, render + secret scan (no process started),
+//! render + the full lint (secret scan and `bash -n`, which starts one bash), and the
+//! reference's own lint step, `bash -n` of the rendered script, as the baseline. Writes
+//! the `render` area of `BENCHMARKS.md` from criterion's estimates.
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput};
 use slurm_core::redact::SecretRegistry;
 use slurm_core::render::{EnvVar, Renderer, ScriptContext, TemplateKind};
 use slurm_render::{scan_secrets, HandlebarsRenderer};
+use slurm_run_testsupport::bench::{results_dir, Area, Baseline, Row};
 
 fn context() -> ScriptContext {
     ScriptContext {
@@ -58,14 +63,18 @@ fn bench(c: &mut Criterion) {
     group.bench_function("render", |b| {
         b.iter(|| renderer.render(TemplateKind::MultiNode, &context).unwrap())
     });
-    group.bench_function("render+scan", |b| {
+    group.bench_function("render_scan", |b| {
         b.iter(|| {
             let script = renderer.render(TemplateKind::MultiNode, &context).unwrap();
             assert!(scan_secrets(&script, &secrets).is_empty());
             script
         })
     });
-    group.bench_function("render+lint(bash -n)", |b| {
+    let script = renderer.render(TemplateKind::MultiNode, &context).unwrap();
+    group.bench_function("bash_n", |b| {
+        b.iter(|| assert!(slurm_render::check_syntax(&script).unwrap().is_empty()))
+    });
+    group.bench_function("render_lint", |b| {
         b.iter(|| {
             let script = renderer.render(TemplateKind::MultiNode, &context).unwrap();
             renderer.lint(&script, &secrets).unwrap();
@@ -75,5 +84,49 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
-criterion_main!(benches);
+/// Criterion's median estimate of `name` in the `multinode` group.
+fn estimate(name: &str) -> Duration {
+    let path = results_dir()
+        .join("criterion/multinode")
+        .join(name)
+        .join("new/estimates.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("criterion's estimates {}: {e}", path.display()));
+    let json: serde_json::Value = serde_json::from_str(&text).expect("criterion's JSON");
+    let ns = json["median"]["point_estimate"]
+        .as_f64()
+        .expect("a median estimate");
+    Duration::from_nanos(ns as u64)
+}
+
+fn main() {
+    let mut criterion = Criterion::default()
+        .output_directory(&results_dir().join("criterion"))
+        .configure_from_args();
+    bench(&mut criterion);
+    criterion.final_summary();
+    if !std::env::args().any(|a| a == "--bench") {
+        return; // `cargo test --benches` runs each function once: nothing to report
+    }
+    let mut area = Area::new("render", "`bash -n` of the script alone", "-");
+    let bash_n = Baseline::measured("the reference's lint step", estimate("bash_n"));
+    area.push(Row::new(
+        "render the multinode template",
+        estimate("render"),
+    ));
+    area.push(Row::new("render + secret scan", estimate("render_scan")).note("no process started"));
+    area.push(
+        Row::new(
+            "render + full lint (secret scan, `bash -n`)",
+            estimate("render_lint"),
+        )
+        .bare(bash_n)
+        .note("what a submit does before it opens the record"),
+    );
+    area.notes.push(
+        "Criterion's median per script, one core. The full lint starts one `bash -n`; the \
+         baseline is that process alone on the same script."
+            .to_string(),
+    );
+    area.save();
+}

@@ -1,8 +1,9 @@
 //! Latency of one command through each way of reaching the login node (needs the test bed).
 //!
-//! `cargo bench --bench transport` prints the median of `true` and of `sacct` through
-//! Ssh2Transport, OpenSshTransport, a bare ssh2 exec channel per command, and a fresh
-//! `ssh -o BatchMode=yes` process per command, with ratios to Ssh2Transport.
+//! `cargo bench --bench transport` measures the median of `true` and of `sacct` through
+//! Ssh2Transport and OpenSshTransport, against a bare ssh2 exec channel per command on
+//! an already open session (the limit) and a fresh `ssh -o BatchMode=yes` process per
+//! command (the reference's way); writes the `transport` area of `BENCHMARKS.md`.
 
 use std::io::Read;
 use std::net::TcpStream;
@@ -10,14 +11,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use slurm_core::transport::{Command, Transport};
+use slurm_run_testsupport::bench::{median, Area, Baseline, Row};
 use slurm_run_testsupport::testbed::{testbed_env, Master, Testbed};
 use slurm_run_testsupport::transports::{openssh_builder, ssh2_builder};
 use slurm_ssh::{OpenSshTransport, Ssh2Transport};
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
 
 async fn through<T: Transport>(t: &T, command: &Command, n: usize) -> Duration {
     for _ in 0..3 {
@@ -82,10 +79,6 @@ fn fresh_ssh(tb: &Testbed, line: &str, n: usize) -> Duration {
     median(samples)
 }
 
-fn ms(d: Duration) -> String {
-    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
-}
-
 fn main() {
     // `cargo test --benches` runs this binary without `--bench`: nothing to measure then.
     if !std::env::args().any(|a| a == "--bench") {
@@ -113,8 +106,11 @@ fn main() {
             "sacct -n -X -o JobID,State",
         ),
     ];
-    println!("| command | Ssh2Transport | OpenSshTransport | ssh2 exec channel | fresh ssh | exec/Ssh2 | fresh/Ssh2 |");
-    println!("|---|---|---|---|---|---|---|");
+    let mut area = Area::new(
+        "transport",
+        "a new exec channel per command on an open ssh2 session",
+        "a fresh `ssh` per command",
+    );
     for (name, command, line) in cases {
         let (t_ssh2, t_open) = rt.block_on(async {
             ssh2.connect().await.expect("connect");
@@ -125,16 +121,27 @@ fn main() {
         });
         let t_exec = bare_exec(&tb, line, 20);
         let t_fresh = fresh_ssh(&tb, line, 15);
-        println!(
-            "| {name} | {} | {} | {} | {} | {:.0}x | {:.0}x |",
-            ms(t_ssh2),
-            ms(t_open),
-            ms(t_exec),
-            ms(t_fresh),
-            t_exec.as_secs_f64() / t_ssh2.as_secs_f64(),
-            t_fresh.as_secs_f64() / t_ssh2.as_secs_f64(),
+        area.push(
+            Row::new(format!("`{name}` through Ssh2Transport"), t_ssh2)
+                .bare(Baseline::measured("ssh2 exec channel", t_exec))
+                .fresh(Baseline::measured("ssh host ...", t_fresh))
+                .note("a long-lived framed shell per connection"),
+        );
+        area.push(
+            Row::new(format!("`{name}` through OpenSshTransport"), t_open)
+                .bare(Baseline::measured("ssh2 exec channel", t_exec))
+                .fresh(Baseline::measured("ssh host ...", t_fresh))
+                .note("a framed shell over a ControlMaster"),
         );
     }
+    area.notes.push(
+        "Medians of 200 commands through each transport (after 3 warm-up commands), 20 exec \
+         channels and 15 fresh `ssh` processes. The framed shell runs each command in a \
+         subshell with its output in files, so a command costs a fork more than an exec \
+         channel, and saves the channel's open and close."
+            .to_string(),
+    );
+    area.save();
     drop(openssh);
     drop(master);
 }

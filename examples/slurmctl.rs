@@ -452,15 +452,24 @@ async fn run(cli: &Cli, out: &Out) -> slurm_run::Result<u8> {
                 .map(|t| TaskSet::parse("--tasks", t))
                 .transpose()?;
             let backend = global.backend()?;
-            let mut records = Vec::new();
-            for id in &ids {
-                let progress = Progress::start(&format!("cancelling {id}"));
-                records.push(match &tasks {
-                    Some(tasks) => backend.cancel_tasks(id, tasks).await?,
-                    None => backend.cancel(id).await?,
-                });
-                progress.finish();
-            }
+            let records = match &tasks {
+                Some(tasks) => {
+                    let mut records = Vec::new();
+                    for id in &ids {
+                        let progress = Progress::start(&format!("cancelling {id}"));
+                        records.push(backend.cancel_tasks(id, tasks).await?);
+                        progress.finish();
+                    }
+                    records
+                }
+                // Every job in one scancel, confirmed by one poll for all.
+                None => {
+                    let progress = Progress::start(&format!("cancelling {} job(s)", ids.len()));
+                    let records = backend.cancel_many(&ids).await?;
+                    progress.finish();
+                    records
+                }
+            };
             out.jobs(records.iter().map(|r| (r, None)));
             Ok(0)
         }

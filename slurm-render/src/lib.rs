@@ -38,6 +38,7 @@
 
 pub mod lint;
 mod renderer;
+mod syntax;
 mod validate;
 
 pub use lint::{check_syntax, lint_script, scan_secrets};

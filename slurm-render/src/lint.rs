@@ -22,8 +22,6 @@
 //! value (`--export=ALL,HF_TOKEN`) pass. [`check_syntax`] adds [`BASH_SYNTAX`] findings.
 
 use std::collections::BTreeSet;
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -233,37 +231,12 @@ fn scan_line(n: usize, line: &str, found: &mut Findings) {
     }
 }
 
-/// Run `bash -n` on `script` (given on standard input; nothing is executed) and return
-/// one [`BASH_SYNTAX`] finding per line it complains about. Bash's message is not kept
+/// Run `bash -n` on `script` (given on standard input; nothing is executed; the process
+/// is started ahead, see `syntax.rs`) and return one [`BASH_SYNTAX`] finding per line it
+/// complains about. Bash's message is not kept
 /// (it can quote script text). Fails only when bash cannot be started.
 pub fn check_syntax(script: &str) -> Result<Vec<LintFinding>> {
-    let mut child = Command::new("bash")
-        .arg("-n")
-        .env_remove("BASH_ENV")
-        .env_remove("ENV")
-        .env("LC_ALL", "C")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
-            Error::io(
-                "starting `bash -n` for the syntax check (is bash on PATH?)",
-                e,
-            )
-        })?;
-    let mut stdin = child.stdin.take().expect("stdin is piped");
-    let output = std::thread::scope(|scope| {
-        // Written from a thread so a large script cannot deadlock against bash's stderr.
-        let writer = scope.spawn(move || {
-            // bash may stop reading early on a syntax error; a broken pipe is not a failure.
-            let _ = stdin.write_all(script.as_bytes());
-        });
-        let output = child.wait_with_output();
-        let _ = writer.join();
-        output
-    })
-    .map_err(|e| Error::io("waiting for `bash -n`", e))?;
+    let output = crate::syntax::bash_n(script)?;
     if output.status.success() {
         return Ok(Vec::new());
     }

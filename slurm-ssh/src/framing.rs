@@ -21,10 +21,12 @@
 //!    group that carry the command's marker in their environment (`__SR_JOB`). So a
 //!    reused pid, or a shell that landed on another host behind the same name, is never hit.
 //! 3. *A command.* One line `__sr_run MARKER N 'QUOTED COMMAND LINE'`, then exactly
-//!    `N` raw stdin bytes (read by `head -c N` into a file, removed when the command
-//!    ends: the input of a submit holds the secrets sidecar), then the line `MARKER`.
-//!    All `N` bytes are read even when the file cannot be written (a full `/tmp`): the
-//!    command is then refused, and no byte of its input is ever read as shell input.
+//!    `N` raw stdin bytes (read by `head -c N` into a file, emptied when the command
+//!    ends and removed once its answer is sent, before the next command is read, so the
+//!    removal's process start is not in the round trip: the input of a submit holds the
+//!    secrets sidecar), then the line `MARKER`. When the file cannot be written (a full `/tmp`)
+//!    the command is refused and the shell exits at once, before it reads another byte:
+//!    no byte of the input is ever read as shell input (the transport opens a new shell).
 //!    Output goes to files named per command (a background process a command left
 //!    behind writes into its own file, never into the framing or the next command's
 //!    output); old files are removed every 64 commands.
@@ -82,19 +84,23 @@ __sr_run() {
   o=$__sr_d/o.$__sr_n e=$__sr_d/e.$__sr_n
   if [ "$n" -gt 0 ]; then
     src=$__sr_d/i.$__sr_n
-    head -c "$n" | { cat > "$src" || { cat > /dev/null; rm -f -- "$src"; }; }
+    if ! head -c "$n" > "$src"; then
+      : > "$src"; printf '%s X\n' "$m"; exit 95
+    fi
   fi
   IFS= read -r ok
-  if [ "$ok" != "$m" ] || { [ "$n" -gt 0 ] && [ ! -e "$src" ]; }; then
+  if [ "$ok" != "$m" ]; then
+    if [ "$n" -gt 0 ]; then : > "$src"; fi
+    printf '%s X\n' "$m"
     if [ "$n" -gt 0 ]; then rm -f -- "$src"; fi
-    printf '%s X\n' "$m"; return
+    return
   fi
   ( umask "$__sr_um"; export __SR_JOB="$m"; eval "$3" ) < "$src" > "$o" 2> "$e" &
   p=$!
   if read -r f < "/proc/$p/stat"; then read -r -a f <<< "${f##*) }"; t=${f[19]}; fi
   printf '%s P %d %s %s\n' "$m" "$p" "$t" "$__sr_boot"
   wait "$p"; s=$?
-  if [ "$n" -gt 0 ]; then rm -f -- "$src"; fi
+  if [ "$n" -gt 0 ]; then : > "$src"; fi
   if [ -s "$o" ] || [ -s "$e" ]; then
     printf '%s O' "$m" > "$__sr_d/m"
     cat -- "$o" "$__sr_d/m" "$e"
@@ -102,6 +108,7 @@ __sr_run() {
     printf '%s O' "$m"
   fi
   printf '%s E %d\n' "$m" "$s"
+  if [ "$n" -gt 0 ]; then rm -f -- "$src"; fi
 }
 "#;
 

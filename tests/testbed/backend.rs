@@ -10,10 +10,12 @@ use slurm_core::backend::{
     Backend, LogOptions, LogStream, SubmitOptions, WatchEvent, WatchOptions,
 };
 use slurm_core::classify::{ErrorClass, RetryPolicy};
+use slurm_core::record::JobId;
 use slurm_core::testing::Fault;
 use slurm_core::transport::Command;
 use slurm_core::{ErrorKind, JobState};
 use slurm_run_testsupport::backend::{harness, jobs_named, remote, small_spec, wait_terminal};
+use slurm_run_testsupport::bench::cluster::{cancel_all, held_jobs, track};
 use slurm_run_testsupport::cluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -458,4 +460,99 @@ async fn follow_streams_the_log_until_the_job_ends_and_infra_failures_are_retrie
     let last = last.unwrap();
     assert_eq!(last.id(), &retried.id);
     assert_eq!(last.state(), JobState::Complete);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_many_sends_one_scancel_for_every_job_and_polls_them_together() {
+    let _cluster = cluster::shared().await;
+    let h = harness();
+    let mut spec = small_spec("manycancel", "true");
+    spec.extra_sbatch = vec!["--begin=now+1hour".into()];
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(
+            h.backend
+                .submit(&spec, SubmitOptions::default())
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    h.transport.reset();
+    let records = h.backend.cancel_many(&ids).await.unwrap();
+    assert!(
+        records.iter().all(|r| r.state == JobState::Canceled),
+        "{records:?}"
+    );
+    let labels = h.transport.labels();
+    let scancels: Vec<&String> = labels.iter().filter(|l| l.contains("scancel")).collect();
+    assert_eq!(
+        scancels.len(),
+        1,
+        "one scancel round trip for 5 jobs: {labels:?}"
+    );
+    let polls = labels
+        .iter()
+        .filter(|l| l.starts_with("poll 5 job(s)"))
+        .count();
+    assert!(polls >= 1, "the 5 jobs are polled together: {labels:?}");
+    // Each job is gone from the queue, CANCELLED by the scheduler.
+    for record in &records {
+        let native = record.backend_ref.as_ref().unwrap().native_id.clone();
+        let state = remote(
+            &h,
+            Command::new("squeue")
+                .args(["--noheader", "--states=all", "--format=%T", "--jobs"])
+                .arg(native),
+        )
+        .await;
+        assert!(
+            state.trim().is_empty() || state.trim() == "CANCELLED",
+            "{state}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_of_many_jobs_lists_the_users_own_and_answers_for_each_tracked_one() {
+    // From MINE_FROM (64) jobs the poll asks squeue for the user's own jobs (`--me`) and
+    // keeps the tracked ones on the login node: every tracked job is still answered for,
+    // one that ended through sacct, and the user's untracked job changes nothing.
+    let _cluster = cluster::shared().await;
+    let h = harness();
+    let held = held_jobs(&h, 81).await;
+    // The last one is the user's but not tracked.
+    let tracked = &held[..80];
+    let records = track(&h, tracked);
+    let cancelled = remote(&h, Command::new("scancel").arg(tracked[7].to_string())).await;
+    assert!(cancelled.trim().is_empty(), "{cancelled}");
+    h.transport.reset();
+    let statuses = h.backend.status_many(&records).await.unwrap();
+    assert_eq!(
+        h.transport.count(),
+        1,
+        "one round trip: {:?}",
+        h.transport.labels()
+    );
+    let answered: Vec<&JobId> = statuses.iter().map(|s| &s.record.id).collect();
+    assert_eq!(
+        answered,
+        records.iter().collect::<Vec<_>>(),
+        "in the order asked"
+    );
+    for (n, status) in statuses.iter().enumerate() {
+        let want = if n == 7 {
+            JobState::Canceled
+        } else {
+            JobState::Pending
+        };
+        assert_eq!(status.state(), want, "job {n}: {status:?}");
+    }
+    // The same jobs asked by a poll of a few (explicit ids) agree.
+    let few = h.backend.status_many(&records[..3]).await.unwrap();
+    assert!(
+        few.iter().all(|s| s.state() == JobState::Pending),
+        "{few:?}"
+    );
+    cancel_all(&h, &held).await;
 }

@@ -72,6 +72,17 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// that changes nothing.
     async fn cancel(&self, id: &JobId) -> Result<JobRecord>;
 
+    /// Cancel several jobs, as [`cancel`](Backend::cancel) does each; the records in the
+    /// order of `ids`. The default cancels them in turn; a backend that can cancel many
+    /// jobs in one request (SLURM: one `scancel`, then one poll for all) does.
+    async fn cancel_many(&self, ids: &[JobId]) -> Result<Vec<JobRecord>> {
+        let mut records = Vec::with_capacity(ids.len());
+        for id in ids {
+            records.push(self.cancel(id).await?);
+        }
+        Ok(records)
+    }
+
     /// Cancel some tasks of the array `id`; the others go on. Tasks already ended
     /// are left as they are; an index the array does not have is an error.
     async fn cancel_tasks(&self, id: &JobId, tasks: &TaskSet) -> Result<JobRecord>;
@@ -125,6 +136,9 @@ macro_rules! forward_backend {
             }
             async fn cancel(&self, id: &JobId) -> Result<JobRecord> {
                 (**self).cancel(id).await
+            }
+            async fn cancel_many(&self, ids: &[JobId]) -> Result<Vec<JobRecord>> {
+                (**self).cancel_many(ids).await
             }
             async fn cancel_tasks(&self, id: &JobId, tasks: &TaskSet) -> Result<JobRecord> {
                 (**self).cancel_tasks(id, tasks).await

@@ -11,11 +11,16 @@
 //! `<id>.json` and the folder is fsynced, so a reader sees the old record or the
 //! new one, never half of one, even when the writer is killed mid-write. A new
 //! record is linked into place without replacing anything (create-exclusive).
+//!
+//! `get` keeps what it read with the identity of the file it came from, so an unchanged
+//! record is not read and parsed again (see `read_cache.rs`); `list` reads every file.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use super::read_cache::{FileIdentity, ReadCache};
 use crate::record::{
     apply_mark, apply_update, JobId, JobRecord, Mark, RecordFilter, RecordStore, SubmitLease,
     SCHEMA_VERSION,
@@ -31,6 +36,8 @@ const TEMP_PREFIX: &str = ".tmp-";
 pub struct FileRecordStore {
     dir: PathBuf,
     redactor: Option<SecretRegistry>,
+    /// Records `get` read, shared by the clones of this store.
+    cache: Arc<ReadCache>,
 }
 
 impl FileRecordStore {
@@ -50,7 +57,16 @@ impl FileRecordStore {
         Ok(FileRecordStore {
             dir,
             redactor: None,
+            cache: Arc::new(ReadCache::default()),
         })
+    }
+
+    /// A store whose `get` keeps records whose file changed at least `settled` ago
+    /// (tests of the read cache).
+    #[cfg(test)]
+    fn with_read_cache_settled(mut self, settled: std::time::Duration) -> Self {
+        self.cache = Arc::new(ReadCache::settled_after(settled));
+        self
     }
 
     /// Redact transition messages with `registry` before they are written.
@@ -132,11 +148,17 @@ impl FileRecordStore {
             .map_err(|e| Error::io(format!("syncing the folder {}", self.dir.display()), e))
     }
 
-    /// Read one record file.
-    fn read(&self, id: &JobId) -> Result<JobRecord> {
+    /// Read one record file, and the identity of the file it came from.
+    fn read(&self, id: &JobId) -> Result<(JobRecord, FileIdentity)> {
         let path = self.record_path(id);
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
+        let opened = File::open(&path).and_then(|mut file| {
+            let identity = FileIdentity::of(&file.metadata()?);
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes)?;
+            Ok((bytes, identity))
+        });
+        let (bytes, identity) = match opened {
+            Ok(read) => read,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(Error::NotFound(format!(
                     "job record {id} in {}",
@@ -160,6 +182,19 @@ impl FileRecordStore {
         if &record.id != id {
             return Err(corrupt(format!("holds id {} instead of {id}", record.id)));
         }
+        Ok((record, identity))
+    }
+
+    /// Record `id` as its file holds it now: kept from an earlier read while the file is
+    /// the same one, else read (and kept).
+    fn read_kept(&self, id: &JobId) -> Result<JobRecord> {
+        if let Ok(meta) = fs::metadata(self.record_path(id)) {
+            if let Some(record) = self.cache.get(id, &FileIdentity::of(&meta)) {
+                return Ok(record);
+            }
+        }
+        let (record, identity) = self.read(id)?;
+        self.cache.keep(id, identity, &record);
         Ok(record)
     }
 
@@ -202,12 +237,12 @@ impl RecordStore for FileRecordStore {
     }
 
     fn get(&self, id: &JobId) -> Result<JobRecord> {
-        self.read(id)
+        self.read_kept(id)
     }
 
     fn mark(&self, id: &JobId, mark: Mark) -> Result<JobRecord> {
         let _lock = self.lock(id)?;
-        let mut record = self.read(id)?;
+        let (mut record, _) = self.read(id)?;
         if apply_mark(&mut record, mark, self.redactor.as_ref())? {
             self.write(&record, false)?;
         }
@@ -220,7 +255,7 @@ impl RecordStore for FileRecordStore {
         change: &mut dyn FnMut(&mut JobRecord) -> Result<()>,
     ) -> Result<JobRecord> {
         let _lock = self.lock(id)?;
-        let record = self.read(id)?;
+        let (record, _) = self.read(id)?;
         let next = apply_update(&record, change)?;
         self.write(&next, false)?;
         Ok(next)
@@ -230,7 +265,7 @@ impl RecordStore for FileRecordStore {
         let mut out = Vec::new();
         for id in self.ids()? {
             match self.read(&id) {
-                Ok(r) if filter.matches(&r) => out.push(r),
+                Ok((r, _)) if filter.matches(&r) => out.push(r),
                 Ok(_) => {}
                 // Removed between listing and reading.
                 Err(Error::NotFound(_)) => {}
@@ -436,6 +471,40 @@ mod tests {
         .unwrap();
         let err = store.list(&RecordFilter::any()).unwrap_err();
         assert!(err.to_string().contains("bad-abcdef.json"), "{err}");
+    }
+
+    #[test]
+    fn get_sees_every_write_of_another_store_sharing_the_folder() {
+        // Another process writes; this store keeps what it read (every read, here), and
+        // still sees each new version: the file is a new one each time.
+        let tmp = tempfile::tempdir().unwrap();
+        let writer = FileRecordStore::new(tmp.path()).unwrap();
+        let reader = FileRecordStore::new(tmp.path())
+            .unwrap()
+            .with_read_cache_settled(std::time::Duration::ZERO);
+        let id = JobId::parse("shared-read-abcdef").unwrap();
+        writer.open(&record(id.clone())).unwrap();
+        assert_eq!(counter(&reader.get(&id).unwrap()), 0);
+        for n in 1..=30u64 {
+            writer
+                .update(&id, &mut |r| {
+                    r.labels.insert("counter".into(), n.to_string());
+                    Ok(())
+                })
+                .unwrap();
+            assert_eq!(counter(&reader.get(&id).unwrap()), n);
+            assert_eq!(
+                counter(&reader.get(&id).unwrap()),
+                n,
+                "kept, still the latest"
+            );
+        }
+        // A record removed is gone, whatever was kept.
+        fs::remove_file(reader.record_path(&id)).unwrap();
+        assert_eq!(
+            reader.get(&id).unwrap_err().kind(),
+            crate::ErrorKind::NotFound
+        );
     }
 
     #[test]

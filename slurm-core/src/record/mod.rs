@@ -6,6 +6,7 @@
 
 mod file;
 mod memory;
+mod read_cache;
 mod tasks;
 
 use std::collections::BTreeMap;

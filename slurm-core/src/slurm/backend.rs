@@ -243,6 +243,10 @@ where
         self.cancel_job(id).await
     }
 
+    async fn cancel_many(&self, ids: &[JobId]) -> Result<Vec<JobRecord>> {
+        self.cancel_jobs(ids).await
+    }
+
     async fn cancel_tasks(&self, id: &JobId, tasks: &TaskSet) -> Result<JobRecord> {
         self.cancel_array_tasks(id, tasks).await
     }

@@ -1,7 +1,8 @@
 //! Cancel: `scancel` (of a job, a whole array, or some of its tasks), then the record goes
 //! CANCELED once the scheduler confirms; a finished job is left as it is. A record whose
 //! submit was left unsettled is settled first (adopted and cancelled, or ended
-//! NOT_SUBMITTED); several jobs carrying its name are all cancelled.
+//! NOT_SUBMITTED); several jobs carrying its name are all cancelled. Many jobs are
+//! cancelled by one `scancel` and confirmed by one poll for all of them.
 
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,9 @@ use crate::{Error, Result};
 
 /// How long a cancel waits for the scheduler to confirm.
 const CANCEL_CONFIRM: Duration = Duration::from_secs(60);
+
+/// The most job ids one `scancel` names (its argv stays far below the kernel's limits).
+const SCANCEL_CHUNK: usize = 1_000;
 
 impl<T, R, S> SlurmBackend<T, R, S>
 where
@@ -48,6 +52,80 @@ where
         let tasks: TaskSet = record.tasks.keys().copied().collect();
         self.scancel_and_confirm(id, command, &tasks, |record| record.state.is_terminal())
             .await
+    }
+
+    /// Cancel `ids`: the plain jobs the scheduler has (not arrays, not ended, not left
+    /// SUBMITTING) by one `scancel` per cluster in one round trip, then polled together
+    /// until each is terminal; every other record as [`cancel_job`](Self::cancel_job)
+    /// does. The records in the order of `ids`.
+    pub(super) async fn cancel_jobs(&self, ids: &[JobId]) -> Result<Vec<JobRecord>> {
+        let mut answers: Vec<Option<JobRecord>> = vec![None; ids.len()];
+        let mut batch: Vec<(usize, JobId)> = Vec::new();
+        let mut jobs: std::collections::BTreeMap<Option<String>, Vec<SlurmJobId>> =
+            std::collections::BTreeMap::new();
+        for (index, id) in ids.iter().enumerate() {
+            let record = self.inner.store.get(id)?;
+            if record.state.is_terminal() {
+                answers[index] = Some(record);
+                continue;
+            }
+            match (record.is_array(), slurm_job(&record)?) {
+                (false, Some((cluster, slurm_id))) => {
+                    jobs.entry(cluster).or_default().push(slurm_id);
+                    batch.push((index, id.clone()));
+                }
+                _ => answers[index] = Some(self.cancel_job(id).await?),
+            }
+        }
+        if !batch.is_empty() {
+            let commands: Vec<crate::transport::Command> = jobs
+                .iter()
+                .flat_map(|(cluster, ids)| {
+                    ids.chunks(SCANCEL_CHUNK)
+                        .map(|chunk| commands::scancel_all(chunk, cluster.as_deref()))
+                })
+                .collect();
+            let command = crate::transport::round_trip::join(&commands);
+            let output = self.inner.transport.run(&command).await?;
+            let parts = crate::transport::round_trip::split(&output, commands.len())?;
+            // scancel of a finished or unknown id exits 0; anything else is a real failure.
+            for (part, command) in parts.into_iter().zip(&commands) {
+                part.check(command)?;
+            }
+            let deadline = Instant::now() + CANCEL_CONFIRM;
+            let mut waiting = batch;
+            loop {
+                let ids: Vec<JobId> = waiting.iter().map(|(_, id)| id.clone()).collect();
+                let statuses = self.poll(&ids).await?;
+                let mut still = Vec::new();
+                for ((index, id), status) in waiting.into_iter().zip(statuses) {
+                    if status.record.state.is_terminal() {
+                        answers[index] = Some(status.record);
+                    } else if Instant::now() >= deadline {
+                        // The scheduler accepted the cancel; note it and let the next
+                        // poll confirm.
+                        answers[index] = Some(
+                            self.inner.store.mark(
+                                &id,
+                                Mark::new(status.state(), TransitionSource::User)
+                                    .message("scancel sent; waiting for the scheduler to confirm"),
+                            )?,
+                        );
+                    } else {
+                        still.push((index, id));
+                    }
+                }
+                if still.is_empty() {
+                    break;
+                }
+                waiting = still;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+        Ok(answers
+            .into_iter()
+            .map(|r| r.expect("every record answered"))
+            .collect())
     }
 
     pub(super) async fn cancel_array_tasks(

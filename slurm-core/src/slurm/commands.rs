@@ -131,6 +131,15 @@ pub(crate) fn scancel(id: SlurmJobId, cluster: Option<&str>) -> Command {
     command.arg(id.to_string())
 }
 
+/// Cancel the jobs `ids` (not empty) with one `scancel`.
+pub(crate) fn scancel_all(ids: &[SlurmJobId], cluster: Option<&str>) -> Command {
+    let mut command = Command::new("scancel");
+    if let Some(cluster) = cluster {
+        command = command.arg("-M").arg(cluster);
+    }
+    command.args(ids.iter().map(ToString::to_string))
+}
+
 /// Whether accounting answers: an empty listing of the jobs started from now on.
 pub(crate) fn sacct_answers() -> Command {
     Command::new("sacct").args(["--noheader", "-X", "--starttime=now", "--format=JobID"])

@@ -59,15 +59,19 @@ fn fake_cluster(remote: &mut MockRemote) -> Shared {
         .returning(move |command| {
             let mut fake = polls.lock().unwrap();
             fake.ran.push(command.label());
-            // The poll asks for its jobs on standard input, one `K J ID` line each.
+            // The poll asks for its jobs on standard input: a `K J COUNT` line, then
+            // COUNT ids.
             let asked = String::from_utf8_lossy(command.stdin_bytes().unwrap_or_default());
-            let ids: Vec<u32> = asked
-                .lines()
-                .filter_map(|line| match line.split(' ').collect::<Vec<_>>()[..] {
-                    [_, "J", id] => Some(id.parse().unwrap()),
-                    _ => None,
-                })
-                .collect();
+            let mut ids: Vec<u32> = Vec::new();
+            let mut lines = asked.lines();
+            while let Some(header) = lines.next() {
+                let fields: Vec<&str> = header.split(' ').collect();
+                let count: usize = fields[2].parse().unwrap();
+                let items: Vec<&str> = lines.by_ref().take(count).collect();
+                if fields[1] == "J" {
+                    ids.extend(items.iter().map(|id| id.parse::<u32>().unwrap()));
+                }
+            }
             let (mut squeue, mut sacct) = (String::new(), String::new());
             for id in ids {
                 match fake.jobs[&id].clone() {

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use super::parse::{
     expand_nodelist, is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error,
     parse_sacct, parse_scontrol_show_job, parse_squeue, resolve_newest_of, SacctRow, SlurmJobId,
+    SqueueRow,
 };
 use super::states::{map_state, SlurmBaseState, SlurmState};
 use crate::backend::NativeStatus;
@@ -82,12 +83,24 @@ pub(super) fn merge(
         scheduler_failure("sacct", sacct)?;
         Vec::new()
     };
+    // Rows by job (a row describes only keys of its own job), so a poll of 10,000 jobs
+    // looks each key up among its job's rows alone.
+    let mut live_rows: HashMap<SlurmJobId, Vec<&SqueueRow>> = HashMap::new();
+    for row in &squeue_rows {
+        live_rows.entry(row.id.job).or_default().push(row);
+    }
+    let mut accounted: HashMap<SlurmJobId, Vec<SacctRow>> = HashMap::new();
+    for row in sacct_rows {
+        accounted.entry(row.id.job).or_default().push(row);
+    }
     let mut observations = HashMap::new();
     for key in keys {
-        let from_sacct = observe_sacct(&sacct_rows, *key);
-        let live = squeue_rows
-            .iter()
-            .rfind(|row| row.id.describes(key.0, key.1));
+        let from_sacct = accounted
+            .get(&key.0)
+            .and_then(|rows| observe_sacct(rows, *key));
+        let live = live_rows
+            .get(&key.0)
+            .and_then(|rows| rows.iter().rfind(|row| row.id.describes(key.0, key.1)));
         let observation = match (live, from_sacct) {
             (Some(row), sacct) => Some(Observation {
                 state: row.state.clone(),
@@ -123,8 +136,10 @@ pub(super) fn merge(
             // final, so it waits a poll.
             let ended =
                 observation.source == "squeue" && map_state(&observation.state).0.is_terminal();
-            let settled =
-                observe_sacct(&sacct_rows, *key).filter(|s| map_state(&s.state).0.is_terminal());
+            let settled = accounted
+                .get(&key.0)
+                .and_then(|rows| observe_sacct(rows, *key))
+                .filter(|s| map_state(&s.state).0.is_terminal());
             let observation = match settled {
                 Some(sacct) if ended => sacct,
                 None if ended && accounting => Observation {

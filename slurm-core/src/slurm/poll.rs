@@ -102,32 +102,51 @@ impl Group {
     }
 }
 
+/// From this many jobs of one cluster, a poll asks squeue for the user's own jobs
+/// (`--me`) and keeps the tracked ones on the login node; below, it names the jobs
+/// (`--jobs=` lists of at most 2000). For a list of more than one id squeue loads every
+/// job of the cluster and checks each against the list, so its cost grows with the list;
+/// `--me` costs one listing of the user's jobs whatever the number tracked. Measured on
+/// the test bed with 10,000 jobs queued (`make bench`, BENCHMARKS.md): a list costs
+/// about 44 ms plus 0.41 ms per id, `--me` about 72 ms; they meet near 70 ids, and both
+/// grow with the number of jobs queued, so the crossing stays near there.
+pub(crate) const MINE_FROM: usize = 64;
+
 /// One poll of every cluster in `groups` (see `poll.sh`): per cluster squeue for its
 /// jobs, then sacct for those squeue cannot settle. What to ask travels on standard
-/// input (`K J ID`, `K R KEY`, `K E KEY`), so any number of jobs and tasks fits.
+/// input (a `K KIND COUNT` line, then COUNT lines: `J` jobs, `R` RUNNING keys, `E`
+/// array tasks not ended), so any number of jobs and tasks fits.
 pub(crate) fn poll_command(groups: &BTreeMap<Option<String>, Group>) -> Result<Command> {
     let mut params = vec![live_state_names()];
     let mut stdin = String::new();
     for (k, (cluster, group)) in groups.iter().enumerate() {
-        let squeue = commands::squeue_rows(cluster.as_deref())?;
+        let mut squeue = commands::squeue_rows(cluster.as_deref())?;
+        let mine = group.jobs.len() >= MINE_FROM;
+        if mine {
+            squeue = squeue.arg("--me");
+        }
         let sacct = commands::sacct_rows(cluster.as_deref())?;
         if k > 0 {
             params.push("--slurm-run-group--".to_string());
         }
+        params.push(if mine { "mine" } else { "ids" }.to_string());
         params.push(squeue.program().to_string());
         params.extend(squeue.get_args().iter().cloned());
         params.push("--slurm-run-next--".to_string());
         params.push(sacct.program().to_string());
         params.extend(sacct.get_args().iter().cloned());
-        for job in &group.jobs {
-            stdin.push_str(&format!("{k} J {job}\n"));
-        }
-        for key in &group.running {
-            stdin.push_str(&format!("{k} R {}\n", column(key)));
-        }
-        for key in &group.expected {
-            stdin.push_str(&format!("{k} E {}\n", column(key)));
-        }
+        let mut list = |kind: &str, items: Vec<String>| {
+            if !items.is_empty() {
+                stdin.push_str(&format!("{k} {kind} {}\n", items.len()));
+                for item in items {
+                    stdin.push_str(&item);
+                    stdin.push('\n');
+                }
+            }
+        };
+        list("J", group.jobs.iter().map(ToString::to_string).collect());
+        list("R", group.running.iter().map(column).collect());
+        list("E", group.expected.iter().map(column).collect());
     }
     Ok(POLL.command(params).stdin(stdin.into_bytes()))
 }
@@ -154,6 +173,7 @@ where
         settle_after: Duration,
     ) -> Result<Vec<JobStatus>> {
         let store = &self.inner.store;
+        // Each record is read once per poll: a poll of 10,000 jobs reads 10,000 files.
         let mut records: Vec<JobRecord> =
             ids.iter().map(|id| store.get(id)).collect::<Result<_>>()?;
         self.settle_stale(&mut records, settle_after).await?;
@@ -161,8 +181,7 @@ where
         // ended before this poll is kept: a dependant of a parent whose failure is new
         // waits one poll (a watch may retry the parent first).
         let mut parent_ids: Vec<JobId> = Vec::new();
-        for id in ids {
-            let record = store.get(id)?;
+        for record in &records {
             if !record.state.is_terminal() {
                 parent_ids.extend(record.after.iter().map(|d| d.job.clone()));
             }
@@ -173,13 +192,13 @@ where
             .filter(|p| p.state.is_terminal())
             .map(|p| p.id.clone())
             .collect();
-        let mut all: Vec<JobId> = ids.to_vec();
+        let mut present: HashSet<JobId> = ids.iter().cloned().collect();
         for parent in parents.values() {
-            if !parent.state.is_terminal() && !all.contains(&parent.id) {
-                all.push(parent.id.clone());
+            if !parent.state.is_terminal() && present.insert(parent.id.clone()) {
+                records.push(parent.clone());
             }
         }
-        let (mut statuses, mut cancels) = self.observe_records(&all).await?;
+        let (mut statuses, mut cancels) = self.observe_records(records).await?;
         // Probes that ended (polled now, or parents that ended before): their verdicts
         // read, the jobs waiting for a failed one ended (see nccl.rs).
         let natives: BTreeMap<JobId, NativeStatus> = statuses
@@ -254,22 +273,25 @@ where
         }
     }
 
-    /// Observe `ids` and mark their records; also the jobs to cancel on the cluster.
+    /// Observe the jobs of `records` (as just read) and mark them; also the jobs to
+    /// cancel on the cluster.
     async fn observe_records(
         &self,
-        ids: &[JobId],
+        records: Vec<JobRecord>,
     ) -> Result<(Vec<JobStatus>, Vec<(Option<String>, SlurmJobId)>)> {
         let store = &self.inner.store;
-        let records: Vec<JobRecord> = ids.iter().map(|id| store.get(id)).collect::<Result<_>>()?;
         // Each record's keys: the job itself, or its array tasks not yet ended.
         let mut keys: Vec<Vec<Key>> = Vec::with_capacity(records.len());
         let mut groups: BTreeMap<Option<String>, Group> = BTreeMap::new();
+        // What the groups already hold (a poll of 10,000 jobs checks in constant time).
+        let mut known_jobs: HashSet<(Option<String>, SlurmJobId)> = HashSet::new();
+        let mut known_keys: HashSet<Key> = HashSet::new();
         for record in &records {
             let mut own = Vec::new();
             if let (false, Some((cluster, job))) = (record.state.is_terminal(), slurm_job(record)?)
             {
                 let group = groups.entry(cluster.clone()).or_default();
-                if !group.jobs.contains(&job) {
+                if known_jobs.insert((cluster.clone(), job)) {
                     group.jobs.push(job);
                 }
                 let tasks: Vec<(Option<u32>, JobState)> = if record.is_array() {
@@ -284,7 +306,7 @@ where
                 };
                 for (task, state) in tasks {
                     let key = (job, task);
-                    if !group.keys.contains(&key) {
+                    if known_keys.insert((cluster.clone(), key)) {
                         group.keys.push(key);
                         if state == JobState::Running {
                             group.running.push(key);
@@ -756,7 +778,7 @@ mod tests {
         std::fs::write(
             bin.join("squeue"),
             format!(
-                "#!/bin/bash\nfor a; do case $a in --jobs=*) echo \"${{a#--jobs=}}\" >> {dir}/squeue.jobs;; esac; done\ncat {dir}/squeue.out\nexit {squeue_rc}\n",
+                "#!/bin/bash\nfor a; do case $a in --jobs=*) echo \"${{a#--jobs=}}\" >> {dir}/squeue.jobs;; --me) echo mine >> {dir}/squeue.jobs;; esac; done\ncat {dir}/squeue.out\nexit {squeue_rc}\n",
                 dir = bin.display()
             ),
         )
@@ -871,9 +893,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_poll_of_twenty_thousand_ids_travels_on_stdin_in_chunks() {
+    async fn a_poll_of_twenty_thousand_ids_travels_on_stdin_and_asks_squeue_once() {
         // 20,000 ids as one argument would be ~140 KB, above Linux's 128 KiB limit for one
-        // argument: they travel on stdin, and each tool gets at most 2000 per run.
+        // argument: they travel on stdin. So many ids: squeue lists the user's own jobs
+        // once (`--me`), and sacct gets the ones squeue does not list, 2000 per run.
         let all: Vec<u64> = (1_000_000..1_020_000).collect();
         let poll = poll_command(&[(None, jobs(&all, &[]))].into()).unwrap();
         assert!(
@@ -881,16 +904,49 @@ mod tests {
             "no argument carries the ids"
         );
         let (_, squeue, sacct) = poll_group_locally("", 0, jobs(&all, &[])).await;
-        let chunks: Vec<&str> = squeue.lines().collect();
-        assert_eq!(chunks.len(), 10, "10 squeue runs of 2000 ids");
-        assert!(chunks.iter().all(|c| c.split(',').count() == 2000));
-        assert_eq!(chunks[0].split(',').next(), Some("1000000"));
-        let sacct = sacct.unwrap();
         assert_eq!(
-            sacct.lines().count(),
-            10,
-            "sacct likewise, for the jobs squeue no longer lists"
+            squeue, "mine\n",
+            "one squeue of the user's jobs, no id list"
+        );
+        let sacct = sacct.unwrap();
+        assert_eq!(sacct.lines().count(), 10, "10 sacct runs of 2000 ids");
+        assert!(sacct.lines().all(|c| c.split(',').count() == 2000));
+        assert_eq!(
+            sacct.lines().next().unwrap().split(',').next(),
+            Some("1000000")
         );
         assert_eq!(sacct.lines().flat_map(|l| l.split(',')).count(), 20_000);
+    }
+
+    #[tokio::test]
+    async fn few_jobs_are_named_to_squeue_and_many_are_kept_from_the_users_own() {
+        // Below MINE_FROM jobs: explicit lists.
+        let few: Vec<u64> = (1..MINE_FROM as u64).collect();
+        let (_, squeue, _) = poll_group_locally("", 0, jobs(&few, &[])).await;
+        assert_eq!(squeue.lines().count(), 1);
+        assert_eq!(squeue.trim().split(',').count(), few.len());
+        // From MINE_FROM jobs: squeue lists the user's jobs; untracked rows are dropped
+        // on the login node, and a tracked job it does not list goes to sacct.
+        let many: Vec<u64> = (1..=MINE_FROM as u64).collect();
+        let rows = format!(
+            "1|PENDING|Priority|(null)|a\n5_[1-3]|PENDING|Priority|(null)|b\n9999|RUNNING|None|n1|other\n{}",
+            (3..=MINE_FROM as u64)
+                .map(|n| format!("{n}|RUNNING|None|n1|c\n"))
+                .collect::<String>()
+        );
+        let (parts, squeue, sacct) = poll_group_locally(&rows, 0, jobs(&many, &[])).await;
+        assert_eq!(squeue, "mine\n");
+        let listed = parts[0].stdout_text();
+        assert!(listed.contains("1|PENDING") && listed.contains("5_[1-3]|PENDING"));
+        assert!(
+            !listed.contains("9999"),
+            "an untracked job is not sent back: {listed}"
+        );
+        assert_eq!(listed.lines().count(), MINE_FROM, "every tracked row kept");
+        assert_eq!(
+            sacct.as_deref(),
+            Some("2"),
+            "only the unlisted job needs sacct"
+        );
     }
 }

@@ -304,6 +304,47 @@ pub async fn cancel_a_pending_job<F: BackendFixture + ?Sized>(fixture: &F) {
     assert_eq!(blocker.state, JobState::Canceled);
 }
 
+/// Several jobs are cancelled at once: the records come back in the order asked, the
+/// live ones CANCELED, one that had already ended left as it was.
+pub async fn cancel_many_cancels_each_in_order<F: BackendFixture + ?Sized>(fixture: &F) {
+    let _guard = fixture.enter(false).await;
+    let done = submit(fixture, &fixture.spec("conf-many-done", "true")).await;
+    let done = wait_terminal(fixture, &done.id).await.record;
+    assert_eq!(done.state, JobState::Complete, "{done:?}");
+    let mut live = Vec::new();
+    for n in 0..3 {
+        live.push(
+            submit(
+                fixture,
+                &fixture.spec(&format!("conf-many-{n}"), "sleep 300"),
+            )
+            .await,
+        );
+    }
+    let ids = vec![
+        live[0].id.clone(),
+        done.id.clone(),
+        live[1].id.clone(),
+        live[2].id.clone(),
+    ];
+    let records = fixture.backend().cancel_many(&ids).await.unwrap();
+    let answered: Vec<&JobId> = records.iter().map(|r| &r.id).collect();
+    assert_eq!(
+        answered,
+        ids.iter().collect::<Vec<_>>(),
+        "in the order asked"
+    );
+    assert_eq!(records[1].state, JobState::Complete);
+    assert_eq!(
+        records[1].history.len(),
+        done.history.len(),
+        "left as it was"
+    );
+    for record in [&records[0], &records[2], &records[3]] {
+        assert_eq!(record.state, JobState::Canceled, "{record:?}");
+    }
+}
+
 /// One watch stream reports each state change of each job once, and ends when all are
 /// terminal.
 pub async fn watch_reports_each_change_once<F: BackendFixture + ?Sized>(fixture: &F) {
@@ -817,6 +858,7 @@ macro_rules! backend_conformance {
             case!(follow_streams_until_the_job_ends);
             case!(cancel_a_running_job);
             case!(cancel_a_pending_job);
+            case!(cancel_many_cancels_each_in_order);
             case!(watch_reports_each_change_once);
             case!(an_infra_failure_is_retried_as_a_linked_record);
             case!(two_watchers_retry_one_failure_once);

@@ -12,8 +12,19 @@ part() {
   "$@" </dev/null >"$frame_dir/$n.out" 2>"$frame_dir/$n.err"
   rc=$?
   echo "@@begin $n"
-  awk '{print "O " $0}' "$frame_dir/$n.out"
-  awk '{print "E " $0}' "$frame_dir/$n.err"
+  framed O "$frame_dir/$n.out"
+  framed E "$frame_dir/$n.err"
   echo "@@end $n $rc"
   return "$rc"
+}
+# framed O|E FILE: each line of FILE prefixed `O ` or `E `, with bash's builtins only (no
+# process is started: a poll's parts cost no more than the tools they run).
+framed() {
+  local lines
+  [ -s "$2" ] || return 0
+  mapfile -t lines <"$2"
+  case $1 in
+    O) printf 'O %s\n' "${lines[@]}" ;;
+    *) printf 'E %s\n' "${lines[@]}" ;;
+  esac
 }

@@ -8,12 +8,15 @@
 //!   [`Held`](transports::Held), a transport kept together with what must outlive it;
 //! - [`backend`]: a `SlurmBackend` on the test bed over counting and fault-injecting
 //!   layers ([`harness`]), [`small_spec`], and polls with deadlines;
+//! - [`bench`](mod@bench): the figures benches measure, kept between bench binaries and written
+//!   to `BENCHMARKS.md` with its plot;
 //! - [`examples`]: the example programs, built once and run with a deadline;
 //! - [`proxy`]: [`SilentProxy`](proxy::SilentProxy), a TCP proxy that goes silent on demand;
 //! - [`wait_until_gone`]: the wait for a remote process a transport abandoned (from the
 //!   Transport conformance suite).
 
 pub mod backend;
+pub mod bench;
 pub mod cluster;
 pub mod examples;
 pub mod proxy;

@@ -19,7 +19,7 @@ pub(crate) use nodelist::expand_nodelist;
 pub(crate) use sacct::{parse_sacct, resolve_newest_of, SacctRow, SACCT_FORMAT};
 pub(crate) use sbatch::{parse_sbatch_parsable, SbatchOutcome};
 pub(crate) use scontrol::parse_scontrol_show_job;
-pub(crate) use squeue::{parse_squeue, SQUEUE_FORMAT};
+pub(crate) use squeue::{parse_squeue, SqueueRow, SQUEUE_FORMAT};
 
 #[cfg(test)]
 mod proptests {

@@ -1,34 +1,58 @@
 # shellcheck shell=bash
 # One poll of one or more clusters, two framed parts per cluster: 2K squeue, 2K+1 sacct.
-# What to ask comes on standard input, one item a line, so a poll of any number of jobs
-# fits (nothing travels as an argument, and each tool is asked about at most 2000 ids
-# per run): `K J ID` a job of the cluster's group K to ask about (an array job once),
-# `K R KEY` an id-column key (77, 123_4) whose record or task is RUNNING, `K E KEY` an
-# array task not yet ended. $1 the SLURM states squeue may show a live job in (space
-# list, from the Rust state table), then per group the squeue argv, the word
+# What to ask comes on standard input, so a poll of any number of jobs fits (nothing
+# travels as an argument, and each tool is asked about at most 2000 ids per run): lists
+# headed by a line `K KIND COUNT` and followed by COUNT lines, for the cluster's group K:
+# KIND `J` the jobs to ask about (an array job once), `R` the id-column keys (77, 123_4)
+# whose record or task is RUNNING, `E` the array tasks not yet ended. $1 the SLURM
+# states squeue may show a live job in (space list, from the Rust state table), then per
+# group how to ask squeue (`ids`: the explicit id lists; `mine`: squeue lists the user's
+# own jobs, kept here when tracked: cheaper for many ids), the squeue argv, the word
 # --slurm-run-next--, the sacct argv without --jobs, and the word --slurm-run-group--
 # before the next group.
 # squeue answers for every job; sacct, the slower accounting query, is asked only for
 # the jobs squeue cannot settle: those it no longer lists or lists in a finished state
 # (exit code, steps), RUNNING ones it shows pending again or no longer lists (a requeue,
 # an end), and arrays with a task it lists neither alone nor in a pending range. A poll
-# of jobs that are all pending or running costs one squeue and no sacct.
+# of jobs that are all pending or running costs one squeue and no sacct. Bash's
+# builtins do the rest (one awk decides what sacct needs), so the poll costs little more
+# than the tools it runs.
 live=$1
 shift
-awk -v dir="$frame_dir" '{ print $3 > (dir "/" $2 "." $1) }'
+mapfile -t input
+i=0
+while [ "$i" -lt "${#input[@]}" ]; do
+  header=${input[i]} count=${input[i]##* }
+  case $count in '' | *[!0-9]*) break ;; esac
+  k=${header%% *} kind=${header#* } kind=${kind%% *}
+  if [ "$count" -gt 0 ]; then printf '%s\n' "${input[@]:i+1:count}" >>"$frame_dir/$kind.$k"; fi
+  i=$((i + 1 + count))
+done
 # shellcheck disable=SC2317 # runs through `part`
 # chunked FILE CMD ARGS...: CMD ARGS --jobs=ID,ID,... for every 2000 ids of FILE; the
 # first failure's status.
 chunked() {
-  local file=$1 rc=0 chunk
+  local file=$1 rc=0 i ids IFS=,
   shift
-  while IFS= read -r chunk; do
-    "$@" --jobs="$chunk" || rc=$?
-  done < <(awk '{ printf "%s%s", (NR % 2000 == 1 ? "" : ","), $0; if (NR % 2000 == 0) printf "\n" } END { if (NR % 2000) printf "\n" }' "$file")
+  mapfile -t ids <"$file"
+  for ((i = 0; i < ${#ids[@]}; i += 2000)); do
+    "$@" --jobs="${ids[*]:i:2000}" || rc=$?
+  done
   return "$rc"
+}
+# shellcheck disable=SC2317 # runs through `part`
+# mine FILE CMD ARGS...: CMD ARGS (squeue of the user's own jobs), keeping the rows of the
+# jobs in FILE; squeue's status.
+mine() {
+  local file=$1
+  shift
+  "$@" | awk -F'|' 'NR == FNR { want[$1] = 1; next } { job = $1; sub(/_.*/, "", job); if (job in want) print }' "$file" -
+  return "${PIPESTATUS[0]}"
 }
 k=0
 while [ $# -gt 0 ]; do
+  how=$1
+  shift
   squeue_argv=()
   sacct_argv=()
   while [ $# -gt 0 ] && [ "$1" != "--slurm-run-next--" ]; do squeue_argv+=("$1"); shift; done
@@ -36,8 +60,12 @@ while [ $# -gt 0 ]; do
   while [ $# -gt 0 ] && [ "$1" != "--slurm-run-group--" ]; do sacct_argv+=("$1"); shift; done
   [ $# -gt 0 ] && shift
   all=$frame_dir/J.$k run=$frame_dir/R.$k expected=$frame_dir/E.$k need=$frame_dir/need.$k
-  touch -- "$all" "$run" "$expected"
-  part $((2 * k)) chunked "$all" "${squeue_argv[@]}"
+  : >>"$all"; : >>"$run"; : >>"$expected"
+  if [ "$how" = mine ]; then
+    part $((2 * k)) mine "$all" "${squeue_argv[@]}"
+  else
+    part $((2 * k)) chunked "$all" "${squeue_argv[@]}"
+  fi
   squeue_status=$?
   if [ "$squeue_status" -eq 0 ]; then
     awk -F'|' -v live="$live" -v runf="$run" -v expf="$expected" -v outf="$frame_dir/$((2 * k)).out" '

@@ -39,6 +39,7 @@ fi
 timeout -k 5 "$limit" sbatch --parsable --job-name="$name" "sbatch/job_$name.sbatch" >"$fence/out" 2>"$fence/err"
 rc=$?
 printf '%s\n' "$rc" >"$fence/rc.tmp" && mv -f -- "$fence/rc.tmp" "$fence/rc"
-cat -- "$fence/err" >&2
-cat -- "$fence/out"
+# sbatch's answer, as it was kept (bash's builtins: no process started).
+if [ -s "$fence/err" ]; then mapfile -t lines <"$fence/err"; printf '%s\n' "${lines[@]}" >&2; fi
+if [ -s "$fence/out" ]; then mapfile -t lines <"$fence/out"; printf '%s\n' "${lines[@]}"; fi
 exit "$rc"

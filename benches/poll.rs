@@ -1,0 +1,222 @@
+//! The poll against the test bed: one `status_many` of 1, 100, 1,000 and 10,000 tracked
+//! pending jobs, against the bare squeue it needs over the same open connection (an
+//! explicit id list, and `--me`; the faster of the two is the limit) and against the
+//! reference's way (one fresh `ssh ... sacct -j ID` per job; at 1,000 and 10,000 jobs
+//! extrapolated from a sample of [`FRESH_SAMPLE`] jobs). Then a cold `slurmctl status` of
+//! 100 jobs (a new process: connect, one poll, print) against one fresh
+//! `ssh host squeue` of the same jobs. Writes the `poll` area of `BENCHMARKS.md`.
+//!
+//! `cargo bench --bench poll` (needs the test bed, whose slurm.conf lets it hold the
+//! 10,000 pending jobs; `make bench` brings it up).
+
+use std::time::{Duration, Instant};
+
+use slurm_core::backend::Backend;
+use slurm_core::slurm::SlurmJobId;
+use slurm_core::transport::{Command, Transport};
+use slurm_run_testsupport::bench::cluster::{
+    cancel_all, fresh_ssh, fresh_ssh_each, held_jobs, over_connection, track,
+};
+use slurm_run_testsupport::bench::{median, Area, Baseline, Row, Series};
+use slurm_run_testsupport::{backend, examples};
+
+/// The sizes measured.
+const SIZES: [usize; 4] = [1, 100, 1_000, 10_000];
+
+/// Above this many jobs the per-job ssh baseline is extrapolated from a sample this big.
+const FRESH_SAMPLE: usize = 30;
+
+/// The squeue format of the poll.
+const FORMAT: &str = "--format=%i|%T|%r|%N|%j";
+
+fn ids_arg(ids: &[SlurmJobId]) -> String {
+    let list: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    format!("--jobs={}", list.join(","))
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        return; // built by `cargo test --all-targets`; runs only under `cargo bench`
+    }
+    let h = backend::harness();
+    let mut area = Area::new(
+        "poll",
+        "bare squeue over the same connection",
+        "a fresh `ssh` per command",
+    );
+    let version = h
+        .transport
+        .run(&Command::new("sinfo").arg("--version"))
+        .await
+        .expect("sinfo --version");
+    area.machine.push((
+        "Slurm (test bed)".into(),
+        version.stdout_text().trim().to_string(),
+    ));
+    let started = Instant::now();
+    let all = held_jobs(&h, *SIZES.last().unwrap()).await;
+    let records = track(&h, &all);
+    println!(
+        "{} held jobs and their records made in {:.0} s",
+        all.len(),
+        started.elapsed().as_secs_f64()
+    );
+
+    let mut library_series = Series {
+        name: "slurm-run (one round trip)".into(),
+        points: Vec::new(),
+    };
+    let mut list_series = Series {
+        name: "bare squeue --jobs=<ids>".into(),
+        points: Vec::new(),
+    };
+    let mut me_series = Series {
+        name: "bare squeue --me".into(),
+        points: Vec::new(),
+    };
+    let mut fresh_series = Series {
+        name: "one fresh ssh per job (hollow: extrapolated)".into(),
+        points: Vec::new(),
+    };
+    let me = Command::new("squeue").args(["--noheader", "--states=all", FORMAT, "--me"]);
+    for n in SIZES {
+        let samples = if n >= 10_000 { 5 } else { 9 };
+        let ids = &records[..n];
+        let jobs = &all[..n];
+        h.backend.status_many(ids).await.expect("warm-up poll");
+        let mut times = Vec::new();
+        for _ in 0..samples {
+            h.transport.reset();
+            let start = Instant::now();
+            let statuses = h.backend.status_many(ids).await.expect("poll");
+            times.push(start.elapsed());
+            assert_eq!(statuses.len(), n);
+            assert_eq!(h.transport.count(), 1, "one round trip per poll");
+        }
+        let library = median(times);
+        let list = over_connection(
+            &h,
+            &Command::new("squeue").args([
+                "--noheader".to_string(),
+                "--states=all".to_string(),
+                FORMAT.to_string(),
+                ids_arg(jobs),
+            ]),
+            samples,
+        )
+        .await;
+        let by_me = over_connection(&h, &me, samples).await;
+        let (bare_what, bare) = if list <= by_me {
+            ("squeue --jobs=<ids>", list)
+        } else {
+            ("squeue --me", by_me)
+        };
+        let line = |id: &SlurmJobId| format!("sacct -j {id} -X -n -o State%30");
+        let fresh = if n <= 100 {
+            Baseline::measured(
+                "ssh sacct -j ID per job",
+                fresh_ssh_each(&h.testbed, jobs.iter().map(line)),
+            )
+        } else {
+            let step = n / FRESH_SAMPLE;
+            let sample = fresh_ssh_each(
+                &h.testbed,
+                jobs.iter().step_by(step).take(FRESH_SAMPLE).map(line),
+            );
+            Baseline::extrapolated("ssh sacct -j ID per job", sample / FRESH_SAMPLE as u32, n)
+        };
+        library_series
+            .points
+            .push((n as f64, slurm_run_testsupport::bench::ms(library), false));
+        list_series
+            .points
+            .push((n as f64, slurm_run_testsupport::bench::ms(list), false));
+        me_series
+            .points
+            .push((n as f64, slurm_run_testsupport::bench::ms(by_me), false));
+        fresh_series
+            .points
+            .push((n as f64, fresh.ms, fresh.extrapolated));
+        area.push(
+            Row::new(format!("poll of {n} pending jobs"), library)
+                .bare(Baseline::measured(bare_what, bare))
+                .fresh(fresh)
+                .aim(1.2)
+                .note(format!(
+                    "squeue --jobs=<ids> {}, --me {}",
+                    slurm_run_testsupport::bench::report::time(slurm_run_testsupport::bench::ms(
+                        list
+                    )),
+                    slurm_run_testsupport::bench::report::time(slurm_run_testsupport::bench::ms(
+                        by_me
+                    )),
+                )),
+        );
+    }
+    area.series = vec![library_series, list_series, me_series, fresh_series];
+
+    // A cold `slurmctl status` of 100 jobs: a new process that connects, polls once and
+    // prints, against one fresh `ssh host squeue` of the same 100 jobs.
+    let slurmctl = examples::example("slurmctl");
+    let mut env: Vec<(String, String)> = h
+        .testbed
+        .vars
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    env.push((
+        "SLURM_RUN_STATE_DIR".into(),
+        h.backend.config().state_dir.display().to_string(),
+    ));
+    let mut args: Vec<&str> = vec!["status"];
+    args.extend(records[..100].iter().map(|r| r.as_str()));
+    let mut cold = Vec::new();
+    let mut fresh = Vec::new();
+    let squeue_line = format!(
+        "squeue --noheader --states=all '{FORMAT}' {}",
+        ids_arg(&all[..100])
+    );
+    for _ in 0..7 {
+        let start = Instant::now();
+        examples::run(&slurmctl, &args, &env, Duration::from_secs(60)).expect_code(0);
+        cold.push(start.elapsed());
+        fresh.push(fresh_ssh(&h.testbed, &squeue_line));
+    }
+    area.push(
+        Row::new("cold `slurmctl status` of 100 jobs", median(cold))
+            .bare(Baseline::measured(
+                "one fresh `ssh host squeue --jobs=<100 ids>`",
+                median(fresh),
+            ))
+            .aim(2.0)
+            .note("a new process: start, connect, one poll, print"),
+    );
+    area.notes.push(format!(
+        "Each poll is one round trip (counted). The jobs are held, so they stay PENDING and every \
+         poll asks squeue about all of them; squeue settles them, so no sacct runs. The bare \
+         baseline is the faster of squeue with the explicit id list and `squeue --me` \
+         (both columns in the notes), each over the same open connection. The per-job ssh \
+         baseline is measured whole up to 100 jobs and extrapolated from {FRESH_SAMPLE} jobs \
+         above (the reference's way would take minutes to hours there)."
+    ));
+    area.notes.push(
+        "What stays above the bare squeue, and why. A poll of a few jobs pays for the \
+         script around squeue: the remote `bash` that runs `poll.sh`, the `mktemp` and \
+         `rm` of its frame folder and one `awk` that decides which jobs need sacct (and, \
+         with `--me`, one that keeps the tracked rows): four process starts, about 2 ms each \
+         on this 2-core machine shared with slurmctld and slurmdbd, against a squeue of one \
+         id that takes a few milliseconds. The client's own part is small there: the same \
+         poll command sent alone over the connection costs what the library's poll does. \
+         From `MINE_FROM` (64) jobs the poll asks `squeue --me`, whose cost does not grow \
+         with the number tracked, so it stays near the bare command at 100 jobs; at 1,000 \
+         and 10,000 jobs what is left is the client's own work per job: the ids on stdin, \
+         the rows back and parsed, a stat and a copy of each kept record, an observation \
+         per job (the records bench's per-poll time of a 10,000-job watch is that cost \
+         without the cluster; profiled, it is spread over the stats, allocation and \
+         copies, with no one hot spot), which the bare command does not do."
+            .to_string(),
+    );
+    cancel_all(&h, &all).await;
+    area.save();
+}
