@@ -159,16 +159,7 @@ async fn main() {
     // A cold `slurmctl status` of 100 jobs: a new process that connects, polls once and
     // prints, against one fresh `ssh host squeue` of the same 100 jobs.
     let slurmctl = examples::example("slurmctl");
-    let mut env: Vec<(String, String)> = h
-        .testbed
-        .vars
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    env.push((
-        "SLURM_RUN_STATE_DIR".into(),
-        h.backend.config().state_dir.display().to_string(),
-    ));
+    let env = h.testbed.client_env(&h.backend.config().state_dir);
     let mut args: Vec<&str> = vec!["status"];
     args.extend(records[..100].iter().map(|r| r.as_str()));
     let mut cold = Vec::new();

@@ -325,11 +325,7 @@ async fn clients_killed_at_random_points_then_one_status_settles_every_record() 
         format!("name: {prefix}\ncommand: \"sleep 1\"\ngpus_per_node: 0\ncpus_per_task: 1\ntime: \"00:05:00\"\n"),
     )
     .unwrap();
-    let mut env: Vec<(String, String)> = tb.vars.clone().into_iter().collect();
-    env.push((
-        "SLURM_RUN_STATE_DIR".into(),
-        state.path().display().to_string(),
-    ));
+    let env = tb.client_env(state.path());
     let ctl = example("slurmctl");
     let spec_arg = spec.display().to_string();
 

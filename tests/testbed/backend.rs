@@ -217,14 +217,7 @@ async fn failures_are_classed_program_or_infra_from_the_logs() {
         .unwrap();
     let status = wait_terminal(&h.backend, &dependent.id, 60).await;
     assert_eq!(status.state(), JobState::Error);
-    let message = status
-        .record
-        .history
-        .last()
-        .unwrap()
-        .message
-        .clone()
-        .unwrap();
+    let message = status.record.last_message().to_string();
     assert!(message.contains("DependencyNeverSatisfied"), "{message}");
     remote(&h, Command::new("scancel").arg(status.native_id().unwrap())).await;
 }

@@ -6,9 +6,7 @@
 use slurm_core::backend::{Backend, SubmitOptions};
 use slurm_core::classify::ErrorClass;
 use slurm_core::JobState;
-use slurm_run_testsupport::backend::{
-    admin, harness, small_spec, wait_state, wait_terminal, ResumeNode,
-};
+use slurm_run_testsupport::backend::{down_node, harness, small_spec, wait_state, wait_terminal};
 use slurm_run_testsupport::cluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,13 +55,7 @@ async fn pending_and_running_jobs_are_cancelled() {
     // The running blocker: sacct says `CANCELLED by <uid>`.
     let cancelled = h.backend.cancel(&blocker.id).await.unwrap();
     assert_eq!(cancelled.state, JobState::Canceled);
-    let message = cancelled
-        .history
-        .last()
-        .unwrap()
-        .message
-        .clone()
-        .unwrap_or_default();
+    let message = cancelled.last_message().to_string();
     assert!(message.starts_with("CANCELLED"), "{message}");
 
     // Cancelling a finished job changes nothing and succeeds.
@@ -94,17 +86,7 @@ async fn a_node_failure_is_infra_or_a_requeue() {
     wait_state(&h.backend, &plain.id, JobState::Running, 120).await;
     wait_state(&h.backend, &requeued.id, JobState::Running, 120).await;
 
-    let _resume = ResumeNode(&h.testbed, "n2".into());
-    admin(
-        &h.testbed,
-        "scontrol",
-        &[
-            "update",
-            "nodename=n2",
-            "state=down",
-            "reason=slurm-run-test",
-        ],
-    );
+    let _resume = down_node(&h.testbed, "n2", "slurm-run-test");
 
     let failed = wait_terminal(&h.backend, &plain.id, 120).await;
     assert_eq!(failed.state(), JobState::Error, "{:?}", failed.native);
@@ -123,14 +105,7 @@ async fn a_node_failure_is_infra_or_a_requeue() {
     // With --requeue, Slurm puts the job back in the queue: RUNNING -> PENDING on the
     // same record, the node failure noted in the transition.
     let back = wait_state(&h.backend, &requeued.id, JobState::Pending, 120).await;
-    let message = back
-        .record
-        .history
-        .last()
-        .unwrap()
-        .message
-        .clone()
-        .unwrap_or_default();
+    let message = back.record.last_message().to_string();
     assert!(message.contains("NODE_FAIL"), "{message}");
     let states: Vec<JobState> = back.record.history.iter().map(|t| t.state).collect();
     assert!(

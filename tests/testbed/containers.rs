@@ -250,12 +250,8 @@ async fn slurmctl_credentials_then_conversion_on_the_cpu_partition_then_a_contai
     let registry = h.testbed.get("SLURM_RUN_TEST_REGISTRY").to_string();
     let secret = registry_password(&h);
     let state = tempfile::tempdir().unwrap();
-    let mut env: Vec<(String, String)> = h.testbed.vars.clone().into_iter().collect();
+    let mut env = h.testbed.client_env(state.path());
     env.retain(|(k, _)| k != "SLURM_RUN_TEST_REGISTRY_PASSWORD");
-    env.push((
-        "SLURM_RUN_STATE_DIR".into(),
-        state.path().display().to_string(),
-    ));
     let slurmctl = example("slurmctl");
     let watch = ArgvWatch::start(&secret);
     let run = run_input(

@@ -18,7 +18,7 @@ use slurm_core::testing::Fault;
 use slurm_core::transport::Command;
 use slurm_core::{JobSpec, JobState};
 use slurm_run_testsupport::backend::{
-    admin, harness, jobs_named, remote, small_spec, wait_state, wait_terminal, Harness,
+    admin, down_node, harness, jobs_named, remote, small_spec, wait_state, wait_terminal, Harness,
 };
 use slurm_run_testsupport::examples::{example, run};
 use slurm_run_testsupport::{cluster, testbed_env};
@@ -152,18 +152,6 @@ async fn secrets_are_gone_after_a_refusal_a_cancel_a_dependency_and_a_completion
     assert_no_secret_left(&h, &done.id, &secret).await;
 }
 
-/// Puts a node back in service when dropped.
-struct ResumeNode(slurm_run_testsupport::Testbed, &'static str);
-
-impl Drop for ResumeNode {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("scontrol")
-            .args(["update", &format!("nodename={}", self.1), "state=resume"])
-            .env("SLURM_CONF", self.0.dir().join("etc/slurm.conf"))
-            .status();
-    }
-}
-
 /// Start a requeued job now rather than after Slurm's requeue delay (two minutes).
 fn start_now(h: &Harness, record: &JobRecord) {
     let native = record.backend_ref.as_ref().unwrap().native_id.clone();
@@ -227,19 +215,20 @@ async fn a_requeued_run_still_gets_its_secrets_and_a_node_failure_leaves_none() 
     let again = h.backend.submit(&again, options).await.unwrap();
     wait_state(&h.backend, &lost.id, JobState::Running, 120).await;
     let again_running = wait_state(&h.backend, &again.id, JobState::Running, 120).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // RUNNING is the allocation: down the node once the first run has printed its line.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !main_out(&h, &again_running.record)
+        .await
+        .contains("run 0 secret")
     {
-        let _resume = ResumeNode(h.testbed.clone(), "n2");
-        admin(
-            &h.testbed,
-            "scontrol",
-            &[
-                "update",
-                "nodename=n2",
-                "state=down",
-                "reason=slurm-run-secrets-test",
-            ],
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the first run never started its command"
         );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    {
+        let _resume = down_node(&h.testbed, "n2", "slurm-run-secrets-test");
         let failed = wait_terminal(&h.backend, &lost.id, 120).await;
         assert_eq!(failed.state(), JobState::Error);
         assert_eq!(failed.err_class(), Some(ErrorClass::Infra));
@@ -401,10 +390,7 @@ async fn a_job_that_rewrites_its_spec_is_retried_with_the_spec_the_client_kept()
 
 /// The test bed's environment for slurmctl, with a record folder.
 fn ctl_env(state: &std::path::Path) -> Vec<(String, String)> {
-    let tb = testbed_env();
-    let mut env: Vec<(String, String)> = tb.vars.into_iter().collect();
-    env.push(("SLURM_RUN_STATE_DIR".into(), state.display().to_string()));
-    env
+    testbed_env().client_env(state)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

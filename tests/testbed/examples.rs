@@ -8,11 +8,7 @@ use slurm_run_testsupport::{cluster, testbed_env};
 /// Run example `name` with the test bed's environment (plus `extra`) and a fresh record folder.
 fn run_example(name: &str, args: &[&str], extra: &[(&str, &str)]) -> (Run, tempfile::TempDir) {
     let state = tempfile::tempdir().unwrap();
-    let mut env: Vec<(String, String)> = testbed_env().vars.into_iter().collect();
-    env.push((
-        "SLURM_RUN_STATE_DIR".into(),
-        state.path().display().to_string(),
-    ));
+    let mut env = testbed_env().client_env(state.path());
     for (k, v) in extra {
         env.retain(|(name, _)| name != k);
         env.push((k.to_string(), v.to_string()));

@@ -9,8 +9,8 @@ use slurm_core::spec::{ArraySpec, Dependency, Scalar, Sweep};
 use slurm_core::transport::Command;
 use slurm_core::{ErrorKind, JobRecord, JobState};
 use slurm_run_testsupport::backend::{
-    admin, harness, last_message, remote, small_spec, staged_script, wait_state, wait_terminal,
-    watch_retrying, Harness, ResumeNode,
+    down_node, harness, last_message, remote, small_spec, staged_script, wait_state, wait_terminal,
+    watch_retrying, Harness,
 };
 use slurm_run_testsupport::cluster;
 
@@ -302,17 +302,7 @@ async fn a_node_failure_retry_avoids_the_node_and_the_dependant_follows() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 
-    let _resume = ResumeNode(&h.testbed, bad.clone());
-    admin(
-        &h.testbed,
-        "scontrol",
-        &[
-            "update",
-            &format!("nodename={bad}"),
-            "state=down",
-            "reason=slurm-run-test",
-        ],
-    );
+    let _resume = down_node(&h.testbed, &bad, "slurm-run-test");
     let (retries, errors) =
         watch_retrying(&h.backend, &[parent.id.clone(), child.id.clone()], 1, 240).await;
     assert!(errors.is_empty(), "{errors:?}");

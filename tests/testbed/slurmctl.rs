@@ -36,17 +36,7 @@ impl Ctl {
     }
 
     fn env(&self) -> Vec<(String, String)> {
-        let mut env: Vec<(String, String)> = self
-            .tb
-            .vars
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        env.push((
-            "SLURM_RUN_STATE_DIR".into(),
-            self.state.path().display().to_string(),
-        ));
-        env
+        self.tb.client_env(self.state.path())
     }
 
     fn run(&self, args: &[&str]) -> Run {

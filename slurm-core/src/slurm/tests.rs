@@ -245,15 +245,8 @@ async fn an_empty_sbatch_answer_is_settled_and_the_job_adopted() {
         .submit(&JobSpec::new("hello", "true"), SubmitOptions::default())
         .await
         .unwrap();
-    assert_eq!(record.backend_ref.unwrap().native_id, "77");
-    assert!(record
-        .history
-        .last()
-        .unwrap()
-        .message
-        .as_deref()
-        .unwrap()
-        .contains("adopted"));
+    assert_eq!(record.backend_ref.as_ref().unwrap().native_id, "77");
+    assert!(record.last_message().contains("adopted"));
 }
 
 #[tokio::test]

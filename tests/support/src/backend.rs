@@ -238,6 +238,23 @@ pub async fn watch_retrying(
 /// Puts a node of the test bed back in service when dropped, whatever the test did.
 pub struct ResumeNode<'a>(pub &'a crate::Testbed, pub String);
 
+/// Set `node` down (`reason` shows in `sinfo -R`), as a node failure does; it is back
+/// in service when the guard is dropped.
+pub fn down_node<'a>(testbed: &'a Testbed, node: &str, reason: &str) -> ResumeNode<'a> {
+    let resume = ResumeNode(testbed, node.to_string());
+    admin(
+        testbed,
+        "scontrol",
+        &[
+            "update",
+            &format!("nodename={node}"),
+            "state=down",
+            &format!("reason={reason}"),
+        ],
+    );
+    resume
+}
+
 impl Drop for ResumeNode<'_> {
     fn drop(&mut self) {
         let _ = std::process::Command::new("scontrol")

@@ -86,6 +86,17 @@ impl Testbed {
         &self.vars[name]
     }
 
+    /// The environment of a client process (slurmctl, an example) on the test bed:
+    /// every variable `testbed/env` exports, with its records in `state_dir`.
+    pub fn client_env(&self, state_dir: &std::path::Path) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = self.vars.clone().into_iter().collect();
+        env.push((
+            "SLURM_RUN_STATE_DIR".into(),
+            state_dir.display().to_string(),
+        ));
+        env
+    }
+
     /// A lookup function for builders that read the environment.
     pub fn lookup(&self) -> impl Fn(&str) -> Option<String> + '_ {
         move |name| self.vars.get(name).cloned()
