@@ -519,14 +519,28 @@ async fn a_poll_of_many_jobs_lists_the_users_own_and_answers_for_each_tracked_on
     let records = track(&h, tracked);
     let cancelled = remote(&h, Command::new("scancel").arg(tracked[7].to_string())).await;
     assert!(cancelled.trim().is_empty(), "{cancelled}");
-    h.transport.reset();
-    let statuses = h.backend.status_many(&records).await.unwrap();
-    assert_eq!(
-        h.transport.count(),
-        1,
-        "one round trip: {:?}",
-        h.transport.labels()
-    );
+    // A cancelled job may show COMPLETING for a moment: poll until it has ended, every
+    // poll one round trip.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let statuses = loop {
+        h.transport.reset();
+        let statuses = h.backend.status_many(&records).await.unwrap();
+        assert_eq!(
+            h.transport.count(),
+            1,
+            "one round trip: {:?}",
+            h.transport.labels()
+        );
+        if statuses[7].state().is_terminal() {
+            break statuses;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the cancelled job never ended: {:?}",
+            statuses[7]
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     let answered: Vec<&JobId> = statuses.iter().map(|s| &s.record.id).collect();
     assert_eq!(
         answered,
