@@ -22,6 +22,11 @@ async fn pending_and_running_jobs_are_cancelled() {
         .submit(&blocker, SubmitOptions::default())
         .await
         .unwrap();
+    // Should the test fail, the blocker must not hold the test bed for the tests after it.
+    let _blocker_guard = CancelOnDrop(
+        &h.testbed,
+        blocker.backend_ref.as_ref().unwrap().native_id.clone(),
+    );
     let running = wait_state(&h.backend, &blocker.id, JobState::Running, 120).await;
     assert!(running
         .record
@@ -116,4 +121,16 @@ async fn a_node_failure_is_infra_or_a_requeue() {
     );
     let cancelled = h.backend.cancel(&requeued.id).await.unwrap();
     assert_eq!(cancelled.state, JobState::Canceled);
+}
+
+/// Cancels a SLURM job of the test bed when dropped (a failed test included).
+struct CancelOnDrop<'a>(&'a slurm_run_testsupport::Testbed, String);
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("scancel")
+            .arg(&self.1)
+            .env("SLURM_CONF", self.0.dir().join("etc/slurm.conf"))
+            .status();
+    }
 }
