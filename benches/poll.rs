@@ -23,11 +23,18 @@ use slurm_run_testsupport::{backend, examples};
 /// The sizes measured.
 const SIZES: [usize; 4] = [1, 100, 1_000, 10_000];
 
+/// How many ended jobs the sacct figure polls.
+const ENDED: usize = 100;
+
 /// Above this many jobs the per-job ssh baseline is extrapolated from a sample this big.
 const FRESH_SAMPLE: usize = 30;
 
 /// The squeue format of the poll.
 const FORMAT: &str = "--format=%i|%T|%r|%N|%j";
+
+/// The sacct format of the poll.
+const SACCT_FORMAT: &str =
+    "--format=JobID,JobIDRaw,State,ExitCode,Reason,Submit,Start,End,NodeList,JobName";
 
 fn ids_arg(ids: &[SlurmJobId]) -> String {
     let list: Vec<String> = ids.iter().map(ToString::to_string).collect();
@@ -155,6 +162,94 @@ async fn main() {
         );
     }
     area.series = vec![library_series, list_series, me_series, fresh_series];
+
+    // The sacct path: jobs that have ended, which squeue no longer settles. Each sample
+    // polls fresh records of the same ended jobs (a record, once terminal, is not asked
+    // about again); the bare commands are the squeue and the sacct of those ids.
+    let ended = &all[..ENDED];
+    cancel_all(&h, ended).await;
+    let gone = Instant::now() + Duration::from_secs(120);
+    loop {
+        let probe = h
+            .transport
+            .run(&Command::new("sacct").args([
+                "--noheader".to_string(),
+                "-X".to_string(),
+                "--format=State".to_string(),
+                ids_arg(ended),
+            ]))
+            .await
+            .expect("sacct");
+        let rows = probe.stdout_text();
+        let done = rows.lines().filter(|l| l.contains("CANCELLED")).count();
+        if done == ENDED {
+            break;
+        }
+        assert!(
+            Instant::now() < gone,
+            "accounting never had the {ENDED} cancelled jobs"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let mut times = Vec::new();
+    for _ in 0..9 {
+        let fresh_records = track(&h, ended);
+        h.transport.reset();
+        let start = Instant::now();
+        let statuses = h.backend.status_many(&fresh_records).await.expect("poll");
+        times.push(start.elapsed());
+        assert_eq!(h.transport.count(), 1, "one round trip per poll");
+        assert!(
+            statuses
+                .iter()
+                .all(|s| s.state() == slurm_core::JobState::Canceled),
+            "every ended job read CANCELED from accounting"
+        );
+    }
+    let squeue = over_connection(
+        &h,
+        &Command::new("squeue").args([
+            "--noheader".to_string(),
+            "--states=all".to_string(),
+            FORMAT.to_string(),
+            ids_arg(ended),
+        ]),
+        9,
+    )
+    .await;
+    let sacct = over_connection(
+        &h,
+        &Command::new("sacct").args([
+            "--noheader".to_string(),
+            "--parsable2".to_string(),
+            "--duplicates".to_string(),
+            SACCT_FORMAT.to_string(),
+            ids_arg(ended),
+        ]),
+        9,
+    )
+    .await;
+    let line = |id: &SlurmJobId| format!("sacct -j {id} -X -n -o State%30");
+    let fresh = Baseline::measured(
+        "ssh sacct -j ID per job",
+        fresh_ssh_each(&h.testbed, ended.iter().map(line)),
+    );
+    area.push(
+        Row::new(format!("poll of {ENDED} ended jobs (sacct)"), median(times))
+            .bare(Baseline::measured(
+                "squeue + sacct --jobs=<ids>",
+                squeue + sacct,
+            ))
+            .fresh(fresh)
+            .aim(1.2)
+            .note(format!(
+                "squeue {}, sacct {}",
+                slurm_run_testsupport::bench::report::time(slurm_run_testsupport::bench::ms(
+                    squeue
+                )),
+                slurm_run_testsupport::bench::report::time(slurm_run_testsupport::bench::ms(sacct)),
+            )),
+    );
 
     // A cold `slurmctl status` of 100 jobs: a new process that connects, polls once and
     // prints, against one fresh `ssh host squeue` of the same 100 jobs.

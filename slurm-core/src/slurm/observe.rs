@@ -184,8 +184,13 @@ pub(super) fn from_scontrol(id: SlurmJobId, part: &Output) -> Result<Option<Obse
         .next_back())
 }
 
-/// The decision `observed` makes for `record` (a record no tool knows goes UNKNOWN).
-pub(super) fn decide(record: &JobRecord, observed: Option<Observation>) -> Decision {
+/// The decision `observed` makes for `record` (a record no tool knows goes UNKNOWN);
+/// `current` is the state of what was observed (the record's, or its task's).
+pub(super) fn decide(
+    record: &JobRecord,
+    current: JobState,
+    observed: Option<Observation>,
+) -> Decision {
     let Some(observed) = observed else {
         return Decision {
             mark: Mark::new(JobState::Unknown, TransitionSource::Poll)
@@ -204,6 +209,11 @@ pub(super) fn decide(record: &JobRecord, observed: Option<Observation>) -> Decis
         source: observed.source,
     };
     let (state, class) = map_state(&observed.state);
+    let state = if observed.state.base == SlurmBaseState::Completing {
+        while_ending(current, &observed)
+    } else {
+        state
+    };
     let mut message = describe(&observed);
     let never = observed
         .reason
@@ -266,6 +276,24 @@ pub(super) fn decide(record: &JobRecord, observed: Option<Observation>) -> Decis
         followup,
         observed: Some(observed),
         cancel,
+    }
+}
+
+/// The state of a job that is ending (squeue's COMPLETING, or an end squeue showed that
+/// accounting has not confirmed yet). Ending does not say the job ran: one cancelled
+/// while pending ends the same way. So the job keeps the live state it had (`current`);
+/// one not seen live yet is RUNNING when nodes were given to it, else PENDING.
+fn while_ending(current: JobState, observed: &Observation) -> JobState {
+    match current {
+        JobState::Pending | JobState::Running => current,
+        _ if observed
+            .nodes
+            .as_deref()
+            .is_some_and(|n| !n.trim().is_empty()) =>
+        {
+            JobState::Running
+        }
+        _ => JobState::Pending,
     }
 }
 
@@ -457,6 +485,56 @@ mod tests {
         parse_sacct(text).unwrap()
     }
 
+    /// A job cancelled while pending that squeue already shows CANCELLED (no nodes),
+    /// before accounting has its row, stays PENDING: it never ran. The conformance case
+    /// `cancel_a_pending_job` failed on this (its record read PENDING, RUNNING,
+    /// CANCELED), and its blocker, never cancelled, held the test bed for five minutes.
+    #[test]
+    fn a_job_ending_before_accounting_confirms_keeps_the_live_state_it_had() {
+        let id: TaskKey = (SlurmJobId::new(9).unwrap(), None);
+        let out = |text: &str| Output {
+            status: 0,
+            stdout: text.as_bytes().to_vec(),
+            stderr: Vec::new(),
+        };
+        let record = JobRecord::new(
+            crate::record::JobId::parse("job-abcdef").unwrap(),
+            &crate::spec::JobSpec::new("job", "true"),
+            crate::storage::RemotePath::parse("/r/job-abcdef").unwrap(),
+        )
+        .unwrap();
+        let decided = |current: JobState, squeue: &str| {
+            let observed = merge(&[id], &out(squeue), &out("")).unwrap().remove(&id);
+            decide(&record, current, observed).mark.state
+        };
+        let cancelled_pending = "9|CANCELLED|None||job-abcdef\n";
+        assert_eq!(
+            decided(JobState::Pending, cancelled_pending),
+            JobState::Pending
+        );
+        assert_eq!(
+            decided(JobState::Submitting, cancelled_pending),
+            JobState::Pending,
+            "no nodes were given to it"
+        );
+        let completing = "9|COMPLETING|None|n1|job-abcdef\n";
+        assert_eq!(decided(JobState::Pending, completing), JobState::Pending);
+        assert_eq!(decided(JobState::Running, completing), JobState::Running);
+        assert_eq!(decided(JobState::Submitting, completing), JobState::Running);
+        assert_eq!(decided(JobState::Unknown, completing), JobState::Running);
+        // Once accounting has the row, the end is told as it is.
+        let settled = out(
+            "9|9|CANCELLED by 0|0:0|None|2026-11-30T10:00:00|None|2026-11-30T10:00:02||job-abcdef\n",
+        );
+        let observed = merge(&[id], &out(cancelled_pending), &settled)
+            .unwrap()
+            .remove(&id);
+        assert_eq!(
+            decide(&record, JobState::Pending, observed).mark.state,
+            JobState::Canceled
+        );
+    }
+
     #[test]
     fn a_failure_squeue_reports_waits_for_accounting_to_give_its_exit_code() {
         let id: TaskKey = (SlurmJobId::new(9).unwrap(), None);
@@ -564,10 +642,12 @@ mod tests {
         .unwrap();
         let timed_out = decide(
             &record,
+            record.state,
             observe_sacct(&sacct(124), (SlurmJobId::new(9).unwrap(), None)),
         );
         let crashed = decide(
             &record,
+            record.state,
             observe_sacct(&sacct(1), (SlurmJobId::new(9).unwrap(), None)),
         );
         let text = |d: &Decision| d.mark.message.clone().unwrap_or_default();
@@ -608,7 +688,7 @@ mod tests {
             stderr: stderr.as_bytes().to_vec(),
         };
         // A transient NFS error: not terminal, read again next poll.
-        let mut decision = decide(&record, Some(completed.clone()));
+        let mut decision = decide(&record, record.state, Some(completed.clone()));
         assert_eq!(decision.followup, Followup::StatusJson);
         settle(
             &mut decision,
@@ -618,7 +698,7 @@ mod tests {
         assert!(!decision.mark.state.is_terminal());
         assert!(decision.mark.message.unwrap().contains("Stale file handle"));
         // Absent: the job did not report success.
-        let mut decision = decide(&record, Some(completed.clone()));
+        let mut decision = decide(&record, record.state, Some(completed.clone()));
         settle(
             &mut decision,
             &read(
@@ -629,7 +709,7 @@ mod tests {
         );
         assert_eq!(decision.mark.state, JobState::Error);
         // Present and successful.
-        let mut decision = decide(&record, Some(completed));
+        let mut decision = decide(&record, record.state, Some(completed));
         settle(&mut decision, &read(0, r#"{"status": "SUCCESS"}"#, ""));
         assert_eq!(decision.mark.state, JobState::Complete);
     }

@@ -342,7 +342,15 @@ where
             .zip(&keys)
             .map(|(record, own)| {
                 own.iter()
-                    .map(|key| (key.clone(), decide(record, observations.get(key).cloned())))
+                    .map(|key| {
+                        let current = key
+                            .1
+                             .1
+                            .and_then(|task| record.tasks.get(&task))
+                            .map_or(record.state, |task| task.state);
+                        let observed = observations.get(key).cloned();
+                        (key.clone(), decide(record, current, observed))
+                    })
                     .collect()
             })
             .collect();

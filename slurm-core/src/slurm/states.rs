@@ -4,7 +4,8 @@
 //! | SLURM state | [`JobState`] | error class |
 //! |---|---|---|
 //! | PENDING, REQUEUED, REQUEUE_FED, REQUEUE_HOLD, RESV_DEL_HOLD, SPECIAL_EXIT | PENDING | |
-//! | RUNNING, COMPLETING, SUSPENDED, STOPPED, CONFIGURING, RESIZING, SIGNALING, STAGE_OUT | RUNNING | |
+//! | RUNNING, SUSPENDED, STOPPED, CONFIGURING, RESIZING, SIGNALING, STAGE_OUT | RUNNING | |
+//! | COMPLETING | RUNNING in this table; a poll keeps the live state the job had (ending does not say it ran) | |
 //! | COMPLETED | COMPLETE (then confirmed by the completion check) | |
 //! | FAILED | ERROR | none: classify from the logs ([`classify_failure`](crate::classify::classify_failure)) |
 //! | TIMEOUT, OUT_OF_MEMORY, DEADLINE | ERROR | program (never retried) |

@@ -31,10 +31,13 @@
 
 use std::any::Any;
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 
 use crate::backend::{
     Backend, JobStatus, LogOptions, LogStream, SubmitOptions, WatchEvent, WatchOptions,
@@ -113,13 +116,54 @@ pub async fn wait_terminal<F: BackendFixture + ?Sized>(fixture: &F, id: &JobId) 
     wait_until(fixture, id, "terminal", |s| s.state().is_terminal()).await
 }
 
+tokio::task_local! {
+    /// The jobs the running case has submitted (see [`run_case`]).
+    static SUBMITTED: Arc<Mutex<Vec<JobId>>>;
+}
+
+/// Run `case` (one of this suite's cases, on `fixture`). If it fails, the jobs it
+/// submitted that have not ended are cancelled before the failure goes on, so a
+/// case that fails while its `sleep 300` job or its blocker runs does not hold the
+/// backend and fail the cases queued behind it.
+pub async fn run_case<F, C>(fixture: &F, case: C)
+where
+    F: BackendFixture + ?Sized,
+    C: Future<Output = ()>,
+{
+    let submitted = Arc::new(Mutex::new(Vec::new()));
+    let outcome = SUBMITTED
+        .scope(submitted.clone(), AssertUnwindSafe(case).catch_unwind())
+        .await;
+    if let Err(failure) = outcome {
+        let backend = fixture.backend();
+        let ids = submitted.lock().map(|ids| ids.clone()).unwrap_or_default();
+        let live: Vec<JobId> = ids
+            .into_iter()
+            .filter(|id| backend.record(id).is_ok_and(|r| !r.is_terminal()))
+            .collect();
+        if !live.is_empty() {
+            if let Err(error) = backend.cancel_many(&live).await {
+                eprintln!("after the failure, cancelling {live:?} failed too: {error}");
+            }
+        }
+        std::panic::resume_unwind(failure);
+    }
+}
+
 async fn submit<F: BackendFixture + ?Sized>(fixture: &F, spec: &JobSpec) -> JobRecord {
     match fixture
         .backend()
         .submit(spec, SubmitOptions::default())
         .await
     {
-        Ok(record) => record,
+        Ok(record) => {
+            let _ = SUBMITTED.try_with(|ids| {
+                if let Ok(mut ids) = ids.lock() {
+                    ids.push(record.id.clone());
+                }
+            });
+            record
+        }
         Err(error) => panic!("submit of {}: {error}", spec.name),
     }
 }
@@ -846,7 +890,11 @@ macro_rules! backend_conformance {
                     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                     async fn $case() {
                         let fixture = $fixture;
-                        $crate::testing::backend_suite::$case(&fixture).await;
+                        $crate::testing::backend_suite::run_case(
+                            &fixture,
+                            $crate::testing::backend_suite::$case(&fixture),
+                        )
+                        .await;
                     }
                 };
             }
@@ -871,4 +919,65 @@ macro_rules! backend_conformance {
             case!(a_failed_task_is_retried_alone);
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::LocalBackend;
+    use crate::record::MemoryRecordStore;
+
+    struct Local {
+        backend: LocalBackend,
+        _root: tempfile::TempDir,
+    }
+
+    impl BackendFixture for Local {
+        fn backend(&self) -> &dyn Backend {
+            &self.backend
+        }
+        fn spec(&self, name: &str, command: &str) -> JobSpec {
+            JobSpec::new(name, command)
+        }
+        fn blocker(&self, name: &str, command: &str) -> JobSpec {
+            JobSpec::new(name, command)
+        }
+    }
+
+    /// A case that fails while its long job runs leaves no job behind it: the suite's
+    /// conformance runs went stuck for minutes behind such a job.
+    #[tokio::test]
+    async fn a_failing_case_cancels_the_jobs_it_left_running() {
+        let root = tempfile::tempdir().unwrap();
+        let backend = LocalBackend::new(root.path(), MemoryRecordStore::new()).unwrap();
+        let fixture = Local {
+            backend,
+            _root: root,
+        };
+        let failing = async {
+            let long = submit(&fixture, &fixture.spec("long", "sleep 300")).await;
+            let done = submit(&fixture, &fixture.spec("short", "true")).await;
+            wait_terminal(&fixture, &done.id).await;
+            panic!("the case fails while {} runs", long.id);
+        };
+        let failure = AssertUnwindSafe(run_case(&fixture, failing))
+            .catch_unwind()
+            .await
+            .expect_err("the case's failure goes on");
+        let message = failure
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(message.contains("the case fails while"), "{message}");
+        let records = fixture.backend().records(&RecordFilter::any()).unwrap();
+        let state = |name: &str| {
+            records
+                .iter()
+                .find(|r| r.name == name)
+                .map(|r| r.state)
+                .unwrap()
+        };
+        assert_eq!(state("long"), JobState::Canceled, "{records:?}");
+        assert_eq!(state("short"), JobState::Complete, "left as it was");
+    }
 }

@@ -43,13 +43,17 @@ pub async fn held_jobs(h: &Harness, count: usize) -> Vec<SlurmJobId> {
 
 /// Records that track `ids`, as a submit would have left them (PENDING, with the SLURM
 /// id), in the harness's store.
+/// A SLURM job may be tracked more than once (a fresh record per sample).
 pub fn track(h: &Harness, ids: &[SlurmJobId]) -> Vec<JobId> {
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let spec = JobSpec::new("bench", "true");
     let store = h.backend.store();
     ids.iter()
         .map(|id| {
             // Named after the SLURM job: minted ids (24 random bits) collide among thousands.
-            let job = JobId::parse(&format!("bench-{id}-{}", std::process::id())).expect("an id");
+            let job =
+                JobId::parse(&format!("bench-{id}-{}-{call}", std::process::id())).expect("an id");
             let record =
                 JobRecord::new(job.clone(), &spec, RemotePath::parse("/tmp/bench").unwrap())
                     .expect("a record");
