@@ -41,6 +41,16 @@ fn ids_arg(ids: &[SlurmJobId]) -> String {
     format!("--jobs={}", list.join(","))
 }
 
+/// The bare squeue of the poll, of `ids`.
+fn squeue_of(ids: &[SlurmJobId]) -> Command {
+    Command::new("squeue").args([
+        "--noheader".to_string(),
+        "--states=all".to_string(),
+        FORMAT.to_string(),
+        ids_arg(ids),
+    ])
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     if !std::env::args().any(|a| a == "--bench") {
@@ -102,17 +112,7 @@ async fn main() {
             assert_eq!(h.transport.count(), 1, "one round trip per poll");
         }
         let library = median(times);
-        let list = over_connection(
-            &h,
-            &Command::new("squeue").args([
-                "--noheader".to_string(),
-                "--states=all".to_string(),
-                FORMAT.to_string(),
-                ids_arg(jobs),
-            ]),
-            samples,
-        )
-        .await;
+        let list = over_connection(&h, &squeue_of(jobs), samples).await;
         let by_me = over_connection(&h, &me, samples).await;
         let (bare_what, bare) = if list <= by_me {
             ("squeue --jobs=<ids>", list)
@@ -206,17 +206,7 @@ async fn main() {
             "every ended job read CANCELED from accounting"
         );
     }
-    let squeue = over_connection(
-        &h,
-        &Command::new("squeue").args([
-            "--noheader".to_string(),
-            "--states=all".to_string(),
-            FORMAT.to_string(),
-            ids_arg(ended),
-        ]),
-        9,
-    )
-    .await;
+    let squeue = over_connection(&h, &squeue_of(ended), 9).await;
     let sacct = over_connection(
         &h,
         &Command::new("sacct").args([

@@ -8,7 +8,7 @@
 
 mod answers;
 mod ext;
-mod local;
+pub(crate) mod local;
 mod options;
 mod preflight;
 mod watch;

@@ -924,40 +924,17 @@ macro_rules! backend_conformance {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::LocalBackend;
-    use crate::record::MemoryRecordStore;
-
-    struct Local {
-        backend: LocalBackend,
-        _root: tempfile::TempDir,
-    }
-
-    impl BackendFixture for Local {
-        fn backend(&self) -> &dyn Backend {
-            &self.backend
-        }
-        fn spec(&self, name: &str, command: &str) -> JobSpec {
-            JobSpec::new(name, command)
-        }
-        fn blocker(&self, name: &str, command: &str) -> JobSpec {
-            JobSpec::new(name, command)
-        }
-    }
+    use crate::backend::local::tests::local;
 
     /// A case that fails while its long job runs leaves no job behind it: the suite's
     /// conformance runs went stuck for minutes behind such a job.
     #[tokio::test]
     async fn a_failing_case_cancels_the_jobs_it_left_running() {
-        let root = tempfile::tempdir().unwrap();
-        let backend = LocalBackend::new(root.path(), MemoryRecordStore::new()).unwrap();
-        let fixture = Local {
-            backend,
-            _root: root,
-        };
+        let fixture = local();
         let failing = async {
-            let long = submit(&fixture, &fixture.spec("long", "sleep 300")).await;
             let done = submit(&fixture, &fixture.spec("short", "true")).await;
             wait_terminal(&fixture, &done.id).await;
+            let long = submit(&fixture, &fixture.spec("long", "sleep 300")).await;
             panic!("the case fails while {} runs", long.id);
         };
         let failure = AssertUnwindSafe(run_case(&fixture, failing))

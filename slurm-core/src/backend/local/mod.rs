@@ -618,13 +618,13 @@ impl Backend for LocalBackend {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::record::MemoryRecordStore;
     use crate::testing::backend_suite::BackendFixture;
 
     /// The local backend in a folder of its own, one job at a time (so a blocker fills it).
-    struct Local {
+    pub(crate) struct Local {
         backend: LocalBackend,
         _root: tempfile::TempDir,
     }
@@ -647,7 +647,7 @@ mod tests {
         }
     }
 
-    fn local() -> Local {
+    pub(crate) fn local() -> Local {
         let root = tempfile::tempdir().unwrap();
         let backend = LocalBackend::new(root.path(), MemoryRecordStore::new())
             .unwrap()
