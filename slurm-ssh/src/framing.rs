@@ -29,7 +29,11 @@
 //!    no byte of the input is ever read as shell input (the transport opens a new shell).
 //!    Output goes to files named per command (a background process a command left
 //!    behind writes into its own file, never into the framing or the next command's
-//!    output); old files are removed every 64 commands.
+//!    output); old files are removed every 64 commands. Each command also gets an empty
+//!    private folder of its own (`__SR_FRAME` in its environment) for the files of a
+//!    framed script (a poll's squeue rows, its lists): the shell makes them 64 at a time
+//!    and removes them with the old output files, so a poll starts no `mktemp` and no
+//!    `rm` of its own.
 //!    The shell runs the command only when that trailer line arrives intact, so a
 //!    request cut short by a lost connection never runs (not even with truncated
 //!    input). The command runs as `( eval LINE ) <stdin-file-or-/dev/null >out 2>err &`,
@@ -56,6 +60,12 @@ set -m
 command -v head >/dev/null 2>&1 || exit 98
 __sr_d=$(mktemp -d "${TMPDIR:-/tmp}/slurm-run-shell.XXXXXXXX") || exit 97
 trap 'rm -rf -- "$__sr_d"' EXIT
+__sr_frames() {
+  local j dirs=()
+  for ((j = $1; j < $1 + 64; j++)); do dirs+=("$__sr_d/f.$j"); done
+  mkdir -- "${dirs[@]}"
+}
+__sr_frames 1 || exit 97
 exec 2>/dev/null
 cd || exit 96
 __sr_boot=-
@@ -80,7 +90,10 @@ __sr_kill() {
 __sr_run() {
   local m=$1 n=$2 ok src=/dev/null s p o e t=- f
   __sr_n=$((__sr_n + 1))
-  if [ $((__sr_n % 64)) -eq 0 ]; then rm -f -- "$__sr_d"/[oei].*; fi
+  if [ $((__sr_n % 64)) -eq 0 ]; then
+    rm -rf -- "$__sr_d"/[oei].* "$__sr_d"/f.*
+    __sr_frames "$__sr_n"
+  fi
   o=$__sr_d/o.$__sr_n e=$__sr_d/e.$__sr_n
   if [ "$n" -gt 0 ]; then
     src=$__sr_d/i.$__sr_n
@@ -95,7 +108,7 @@ __sr_run() {
     if [ "$n" -gt 0 ]; then rm -f -- "$src"; fi
     return
   fi
-  ( umask "$__sr_um"; export __SR_JOB="$m"; eval "$3" ) < "$src" > "$o" 2> "$e" &
+  ( umask "$__sr_um"; export __SR_JOB="$m" __SR_FRAME="$__sr_d/f.$__sr_n"; eval "$3" ) < "$src" > "$o" 2> "$e" &
   p=$!
   if read -r f < "/proc/$p/stat"; then read -r -a f <<< "${f##*) }"; t=${f[19]}; fi
   printf '%s P %d %s %s\n' "$m" "$p" "$t" "$__sr_boot"

@@ -117,7 +117,21 @@ pub(crate) const MINE_FROM: usize = 64;
 /// input (a `K KIND COUNT` line, then COUNT lines: `J` jobs, `R` RUNNING keys, `E`
 /// array tasks not ended), so any number of jobs and tasks fits.
 pub(crate) fn poll_command(groups: &BTreeMap<Option<String>, Group>) -> Result<Command> {
-    let mut params = vec![live_state_names()];
+    poll_command_deciding(groups, BASH_DECIDES_UP_TO)
+}
+
+/// Up to this many jobs of one cluster, the poll script decides which need sacct with
+/// bash's builtins; above, one `awk` does (a process start, about 2 ms here, against
+/// bash's loops growing with the list).
+const BASH_DECIDES_UP_TO: usize = 200;
+
+/// [`poll_command`], with bash deciding what needs sacct up to `bash_decides_up_to` jobs
+/// of a cluster (the tests run both ways).
+fn poll_command_deciding(
+    groups: &BTreeMap<Option<String>, Group>,
+    bash_decides_up_to: usize,
+) -> Result<Command> {
+    let mut params = vec![live_state_names(), bash_decides_up_to.to_string()];
     let mut stdin = String::new();
     for (k, (cluster, group)) in groups.iter().enumerate() {
         let mut squeue = commands::squeue_rows(cluster.as_deref())?;
@@ -810,19 +824,46 @@ mod tests {
             std::env::var("PATH").unwrap_or_default()
         );
         let groups: BTreeMap<Option<String>, Group> = [(None, group)].into();
-        let poll = poll_command(&groups).unwrap();
-        let command = Command::new("env")
-            .arg(path)
-            .arg(poll.program())
-            .args(poll.get_args().iter().cloned())
-            .stdin(poll.stdin_bytes().unwrap().to_vec());
-        let output = LocalTransport::new().run(&command).await.unwrap();
-        let parts = round_trip::split(&output, 2).unwrap();
-        let squeue = std::fs::read_to_string(bin.join("squeue.jobs")).unwrap_or_default();
-        let sacct = std::fs::read_to_string(bin.join("sacct.jobs"))
-            .ok()
-            .map(|j| j.trim().to_string());
-        (parts, squeue, sacct)
+        // Once with bash deciding what needs sacct, once with awk: both must agree.
+        let mut answers = Vec::new();
+        for bash_decides_up_to in [1_000_000_000, 0] {
+            let poll = poll_command_deciding(&groups, bash_decides_up_to).unwrap();
+            let command = Command::new("env")
+                .arg(&path)
+                .arg(poll.program())
+                .args(poll.get_args().iter().cloned())
+                .stdin(poll.stdin_bytes().unwrap().to_vec());
+            let output = LocalTransport::new().run(&command).await.unwrap();
+            let parts = round_trip::split(&output, 2).unwrap();
+            let squeue = std::fs::read_to_string(bin.join("squeue.jobs")).unwrap_or_default();
+            let sacct = std::fs::read_to_string(bin.join("sacct.jobs"))
+                .ok()
+                .map(|j| j.trim().to_string());
+            for log in ["squeue.jobs", "sacct.jobs"] {
+                let _ = std::fs::remove_file(bin.join(log));
+            }
+            answers.push((parts, squeue, sacct));
+        }
+        let by_awk = answers.pop().unwrap();
+        let by_bash = answers.pop().unwrap();
+        assert_eq!(
+            by_bash.2, by_awk.2,
+            "bash and awk send the same jobs to sacct"
+        );
+        assert_eq!(by_bash.1, by_awk.1);
+        assert_eq!(
+            by_bash
+                .0
+                .iter()
+                .map(|p| (&p.stdout, p.status))
+                .collect::<Vec<_>>(),
+            by_awk
+                .0
+                .iter()
+                .map(|p| (&p.stdout, p.status))
+                .collect::<Vec<_>>()
+        );
+        by_bash
     }
 
     #[tokio::test]

@@ -4,8 +4,17 @@
 # `@@end N STATUS`; it returns the command's status. Output is text: a last line
 # without a newline gets one. The raw stdout of part N stays in "$frame_dir/N.out"
 # until the script ends, for scripts that decide what to run next from it.
-frame_dir=$(mktemp -d "${TMPDIR:-/tmp}/slurm-run-frame.XXXXXXXX") || exit "$EXIT_NO_TEMP_DIR"
-trap 'rm -rf -- "$frame_dir"' EXIT
+# The long-lived remote shell hands each command an empty private folder of its own
+# (`__SR_FRAME`, made ahead and removed later by the shell): then no process starts
+# here. The first script claims it (a script it runs makes its own); without one (another
+# transport), a folder is made and removed here.
+if [ -n "${__SR_FRAME:-}" ] && [ -d "$__SR_FRAME" ] && [ -O "$__SR_FRAME" ]; then
+  frame_dir=$__SR_FRAME
+else
+  frame_dir=$(mktemp -d "${TMPDIR:-/tmp}/slurm-run-frame.XXXXXXXX") || exit "$EXIT_NO_TEMP_DIR"
+  trap 'rm -rf -- "$frame_dir"' EXIT
+fi
+unset __SR_FRAME
 part() {
   local n=$1 rc
   shift

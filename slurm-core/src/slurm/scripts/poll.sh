@@ -15,19 +15,49 @@
 # (exit code, steps), RUNNING ones it shows pending again or no longer lists (a requeue,
 # an end), and arrays with a task it lists neither alone nor in a pending range. A poll
 # of jobs that are all pending or running costs one squeue and no sacct. Bash's
-# builtins do the rest (one awk decides what sacct needs), so the poll costs little more
-# than the tools it runs.
-live=$1
-shift
+# builtins do the rest, so the poll costs little more than the tools it runs: what sacct
+# needs is decided by bash for a group of at most $2 jobs (no process started), by one
+# awk above (faster on long lists).
+live=$1 bash_decides_up_to=$2
+shift 2
 mapfile -t input
+declare -A jobs_of_group=()
 i=0
 while [ "$i" -lt "${#input[@]}" ]; do
   header=${input[i]} count=${input[i]##* }
   case $count in '' | *[!0-9]*) break ;; esac
   k=${header%% *} kind=${header#* } kind=${kind%% *}
   if [ "$count" -gt 0 ]; then printf '%s\n' "${input[@]:i+1:count}" >>"$frame_dir/$kind.$k"; fi
+  if [ "$kind" = J ]; then jobs_of_group[$k]=$((${jobs_of_group[$k]:-0} + count)); fi
   i=$((i + 1 + count))
 done
+# needs_sacct RUN EXPECTED ROWS JOBS: the jobs of JOBS that sacct must settle, with
+# bash's builtins; the same decision as the awk program below.
+needs_sacct() {
+  local -A alive=() state=() seen=() ranged=() need=()
+  local word key job s rest
+  for word in $live; do alive[$word]=1; done
+  while IFS='|' read -r key s rest; do
+    [ -n "$key" ] || continue
+    job=${key%%_*}
+    seen[$job]=1 state[$key]=$s
+    case $key in *_\[*) ranged[$job]=1 ;; esac
+    if [ -z "$s" ] || [ -z "${alive[$s]:-}" ]; then need[$job]=1; fi
+  done <"$3"
+  while IFS= read -r key; do
+    [ -n "$key" ] || continue
+    case ${state[$key]:-} in '' | PENDING | REQUEUE*) need[${key%%_*}]=1 ;; esac
+  done <"$1"
+  while IFS= read -r key; do
+    [ -n "$key" ] || continue
+    job=${key%%_*}
+    if [ -z "${state[$key]+set}" ] && [ -z "${ranged[$job]:-}" ]; then need[$job]=1; fi
+  done <"$2"
+  while IFS= read -r job; do
+    [ -n "$job" ] || continue
+    if [ -z "${seen[$job]:-}" ] || [ -n "${need[$job]:-}" ]; then printf '%s\n' "$job"; fi
+  done <"$4"
+}
 # shellcheck disable=SC2317 # runs through `part`
 # chunked FILE CMD ARGS...: CMD ARGS --jobs=ID,ID,... for every 2000 ids of FILE; the
 # first failure's status.
@@ -67,7 +97,9 @@ while [ $# -gt 0 ]; do
     part $((2 * k)) chunked "$all" "${squeue_argv[@]}"
   fi
   squeue_status=$?
-  if [ "$squeue_status" -eq 0 ]; then
+  if [ "$squeue_status" -eq 0 ] && [ "${jobs_of_group[$k]:-0}" -le "$bash_decides_up_to" ]; then
+    needs_sacct "$run" "$expected" "$frame_dir/$((2 * k)).out" "$all" >"$need"
+  elif [ "$squeue_status" -eq 0 ]; then
     awk -F'|' -v live="$live" -v runf="$run" -v expf="$expected" -v outf="$frame_dir/$((2 * k)).out" '
       function job_of(key) { sub(/_.*/, "", key); return key }
       function settle(  key, job, s) {
