@@ -26,6 +26,9 @@ const CONCURRENT: usize = 1_000;
 /// How many jobs one cancel figure cancels.
 const CANCELS: usize = 100;
 
+/// The job name of the jobs the fresh `ssh` baseline submits (cancelled by name).
+const FRESH_NAME: &str = "bench-fresh-submit";
+
 /// The bare job: what sbatch needs to queue a one-line job that waits an hour.
 fn bare_sbatch() -> Command {
     Command::new("sbatch").args([
@@ -50,7 +53,9 @@ async fn submit_latency(h: &Harness, area: &mut Area, jobs: &mut Vec<SlurmJobId>
         .unwrap();
     jobs.push(job_id(&warm.backend_ref.unwrap().native_id));
     let (mut library, mut bare, mut fresh) = (Vec::new(), Vec::new(), Vec::new());
-    let line = "sbatch --parsable --begin=now+1hour --output=/dev/null --wrap=true";
+    let line = format!(
+        "sbatch --parsable --begin=now+1hour --output=/dev/null --job-name={FRESH_NAME} --wrap=true"
+    );
     for i in 0..25 {
         let start = Instant::now();
         let record = h
@@ -65,7 +70,7 @@ async fn submit_latency(h: &Harness, area: &mut Area, jobs: &mut Vec<SlurmJobId>
         bare.push(start.elapsed());
         jobs.push(job_id(&out.stdout_text()));
         if i % 2 == 0 {
-            fresh.push(fresh_ssh(&h.testbed, line));
+            fresh.push(fresh_ssh(&h.testbed, &line));
         }
     }
     area.push(
@@ -196,6 +201,10 @@ async fn main() {
             .to_string(),
     );
     cancel_all(&h, &jobs).await;
+    // The jobs of the fresh `ssh` baseline, whose ids that baseline does not read.
+    let fresh = Command::new("scancel").arg(format!("--name={FRESH_NAME}"));
+    let out = h.transport.run(&fresh).await.expect("scancel by name");
+    assert!(out.success(), "{}", out.stderr_text());
     let root = h.testbed.get("SLURM_BASE_RESULTS_DIR").to_string();
     let _ = h
         .transport
