@@ -200,8 +200,8 @@ async fn main() {
     );
     // The sacct path: jobs that have ended, which squeue no longer settles. Each sample
     // polls fresh records of the same ended jobs (a record, once terminal, is not asked
-    // about again); the bare commands are the squeue and the sacct of those ids.
-    // After the cold status: these are the jobs its records track.
+    // about again); the bare commands are the squeue and the sacct of those ids. It
+    // comes after the cold status, whose records track these jobs and must see them live.
     let ended = &all[..ENDED];
     cancel_all(&h, ended).await;
     let gone = Instant::now() + Duration::from_secs(120);

@@ -131,7 +131,7 @@ fn poll_command_deciding(
     groups: &BTreeMap<Option<String>, Group>,
     bash_decides_up_to: usize,
 ) -> Result<Command> {
-    let mut params = vec![live_state_names(), bash_decides_up_to.to_string()];
+    let mut params = vec![live_state_names()];
     let mut stdin = String::new();
     for (k, (cluster, group)) in groups.iter().enumerate() {
         let mut squeue = commands::squeue_rows(cluster.as_deref())?;
@@ -144,6 +144,8 @@ fn poll_command_deciding(
             params.push("--slurm-run-group--".to_string());
         }
         params.push(if mine { "mine" } else { "ids" }.to_string());
+        let bash_decides = group.jobs.len() <= bash_decides_up_to;
+        params.push(if bash_decides { "bash" } else { "awk" }.to_string());
         params.push(squeue.program().to_string());
         params.extend(squeue.get_args().iter().cloned());
         params.push("--slurm-run-next--".to_string());
@@ -826,7 +828,7 @@ mod tests {
         let groups: BTreeMap<Option<String>, Group> = [(None, group)].into();
         // Once with bash deciding what needs sacct, once with awk: both must agree.
         let mut answers = Vec::new();
-        for bash_decides_up_to in [1_000_000_000, 0] {
+        for bash_decides_up_to in [usize::MAX, 0] {
             let poll = poll_command_deciding(&groups, bash_decides_up_to).unwrap();
             let command = Command::new("env")
                 .arg(&path)

@@ -7,7 +7,9 @@
 # whose record or task is RUNNING, `E` the array tasks not yet ended. $1 the SLURM
 # states squeue may show a live job in (space list, from the Rust state table), then per
 # group how to ask squeue (`ids`: the explicit id lists; `mine`: squeue lists the user's
-# own jobs, kept here when tracked: cheaper for many ids), the squeue argv, the word
+# own jobs, kept here when tracked: cheaper for many ids), what decides which jobs need
+# sacct (`bash`: its builtins, no process started, for a few jobs; `awk`: one awk,
+# faster on long lists), the squeue argv, the word
 # --slurm-run-next--, the sacct argv without --jobs, and the word --slurm-run-group--
 # before the next group.
 # squeue answers for every job; sacct, the slower accounting query, is asked only for
@@ -15,20 +17,16 @@
 # (exit code, steps), RUNNING ones it shows pending again or no longer lists (a requeue,
 # an end), and arrays with a task it lists neither alone nor in a pending range. A poll
 # of jobs that are all pending or running costs one squeue and no sacct. Bash's
-# builtins do the rest, so the poll costs little more than the tools it runs: what sacct
-# needs is decided by bash for a group of at most $2 jobs (no process started), by one
-# awk above (faster on long lists).
-live=$1 bash_decides_up_to=$2
-shift 2
+# builtins do the rest, so the poll costs little more than the tools it runs.
+live=$1
+shift
 mapfile -t input
-declare -A jobs_of_group=()
 i=0
 while [ "$i" -lt "${#input[@]}" ]; do
   header=${input[i]} count=${input[i]##* }
   case $count in '' | *[!0-9]*) break ;; esac
   k=${header%% *} kind=${header#* } kind=${kind%% *}
   if [ "$count" -gt 0 ]; then printf '%s\n' "${input[@]:i+1:count}" >>"$frame_dir/$kind.$k"; fi
-  if [ "$kind" = J ]; then jobs_of_group[$k]=$((${jobs_of_group[$k]:-0} + count)); fi
   i=$((i + 1 + count))
 done
 # needs_sacct RUN EXPECTED ROWS JOBS: the jobs of JOBS that sacct must settle, with
@@ -81,8 +79,8 @@ mine() {
 }
 k=0
 while [ $# -gt 0 ]; do
-  how=$1
-  shift
+  how=$1 decider=$2
+  shift 2
   squeue_argv=()
   sacct_argv=()
   while [ $# -gt 0 ] && [ "$1" != "--slurm-run-next--" ]; do squeue_argv+=("$1"); shift; done
@@ -97,7 +95,7 @@ while [ $# -gt 0 ]; do
     part $((2 * k)) chunked "$all" "${squeue_argv[@]}"
   fi
   squeue_status=$?
-  if [ "$squeue_status" -eq 0 ] && [ "${jobs_of_group[$k]:-0}" -le "$bash_decides_up_to" ]; then
+  if [ "$squeue_status" -eq 0 ] && [ "$decider" = bash ]; then
     needs_sacct "$run" "$expected" "$frame_dir/$((2 * k)).out" "$all" >"$need"
   elif [ "$squeue_status" -eq 0 ]; then
     awk -F'|' -v live="$live" -v runf="$run" -v expf="$expected" -v outf="$frame_dir/$((2 * k)).out" '

@@ -42,8 +42,8 @@ pub async fn held_jobs(h: &Harness, count: usize) -> Vec<SlurmJobId> {
 }
 
 /// Records that track `ids`, as a submit would have left them (PENDING, with the SLURM
-/// id), in the harness's store.
-/// A SLURM job may be tracked more than once (a fresh record per sample).
+/// id), in the harness's store. Each call makes new records, so a SLURM job may be
+/// tracked more than once (a fresh record per sample).
 pub fn track(h: &Harness, ids: &[SlurmJobId]) -> Vec<JobId> {
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
