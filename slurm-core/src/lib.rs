@@ -33,6 +33,7 @@ pub mod nccl;
 pub mod record;
 pub mod redact;
 pub mod render;
+mod retry;
 pub mod slurm;
 pub mod spec;
 pub mod state;

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::{Error, Result};
+
 /// The marker that replaces a secret value.
 pub const REDACTED: &str = "[REDACTED]";
 
@@ -73,6 +75,31 @@ impl fmt::Debug for SecretRegistry {
             .field("names", &self.names().collect::<Vec<_>>())
             .finish()
     }
+}
+
+/// The one rule for a secret's value, whichever backend submits it: set and not empty,
+/// one line without NUL, and at least [`MIN_SECRET_LEN`] characters (shorter values
+/// cannot be redacted safely). The error names the secret and the fix, never the value.
+pub(crate) fn check_secret_value(name: &str, value: Option<&str>) -> Result<()> {
+    let value = value.filter(|v| !v.is_empty()).ok_or_else(|| {
+        Error::config(
+            name.to_string(),
+            format!("the spec names the secret {name} but it is not set in the submitting environment; export {name}=... (its value travels only in a mode-600 sidecar)"),
+        )
+    })?;
+    if value.contains('\0') || value.contains('\n') {
+        return Err(Error::config(
+            name.to_string(),
+            "the secret's value holds a NUL or newline; give a one-line value",
+        ));
+    }
+    if value.chars().count() < MIN_SECRET_LEN {
+        return Err(Error::config(
+            name.to_string(),
+            format!("the secret's value is shorter than {MIN_SECRET_LEN} characters, too short to redact safely"),
+        ));
+    }
+    Ok(())
 }
 
 /// Whether `name` names a secret: one of its word parts (split at `_`, `-`, `.` and

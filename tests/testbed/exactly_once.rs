@@ -286,7 +286,12 @@ async fn with_slurmdbd_stopped_submits_work_and_unknown_outcomes_wait_for_it() {
     .await;
     let status = h.backend.status(&id).await.unwrap();
     assert_eq!(status.state(), JobState::Submitting);
-    let note = status.record.unsettled.clone().unwrap_or_default();
+    let note = status
+        .record
+        .unsettled
+        .as_ref()
+        .map(|u| u.why.clone())
+        .unwrap_or_default();
     assert!(note.contains("sacct"), "{note}");
 
     // Accounting back: the scheduler says there is no job; the record ends.
@@ -497,7 +502,9 @@ async fn slurmctl_shows_an_unsettled_submit_plainly() {
     let mut record =
         JobRecord::new(waiting.clone(), &spec, root.join(waiting.as_str()).unwrap()).unwrap();
     record.unsettled =
-        Some("the scheduler could not be asked: sacct: Problem talking to the database".into());
+        Some(slurm_core::record::Unsettled::unanswered(
+        "the scheduler could not be asked: sacct: Problem talking to the database",
+    ));
     record.candidates = vec![slurm_core::record::BackendRef::new("4711")];
     store.open(&record).unwrap();
 

@@ -8,7 +8,9 @@ use serde::Serialize;
 
 use crate::classify::RetryPolicy;
 use crate::record::JobId;
-use crate::spec::Dependency;
+use crate::redact::{check_secret_value, SecretRegistry};
+use crate::spec::{Dependency, JobSpec};
+use crate::Result;
 
 /// Options of [`Backend::submit`](super::Backend::submit).
 #[derive(Clone, Default)]
@@ -21,6 +23,23 @@ pub struct SubmitOptions {
     /// Records this job waits for, beside the spec's own `after` (the scheduler
     /// enforces the wait; a parent not yet accepted by it is an error).
     pub after: Vec<Dependency>,
+}
+
+impl SubmitOptions {
+    /// The values of the secrets `spec` names, from [`SubmitOptions::secret_values`] or
+    /// this process's environment, each checked by the one rule every backend applies.
+    pub(crate) fn secrets_for(&self, spec: &JobSpec) -> Result<SecretRegistry> {
+        let mut registry = SecretRegistry::new();
+        for name in &spec.secrets {
+            let value = match &self.secret_values {
+                Some(values) => values.get(name).cloned(),
+                None => std::env::var(name).ok(),
+            };
+            check_secret_value(name, value.as_deref())?;
+            registry.register(name.clone(), value.unwrap_or_default());
+        }
+        Ok(registry)
+    }
 }
 
 impl fmt::Debug for SubmitOptions {

@@ -8,6 +8,7 @@ mod file;
 mod memory;
 mod read_cache;
 mod tasks;
+mod unsettled;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,10 +28,12 @@ use crate::{Error, Result};
 pub use file::FileRecordStore;
 pub use memory::MemoryRecordStore;
 pub use tasks::{derive_state, state_groups, summary, TaskMark, TaskRecord};
+pub use unsettled::{Unsettled, UnsettledKind};
 
 /// The record format written by this version. Version 2 added the array tasks, the
-/// dependencies, the nodes and the node exclusions; version 1 records read as they are.
-pub const SCHEMA_VERSION: u32 = 2;
+/// dependencies, the nodes and the node exclusions; version 3 made `unsettled` typed
+/// ([`Unsettled`]); older records read as they are.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// A record id: `<label>-<6 hex>`, a safe name (`^[A-Za-z0-9][A-Za-z0-9._-]*$`,
 /// at most 64 characters) usable as a file name and as the SLURM job name.
@@ -282,7 +285,7 @@ pub struct JobRecord {
     /// While `SUBMITTING`: why the submit is not settled yet (the outcome was lost and
     /// the scheduler has not answered, or several jobs carry the name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unsettled: Option<String>,
+    pub unsettled: Option<Unsettled>,
     /// The record that retries this one: claimed once, under the record's lock, so two
     /// watchers (in one process or several) retry a failure once.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,24 +1,40 @@
-//! `SlurmBackend`: the `Backend` for SLURM over any `Transport`, `Renderer` and `RecordStore`.
+//! [`SlurmBackend`]: the `Backend` for SLURM over any `Transport`, `Renderer` and
+//! `RecordStore`. It owns the parts and hands each operation a [`Context`] over them;
+//! every operation lives in its own module.
 
-use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
+use super::cancel::{cancel, cancel_many, cancel_tasks};
+use super::context::{Context, ContextOwner, Locks};
+use super::credentials::{
+    check_credentials, install_credentials, remove_credentials, CredentialsStatus,
+};
+use super::facts::ClusterFacts;
+use super::images::stage_image;
+use super::logs::{follow_logs, logs};
+use super::preflight::{cluster_name, preflight};
+use super::probe::probe_nccl;
+use super::resubmit::resubmit;
+use super::secrets::SecretMemory;
+use super::status::status_many;
+use super::submit::{render_script, submit};
 use super::{SlurmConfig, SlurmSubmitOptions};
 use crate::backend::{
     watch_by_polling, Backend, JobStatus, LogOptions, LogStream, PreflightReport, SubmitOptions,
     WatchEvent, WatchOptions,
 };
-use crate::nccl::PROBE_LABEL;
+use crate::nccl::{
+    knobs_path, read_knobs, remove_knobs, ClusterKnobs, ProbeOptions, ProbeReport, PROBE_LABEL,
+};
 use crate::record::{JobId, JobRecord, RecordFilter, RecordStore};
 use crate::render::Renderer;
-use crate::spec::WallTime;
 use crate::spec::{JobSpec, TaskSet};
-use crate::storage::RemotePath;
 use crate::transport::Transport;
 use crate::Result;
 
@@ -26,7 +42,8 @@ use crate::Result;
 /// cancels with `scancel`, all through one [`Transport`], rendering scripts with one
 /// [`Renderer`] and keeping [`JobRecord`]s in one [`RecordStore`].
 ///
-/// Cheap to clone: clones share the connection, the caches and the store.
+/// Cheap to clone: clones share the connection, what was learnt of the cluster, and
+/// the store.
 ///
 /// ```no_run
 /// # async fn demo() -> slurm_core::Result<()> {
@@ -48,7 +65,37 @@ use crate::Result;
 /// # Ok(()) }
 /// ```
 pub struct SlurmBackend<T, R, S> {
-    pub(super) inner: Arc<Inner<T, R, S>>,
+    inner: Arc<Inner<T, R, S>>,
+}
+
+/// What the clones of one backend share.
+struct Inner<T, R, S> {
+    transport: T,
+    renderer: R,
+    store: S,
+    config: SlurmConfig,
+    facts: ClusterFacts,
+    secrets: SecretMemory,
+    locks: Locks,
+}
+
+impl<T, R, S> ContextOwner for Inner<T, R, S>
+where
+    T: Transport + 'static,
+    R: Renderer + 'static,
+    S: RecordStore + 'static,
+{
+    fn context(&self) -> Context<'_> {
+        Context::new(
+            &self.transport,
+            &self.renderer,
+            &self.store,
+            &self.config,
+            &self.facts,
+            &self.secrets,
+            &self.locks,
+        )
+    }
 }
 
 impl<T, R, S> Clone for SlurmBackend<T, R, S> {
@@ -57,53 +104,6 @@ impl<T, R, S> Clone for SlurmBackend<T, R, S> {
             inner: Arc::clone(&self.inner),
         }
     }
-}
-
-pub(super) struct Inner<T, R, S> {
-    pub(super) transport: T,
-    pub(super) renderer: R,
-    pub(super) store: S,
-    pub(super) config: SlurmConfig,
-    pub(super) cache: Mutex<Cache>,
-    /// Held while the base preflight runs, so concurrent first submits run it once.
-    pub(super) preflight_once: tokio::sync::Mutex<()>,
-    /// Held while a submit-time NCCL probe runs, so concurrent submits probe once.
-    pub(super) probe_once: tokio::sync::Mutex<()>,
-    /// The secret values this backend submitted (never stored): logs are redacted of them.
-    pub(super) secrets: Mutex<crate::redact::SecretRegistry>,
-    /// The same values by record (memory only), for the retries this backend makes.
-    pub(super) submitted_secrets: Mutex<HashMap<JobId, std::collections::BTreeMap<String, String>>>,
-}
-
-/// A partition as `scontrol show partition` describes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PartitionInfo {
-    /// `State=UP`.
-    pub(crate) up: bool,
-    /// `MaxTime`, `None` for UNLIMITED.
-    pub(crate) max_time: Option<WallTime>,
-    /// Its nodes (`Nodes=n[1-2]` expanded), for the node-exclusion guard.
-    pub(crate) nodes: Vec<String>,
-}
-
-/// What the backend learnt of the cluster and keeps for later submits.
-#[derive(Debug, Default)]
-pub(super) struct Cache {
-    /// The results root, resolved on the cluster when not configured.
-    pub(super) results_root: Option<RemotePath>,
-    /// Partitions seen by preflight.
-    pub(super) partitions: HashMap<String, PartitionInfo>,
-    /// Whether the static preflight checks (tools, accounting, storage) passed.
-    pub(super) base_checked: bool,
-    /// Whether Pyxis is installed (`srun --container-image`).
-    pub(super) pyxis: Option<bool>,
-    /// Whether sacct answers (accounting enabled).
-    pub(super) accounting: Option<bool>,
-    /// The cluster's `ClusterName` (the key of the NCCL knob cache).
-    pub(super) cluster_name: Option<String>,
-    /// Registries (their credential machines) and conversion partition whose
-    /// conversion checks passed (the submit gate of a conversion).
-    pub(super) conversion_ready: HashSet<String>,
 }
 
 impl<T, R, S> fmt::Debug for SlurmBackend<T, R, S>
@@ -136,38 +136,22 @@ where
                 renderer,
                 store,
                 config,
-                cache: Mutex::new(Cache::default()),
-                preflight_once: tokio::sync::Mutex::new(()),
-                probe_once: tokio::sync::Mutex::new(()),
-                secrets: Mutex::new(crate::redact::SecretRegistry::new()),
-                submitted_secrets: Mutex::new(HashMap::new()),
+                facts: ClusterFacts::default(),
+                secrets: SecretMemory::default(),
+                locks: Locks::default(),
             }),
         }
     }
 
-    /// Remember the values of `secrets` of record `id` (in memory only): for log
-    /// redaction, and for a retry of `id` from this backend.
-    pub(super) fn remember_secrets(&self, id: &JobId, secrets: &crate::redact::SecretRegistry) {
-        if secrets.is_empty() {
-            return;
-        }
-        let mut known = self.inner.secrets.lock().expect("secrets lock");
-        for (name, value) in secrets.entries() {
-            if !known.entries().any(|(_, v)| v == value) {
-                known.register(name, value);
-            }
-        }
-        self.inner
-            .submitted_secrets
-            .lock()
-            .expect("secrets lock")
-            .insert(
-                id.clone(),
-                secrets
-                    .entries()
-                    .map(|(n, v)| (n.to_string(), v.to_string()))
-                    .collect(),
-            );
+    /// The context the operations work with.
+    pub(super) fn context(&self) -> Context<'_> {
+        self.inner.context()
+    }
+
+    /// What the backend learnt of the cluster (tests seed it as a preflight would).
+    #[cfg(test)]
+    pub(super) fn facts(&self) -> &ClusterFacts {
+        &self.inner.facts
     }
 
     /// The configuration.
@@ -193,7 +177,82 @@ where
         options: SubmitOptions,
         slurm: SlurmSubmitOptions,
     ) -> Result<JobRecord> {
-        self.submit_job(spec, options, slurm).await
+        submit(&self.context(), spec, options, slurm).await
+    }
+
+    /// Render the script for `spec` as a submit would, without submitting (secrets
+    /// are named, never shown: the script only sources the sidecar). Cached NCCL
+    /// knobs are applied as a submit would; no probe runs.
+    pub async fn render_script(&self, spec: &JobSpec) -> Result<String> {
+        render_script(&self.context(), spec).await
+    }
+
+    /// Make sure `image` is a whole `.sqsh` on shared storage and return its path: a
+    /// `.sqsh` path is checked, a registry image is converted once on the CPU partition
+    /// (`SLURM_CONVERT_PARTITION`, never the GPU allocation) and reused afterwards. A
+    /// failed conversion is an error; there is never a fall back to the registry.
+    pub async fn stage_image(&self, image: &str) -> Result<String> {
+        stage_image(&self.context(), image).await
+    }
+
+    /// Run the NCCL probe for jobs like `spec` (its resources, image, mounts and env;
+    /// not its command): one probe job climbing the whole knob ladder in its allocation.
+    /// Waits for it (see [`ProbeOptions::max_wait`]) and caches the first env that
+    /// passed for this cluster and shape. Always probes, whatever is cached.
+    ///
+    /// Errors ([`crate::Error::Preflight`], check `nccl probe`) name the outcome that
+    /// stopped the ladder and the remedy: BAD (a wrong sum: a fault no knob fixes),
+    /// FAILED (the probe could not run, e.g. no torchrun in the image), HUNG on every
+    /// rung (with the env sets tried and the rungs' outputs). Nothing is cached then.
+    pub async fn probe_nccl(&self, spec: &JobSpec, options: ProbeOptions) -> Result<ProbeReport> {
+        probe_nccl(&self.context(), spec, options).await
+    }
+
+    /// The cluster's name (`ClusterName` of `scontrol show config`), the key of the
+    /// knob cache: learnt by preflight, else asked once.
+    pub async fn cluster_name(&self) -> Result<String> {
+        cluster_name(&self.context()).await
+    }
+
+    /// The cached NCCL knobs of `cluster` (see [`SlurmBackend::cluster_name`]), if any.
+    pub fn knob_cache(&self, cluster: &str) -> Result<Option<ClusterKnobs>> {
+        read_knobs(&self.inner.config.state_dir, cluster)
+    }
+
+    /// Forget the cached NCCL knobs of `cluster` (the next job that needs NCCL probes
+    /// again under [`NcclProbe::Auto`](crate::nccl::NcclProbe::Auto)); whether there
+    /// were any.
+    pub fn clear_knob_cache(&self, cluster: &str) -> Result<bool> {
+        remove_knobs(&self.inner.config.state_dir, cluster)
+    }
+
+    /// Where the knobs of `cluster` are cached.
+    pub fn knob_cache_path(&self, cluster: &str) -> Result<PathBuf> {
+        knobs_path(&self.inner.config.state_dir, cluster)
+    }
+
+    /// Install enroot credentials for `registry` (`host` or `host:port`) as `user` on the
+    /// cluster, once per cluster and user: the lines of its machines
+    /// ([`credential_machines`](super::credential_machines)) replace any earlier ones,
+    /// every other line is kept, under `umask 077` (mode 600). `password` travels on the
+    /// command's stdin only: never in an argv, a log, a record or an error.
+    pub async fn install_credentials(
+        &self,
+        registry: &str,
+        user: &str,
+        password: &str,
+    ) -> Result<CredentialsStatus> {
+        install_credentials(&self.context(), registry, user, password).await
+    }
+
+    /// Remove the credential lines of `registry`'s machines, keeping every other line.
+    pub async fn remove_credentials(&self, registry: &str) -> Result<CredentialsStatus> {
+        remove_credentials(&self.context(), registry).await
+    }
+
+    /// Whether the cluster holds credentials for `registry`, without reading the secret back.
+    pub async fn check_credentials(&self, registry: &str) -> Result<CredentialsStatus> {
+        check_credentials(&self.context(), registry).await
     }
 }
 
@@ -205,29 +264,34 @@ where
     S: RecordStore + 'static,
 {
     async fn preflight(&self, spec: Option<&JobSpec>) -> Result<PreflightReport> {
-        self.run_preflight(spec).await
+        preflight(&self.context(), spec).await
     }
 
     async fn submit(&self, spec: &JobSpec, options: SubmitOptions) -> Result<JobRecord> {
-        self.submit_job(spec, options, self.inner.config.submit.clone())
-            .await
+        submit(
+            &self.context(),
+            spec,
+            options,
+            self.inner.config.submit.clone(),
+        )
+        .await
     }
 
     async fn resubmit(&self, id: &JobId) -> Result<JobRecord> {
-        self.resubmit_job(id).await
+        resubmit(&self.context(), id).await
     }
 
     async fn status(&self, id: &JobId) -> Result<JobStatus> {
-        let mut all = self.poll(std::slice::from_ref(id)).await?;
+        let mut all = status_many(&self.context(), std::slice::from_ref(id)).await?;
         Ok(all.remove(0))
     }
 
     async fn status_many(&self, ids: &[JobId]) -> Result<Vec<JobStatus>> {
-        self.poll(ids).await
+        status_many(&self.context(), ids).await
     }
 
     async fn logs(&self, id: &JobId, options: LogOptions) -> Result<String> {
-        self.read_logs(id, options).await
+        logs(&self.context(), id, options).await
     }
 
     fn follow_logs(
@@ -236,19 +300,20 @@ where
         stream: LogStream,
         interval: Duration,
     ) -> BoxStream<'static, Result<String>> {
-        self.clone().follow(id.clone(), stream, interval)
+        let owner: Arc<dyn ContextOwner> = self.inner.clone();
+        follow_logs(owner, id.clone(), stream, interval)
     }
 
     async fn cancel(&self, id: &JobId) -> Result<JobRecord> {
-        self.cancel_job(id).await
+        cancel(&self.context(), id).await
     }
 
     async fn cancel_many(&self, ids: &[JobId]) -> Result<Vec<JobRecord>> {
-        self.cancel_jobs(ids).await
+        cancel_many(&self.context(), ids).await
     }
 
     async fn cancel_tasks(&self, id: &JobId, tasks: &TaskSet) -> Result<JobRecord> {
-        self.cancel_array_tasks(id, tasks).await
+        cancel_tasks(&self.context(), id, tasks).await
     }
 
     fn watch(

@@ -91,6 +91,19 @@ impl fmt::Debug for SlurmConfig {
 }
 
 impl SlurmConfig {
+    /// The partitions `spec` may run in: its own, else the configured ones
+    /// (comma-separated, empty names dropped).
+    pub(crate) fn partitions_for(&self, spec: &crate::spec::JobSpec) -> Vec<String> {
+        spec.partition
+            .as_deref()
+            .unwrap_or(&self.partition)
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
     /// A builder with the defaults; `partition` must be set before [`SlurmConfigBuilder::build`].
     pub fn builder() -> SlurmConfigBuilder {
         SlurmConfigBuilder::default()

@@ -6,12 +6,10 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::backend::SlurmBackend;
+use super::context::Context;
 use super::scripts::{CREDENTIALS, ENROOT};
-use crate::record::RecordStore;
 use crate::redact::{SecretRegistry, MIN_SECRET_LEN};
-use crate::render::Renderer;
-use crate::transport::{Command, Output, Transport};
+use crate::transport::{Command, Output};
 use crate::{Error, Result};
 
 /// The machine NGC's token service authenticates on, beside `nvcr.io`.
@@ -134,87 +132,90 @@ fn check_netrc_word(field: &str, value: &str) -> Result<()> {
     Ok(())
 }
 
-impl<T, R, S> SlurmBackend<T, R, S>
-where
-    T: Transport + 'static,
-    R: Renderer + 'static,
-    S: RecordStore + 'static,
-{
-    /// Install enroot credentials for `registry` (`host` or `host:port`) as `user` on the
-    /// cluster, once per cluster and user: the lines of its machines
-    /// ([`credential_machines`]) replace any earlier ones, every other line is kept,
-    /// under `umask 077` (mode 600). `password` travels on the command's stdin only:
-    /// never in an argv, a log, a record or an error.
-    pub async fn install_credentials(
-        &self,
-        registry: &str,
-        user: &str,
-        password: &str,
-    ) -> Result<CredentialsStatus> {
-        let machines = credential_machines(registry)?;
-        check_netrc_word("user", user)?;
-        check_netrc_word("password", password)?;
-        if password.starts_with('$') {
-            return Err(Error::invalid(
-                "password",
-                "starts with `$`, which enroot evaluates as a shell expression; give the secret itself",
-            ));
-        }
-        let mut secrets = SecretRegistry::new();
-        if !secrets.register("password", password) {
-            return Err(Error::invalid(
-                "password",
-                format!("shorter than {MIN_SECRET_LEN} characters, too short to keep out of logs safely"),
-            ));
-        }
-        let lines: String = machines
-            .iter()
-            .map(|m| format!("machine {m} login {user} password {password}\n"))
-            .collect();
-        let command = CREDENTIALS
-            .command(std::iter::once("install".to_string()).chain(machines.iter().cloned()))
-            .stdin(lines.into_bytes())
-            .display_as(format!("credentials install {registry}"));
-        self.run_credentials(&command, &secrets).await?;
-        self.check_credentials(registry).await
+/// Install enroot credentials for `registry` (`host` or `host:port`) as `user` on the
+/// cluster, once per cluster and user: the lines of its machines
+/// ([`credential_machines`]) replace any earlier ones, every other line is kept,
+/// under `umask 077` (mode 600). `password` travels on the command's stdin only:
+/// never in an argv, a log, a record or an error.
+pub(super) async fn install_credentials(
+    ctx: &Context<'_>,
+    registry: &str,
+    user: &str,
+    password: &str,
+) -> Result<CredentialsStatus> {
+    let machines = credential_machines(registry)?;
+    check_netrc_word("user", user)?;
+    check_netrc_word("password", password)?;
+    if password.starts_with('$') {
+        return Err(Error::invalid(
+            "password",
+            "starts with `$`, which enroot evaluates as a shell expression; give the secret itself",
+        ));
     }
+    let mut secrets = SecretRegistry::new();
+    if !secrets.register("password", password) {
+        return Err(Error::invalid(
+            "password",
+            format!(
+                "shorter than {MIN_SECRET_LEN} characters, too short to keep out of logs safely"
+            ),
+        ));
+    }
+    let lines: String = machines
+        .iter()
+        .map(|m| format!("machine {m} login {user} password {password}\n"))
+        .collect();
+    let command = CREDENTIALS
+        .command(std::iter::once("install".to_string()).chain(machines.iter().cloned()))
+        .stdin(lines.into_bytes())
+        .display_as(format!("credentials install {registry}"));
+    run_credentials(ctx, &command, &secrets).await?;
+    check_credentials(ctx, registry).await
+}
 
-    /// Remove the credential lines of `registry`'s machines, keeping every other line.
-    pub async fn remove_credentials(&self, registry: &str) -> Result<CredentialsStatus> {
-        let machines = credential_machines(registry)?;
-        let command = CREDENTIALS
-            .command(std::iter::once("remove".to_string()).chain(machines.iter().cloned()))
-            .display_as(format!("credentials remove {registry}"));
-        self.run_credentials(&command, &SecretRegistry::new())
-            .await?;
-        self.check_credentials(registry).await
-    }
+/// Remove the credential lines of `registry`'s machines, keeping every other line.
+pub(super) async fn remove_credentials(
+    ctx: &Context<'_>,
+    registry: &str,
+) -> Result<CredentialsStatus> {
+    let machines = credential_machines(registry)?;
+    let command = CREDENTIALS
+        .command(std::iter::once("remove".to_string()).chain(machines.iter().cloned()))
+        .display_as(format!("credentials remove {registry}"));
+    run_credentials(ctx, &command, &SecretRegistry::new()).await?;
+    check_credentials(ctx, registry).await
+}
 
-    /// Whether the cluster holds credentials for `registry`, without reading the secret back.
-    pub async fn check_credentials(&self, registry: &str) -> Result<CredentialsStatus> {
-        let machines = credential_machines(registry)?;
-        let output = self
-            .inner
-            .transport
-            .run(&ENROOT.command(machines.clone()))
-            .await?;
-        Ok(CredentialsStatus::from_enroot_output(
-            registry, &machines, &output,
-        ))
-    }
+/// Whether the cluster holds credentials for `registry`, without reading the secret back.
+pub(super) async fn check_credentials(
+    ctx: &Context<'_>,
+    registry: &str,
+) -> Result<CredentialsStatus> {
+    let machines = credential_machines(registry)?;
+    let output = ctx
+        .transport()
+        .run(&ENROOT.command(machines.clone()))
+        .await?;
+    Ok(CredentialsStatus::from_enroot_output(
+        registry, &machines, &output,
+    ))
+}
 
-    async fn run_credentials(&self, command: &Command, secrets: &SecretRegistry) -> Result<()> {
-        let output = self.inner.transport.run(command).await?;
-        if !output.success() {
-            return Err(Error::Remote {
-                command: command.label(),
-                status: output.status,
-                stderr: secrets.redact(output.stderr_text().trim()),
-                transient: false,
-            });
-        }
-        Ok(())
+async fn run_credentials(
+    ctx: &Context<'_>,
+    command: &Command,
+    secrets: &SecretRegistry,
+) -> Result<()> {
+    let output = ctx.transport().run(command).await?;
+    if !output.success() {
+        return Err(Error::Remote {
+            command: command.label(),
+            status: output.status,
+            stderr: secrets.redact(output.stderr_text().trim()),
+            transient: false,
+        });
     }
+    Ok(())
 }
 
 #[cfg(test)]

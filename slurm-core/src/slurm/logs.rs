@@ -4,200 +4,165 @@ use std::time::Duration;
 
 use futures::stream::{self, BoxStream, StreamExt};
 
-use super::backend::SlurmBackend;
-use super::poll::slurm_job;
+use std::sync::Arc;
+
+use super::context::{Context, ContextOwner};
+use super::job::slurm_job;
+use super::paths::log_folder;
 use super::scripts::READ_FROM;
-use crate::backend::{Backend, LogOptions, LogStream};
-use crate::record::{JobId, JobRecord, RecordStore};
-use crate::redact::{is_secret_name, SecretRegistry};
+use super::status::status_many;
+use crate::backend::{LogOptions, LogStream};
+use crate::record::{JobId, JobRecord};
+use crate::spec::TaskSet;
+use crate::{Error, Result};
 
 /// The most bytes one read of a followed log returns; a log that grew more is read in
 /// further chunks, from where the last one stopped.
 pub(super) const FOLLOW_CHUNK: u64 = 1024 * 1024;
-use crate::render::Renderer;
-use crate::spec::TaskSet;
-use crate::transport::Transport;
-use crate::{Error, Result};
 
-impl<T, R, S> SlurmBackend<T, R, S>
-where
-    T: Transport + 'static,
-    R: Renderer + 'static,
-    S: RecordStore + 'static,
-{
-    pub(super) fn log_path(
-        &self,
-        record: &JobRecord,
-        task: Option<u32>,
-        stream: LogStream,
-    ) -> Result<String> {
-        let (_, slurm_id) = slurm_job(record)?.ok_or_else(|| {
-            Error::NotFound(format!(
-                "{}: no log yet, the job was never accepted by the scheduler",
-                record.id
-            ))
-        })?;
-        match (record.is_array(), task) {
-            (true, None) => {
-                return Err(Error::invalid(
-                    "task",
-                    format!("{} is an array; name the task whose log to read", record.id),
-                ))
-            }
-            (false, Some(_)) => {
-                return Err(Error::invalid(
-                    "task",
-                    format!("{} is a single job; it has no tasks", record.id),
-                ))
-            }
-            (true, Some(task)) => record.check_tasks(&TaskSet::from_iter([task]))?,
-            (false, None) => {}
-        }
-        Ok(format!(
-            "{}/{}",
-            self.log_folder(record, slurm_id, task)?,
-            stream.file_name()
+/// The path of `stream` of `record`'s job (of `task`, for an array).
+fn log_path(record: &JobRecord, task: Option<u32>, stream: LogStream) -> Result<String> {
+    let (_, slurm_id) = slurm_job(record)?.ok_or_else(|| {
+        Error::NotFound(format!(
+            "{}: no log yet, the job was never accepted by the scheduler",
+            record.id
         ))
-    }
-
-    pub(super) async fn read_logs(&self, id: &JobId, options: LogOptions) -> Result<String> {
-        let record = self.inner.store.get(id)?;
-        let path = self.log_path(&record, options.task, options.stream)?;
-        let registry = self.log_redactor(&record);
-        match self.inner.transport.tail_file(&path, options.tail).await {
-            Ok(bytes) => Ok(registry.redact(&String::from_utf8_lossy(&bytes))),
-            Err(Error::NotFound(_)) => Err(Error::NotFound(format!(
-                "{id}: {path} does not exist yet (the job is {}; logs appear once it starts)",
-                record.state
-            ))),
-            Err(error) => Err(error),
+    })?;
+    match (record.is_array(), task) {
+        (true, None) => {
+            return Err(Error::invalid(
+                "task",
+                format!("{} is an array; name the task whose log to read", record.id),
+            ))
         }
+        (false, Some(_)) => {
+            return Err(Error::invalid(
+                "task",
+                format!("{} is a single job; it has no tasks", record.id),
+            ))
+        }
+        (true, Some(task)) => record.check_tasks(&TaskSet::from_iter([task]))?,
+        (false, None) => {}
     }
+    Ok(format!(
+        "{}/{}",
+        log_folder(record, slurm_id, task)?,
+        stream.file_name()
+    ))
+}
 
-    pub(super) fn follow(
-        self,
+/// The tail of a job's log, secrets redacted.
+pub(super) async fn logs(ctx: &Context<'_>, id: &JobId, options: LogOptions) -> Result<String> {
+    let record = ctx.store().get(id)?;
+    let path = log_path(&record, options.task, options.stream)?;
+    let registry = ctx.secrets().redactor_for(&record);
+    match ctx.transport().tail_file(&path, options.tail).await {
+        Ok(bytes) => Ok(registry.redact(&String::from_utf8_lossy(&bytes))),
+        Err(Error::NotFound(_)) => Err(Error::NotFound(format!(
+            "{id}: {path} does not exist yet (the job is {}; logs appear once it starts)",
+            record.state
+        ))),
+        Err(error) => Err(error),
+    }
+}
+
+/// Follow a job's log until the job ends: each new piece, secrets redacted.
+pub(super) fn follow_logs(
+    owner: Arc<dyn ContextOwner>,
+    id: JobId,
+    stream: LogStream,
+    interval: Duration,
+) -> BoxStream<'static, Result<String>> {
+    struct Follow {
+        owner: Arc<dyn ContextOwner>,
         id: JobId,
-        stream: LogStream,
-        interval: Duration,
-    ) -> BoxStream<'static, Result<String>> {
-        struct Follow<B> {
-            backend: B,
-            id: JobId,
-            offset: u64,
-            done: bool,
-            /// Read again at once (the last read was a full chunk: more is waiting).
-            more: bool,
-            first: bool,
-        }
-        let state = Follow {
-            backend: self,
-            id,
-            offset: 0,
-            done: false,
-            more: false,
-            first: true,
-        };
-        stream::unfold(state, move |mut st| async move {
-            loop {
-                if st.done {
-                    return None;
+        offset: u64,
+        done: bool,
+        /// Read again at once (the last read was a full chunk: more is waiting).
+        more: bool,
+        first: bool,
+    }
+    let state = Follow {
+        owner,
+        id,
+        offset: 0,
+        done: false,
+        more: false,
+        first: true,
+    };
+    stream::unfold(state, move |mut st| async move {
+        loop {
+            if st.done {
+                return None;
+            }
+            if !st.first && !st.more {
+                tokio::time::sleep(interval).await;
+            }
+            st.first = false;
+            // Whether the job is over is read before the log, so the last read
+            // after the end sees everything the job wrote. While catching up on a
+            // large log (full chunks), the status is not asked again.
+            let owner = Arc::clone(&st.owner);
+            let ctx = owner.context();
+            let terminal = if st.more {
+                false
+            } else {
+                match status_many(&ctx, std::slice::from_ref(&st.id)).await {
+                    Ok(statuses) => statuses[0].state().is_terminal(),
+                    Err(error) if error.is_transient() => false,
+                    Err(error) => {
+                        st.done = true;
+                        return Some((Err(error), st));
+                    }
                 }
-                if !st.first && !st.more {
-                    tokio::time::sleep(interval).await;
+            };
+            st.more = false;
+            let record = match ctx.store().get(&st.id) {
+                Ok(record) => record,
+                Err(error) => {
+                    st.done = true;
+                    return Some((Err(error), st));
                 }
-                st.first = false;
-                // Whether the job is over is read before the log, so the last read
-                // after the end sees everything the job wrote. While catching up on a
-                // large log (full chunks), the status is not asked again.
-                let terminal = if st.more {
-                    false
-                } else {
-                    match st.backend.status(&st.id).await {
-                        Ok(status) => status.state().is_terminal(),
-                        Err(error) if error.is_transient() => false,
+            };
+            let chunk = match log_path(&record, None, stream) {
+                Ok(path) => {
+                    let command =
+                        READ_FROM.command([path, st.offset.to_string(), FOLLOW_CHUNK.to_string()]);
+                    match ctx.transport().run(&command).await {
+                        Ok(output) if output.success() => {
+                            let text = output.stdout;
+                            let newline =
+                                text.iter().position(|b| *b == b'\n').unwrap_or(text.len());
+                            let size: u64 = String::from_utf8_lossy(&text[..newline])
+                                .trim()
+                                .parse()
+                                .unwrap_or(st.offset);
+                            let body = text.get(newline + 1..).unwrap_or_default().to_vec();
+                            st.offset = st.offset.max(size.min(st.offset + body.len() as u64));
+                            st.more = st.offset < size;
+                            body
+                        }
+                        Ok(_) => Vec::new(),
+                        Err(error) if error.is_transient() => Vec::new(),
                         Err(error) => {
                             st.done = true;
                             return Some((Err(error), st));
                         }
                     }
-                };
-                st.more = false;
-                let record = match st.backend.inner.store.get(&st.id) {
-                    Ok(record) => record,
-                    Err(error) => {
-                        st.done = true;
-                        return Some((Err(error), st));
-                    }
-                };
-                let chunk = match st.backend.log_path(&record, None, stream) {
-                    Ok(path) => {
-                        let command = READ_FROM.command([
-                            path,
-                            st.offset.to_string(),
-                            FOLLOW_CHUNK.to_string(),
-                        ]);
-                        match st.backend.inner.transport.run(&command).await {
-                            Ok(output) if output.success() => {
-                                let text = output.stdout;
-                                let newline =
-                                    text.iter().position(|b| *b == b'\n').unwrap_or(text.len());
-                                let size: u64 = String::from_utf8_lossy(&text[..newline])
-                                    .trim()
-                                    .parse()
-                                    .unwrap_or(st.offset);
-                                let body = text.get(newline + 1..).unwrap_or_default().to_vec();
-                                st.offset = st.offset.max(size.min(st.offset + body.len() as u64));
-                                st.more = st.offset < size;
-                                body
-                            }
-                            Ok(_) => Vec::new(),
-                            Err(error) if error.is_transient() => Vec::new(),
-                            Err(error) => {
-                                st.done = true;
-                                return Some((Err(error), st));
-                            }
-                        }
-                    }
-                    Err(_) => Vec::new(),
-                };
-                if terminal && !st.more {
-                    st.done = true;
                 }
-                if !chunk.is_empty() {
-                    let text = st
-                        .backend
-                        .log_redactor(&record)
-                        .redact(&String::from_utf8_lossy(&chunk));
-                    return Some((Ok(text), st));
-                }
+                Err(_) => Vec::new(),
+            };
+            if terminal && !st.more {
+                st.done = true;
             }
-        })
-        .boxed()
-    }
-}
-
-impl<T, R, S> SlurmBackend<T, R, S>
-where
-    T: Transport + 'static,
-    R: Renderer + 'static,
-    S: RecordStore + 'static,
-{
-    /// Logs may echo a secret the job received; hide every value this process knows:
-    /// the secrets this backend submitted, the values in this process's environment of
-    /// the names the record declares in `secrets` (`WANDB_KEY`, `DB_PASS`, ...), and of
-    /// every variable named like a secret.
-    pub(super) fn log_redactor(&self, record: &JobRecord) -> SecretRegistry {
-        let mut registry = self.inner.secrets.lock().expect("secrets lock").clone();
-        for name in &record.secret_names {
-            if let Ok(value) = std::env::var(name) {
-                registry.register(name.clone(), value);
+            if !chunk.is_empty() {
+                let text = ctx
+                    .secrets()
+                    .redactor_for(&record)
+                    .redact(&String::from_utf8_lossy(&chunk));
+                return Some((Ok(text), st));
             }
         }
-        for (name, value) in std::env::vars() {
-            if is_secret_name(&name) {
-                registry.register(name, value);
-            }
-        }
-        registry
-    }
+    })
+    .boxed()
 }

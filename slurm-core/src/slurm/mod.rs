@@ -1,47 +1,74 @@
-//! SLURM, in one room: [`SlurmBackend`] (submit, poll, preflight, cancel, logs, and the
-//! NCCL probe runs), its configuration, the pure "what SLURM said -> what it means"
-//! logic, the parsers of the SLURM tools' output, the one table of SLURM states, the
-//! argv of every scheduler command, and the remote scripts as `.sh` files.
+//! SLURM, in one room of small modules: [`SlurmBackend`] and the operations it runs,
+//! its configuration, the pure "what SLURM said -> what it means" logic, the parsers of
+//! the SLURM tools' output, the one table of SLURM states, the argv of every scheduler
+//! command, and the remote scripts as `.sh` files.
 //!
 //! Nothing outside this module names a SLURM type: the rest of the crate speaks of
 //! native ids, endings and checks, and this room maps SLURM's words to them.
 //!
-//! | file | holds |
+//! The backend owns its parts and hands each operation a `Context` over them; an
+//! operation is a function of its own module, and a module that needs another's work
+//! imports it, so the module graph (`tests/rooms.rs`) sees every call. Calls go one
+//! way: the backend's operations (submit, status, cancel, logs, resubmit, preflight,
+//! the probe on demand) call the steps below them, never the reverse.
+//!
+//! | module | holds |
 //! |---|---|
-//! | `backend.rs` | [`SlurmBackend`] and its `Backend` impl |
-//! | `config.rs` | [`SlurmConfig`] from the environment or a builder |
-//! | `submit.rs`, `reconcile.rs`, `images.rs` | exactly-once submit, reconcile by job name, `.sqsh` staging, the conversion gate |
-//! | `credentials.rs` | enroot's registry credentials on the cluster: install, check, remove |
-//! | `depend.rs` | `--dependency` from the parents' ids; dependants re-pointed at a retried parent |
-//! | `poll.rs`, `observe.rs` | one-round-trip status; the pure decisions from squeue/sacct/scontrol rows |
-//! | `preflight.rs`, `cancel.rs`, `logs.rs` | the other operations |
-//! | `nccl.rs` | the NCCL probe's submit hook (cached knobs, or a probe queued with the job waiting on it), the settling of probes a poll saw end, `probe_nccl` |
-//! | `states.rs`, `parse/`, `commands.rs`, `scripts/` | SLURM's states, output, argv and scripts |
+//! | `backend` | [`SlurmBackend`]: the parts, the `Backend` impl, the SLURM-only calls |
+//! | `context`, `facts` | what an operation works with; what was learnt of the cluster |
+//! | `config` | [`SlurmConfig`] from the environment or a builder |
+//! | `submit/` | the submit flow: a plan computed once, then render, stage, attempt |
+//! | `reconcile/` | settling a submit whose outcome is unknown; the only code that turns a verdict into a record change |
+//! | `status` | the status step: the poll, then what follows, in a fixed order |
+//! | `poll/` | the poll's request protocol and observations |
+//! | `probe/` | the NCCL probe: a submit's need, the verdicts of probes that ended, a probe on demand |
+//! | `dependants` | `--dependency`, dependants that end or follow a retried parent |
+//! | `secrets` | the values submitted (memory only), log redaction, sidecar removal |
+//! | `resubmit`, `cancel`, `logs`, `preflight` | the other operations |
+//! | `images`, `credentials` | `.sqsh` images and their conversion; enroot's registry credentials |
+//! | `job`, `paths` | a record's SLURM job; a job's paths on the cluster |
+//! | `states`, `parse/`, `commands`, `scripts/` | SLURM's states, output, argv and scripts |
 
 mod backend;
 mod cancel;
 mod commands;
 mod config;
+mod context;
 mod credentials;
-mod depend;
+mod dependants;
+mod facts;
 mod images;
+mod job;
 mod logs;
-mod nccl;
-mod observe;
 pub(crate) mod parse;
+mod paths;
 mod poll;
 mod preflight;
+mod probe;
 mod reconcile;
+mod resubmit;
 pub(crate) mod scripts;
+mod secrets;
 mod states;
+mod status;
 mod submit;
 
 #[cfg(test)]
-mod container_tests;
+mod cancel_tests;
 #[cfg(test)]
-mod nccl_tests;
+mod credentials_tests;
 #[cfg(test)]
-mod tests;
+mod images_tests;
+#[cfg(test)]
+mod logs_tests;
+#[cfg(test)]
+mod preflight_tests;
+#[cfg(test)]
+mod resubmit_tests;
+#[cfg(test)]
+mod status_tests;
+#[cfg(test)]
+mod testkit;
 
 use crate::nccl::{NcclProbe, ProbeOptions};
 
@@ -49,6 +76,7 @@ pub use backend::SlurmBackend;
 pub use config::{default_state_dir, SlurmConfig, SlurmConfigBuilder, ENV_VARS};
 pub use credentials::{credential_machines, CredentialsStatus};
 pub use parse::SlurmJobId;
+pub use reconcile::SETTLE_AFTER;
 pub use states::{map_state, SlurmBaseState, SlurmState};
 
 #[cfg(any(test, feature = "testing"))]

@@ -1,18 +1,17 @@
 //! Preflight: every check a submit depends on, run in one round trip, reported one line per check with its remedy.
 
-use super::backend::{PartitionInfo, SlurmBackend};
 use super::commands;
+use super::context::Context;
 use super::credentials::{credential_machines, install_hint, CredentialsStatus};
-use super::parse::is_accounting_disabled;
+use super::facts::{Facts, PartitionInfo};
+use super::parse::{expand_nodelist, is_accounting_disabled};
 use super::scripts;
 use crate::backend::{CheckKind, PreflightReport};
 use crate::image::ImageRef;
 use crate::nccl::cluster_key;
-use crate::record::RecordStore;
-use crate::render::Renderer;
-use crate::spec::{JobSpec, Limits, WallTime};
+use crate::spec::{JobSpec, WallTime};
 use crate::storage::RemotePath;
-use crate::transport::{round_trip, Output, Transport};
+use crate::transport::{round_trip, Output};
 use crate::{Error, ErrorKind, Result};
 
 /// The scheduler tools a submit needs.
@@ -31,382 +30,359 @@ enum Query {
     ClusterName,
 }
 
-impl<T, R, S> SlurmBackend<T, R, S>
-where
-    T: Transport + 'static,
-    R: Renderer + 'static,
-    S: RecordStore + 'static,
-{
-    /// Run every check for `spec` (or the backend's defaults) in one round trip.
-    pub(super) async fn run_preflight(&self, spec: Option<&JobSpec>) -> Result<PreflightReport> {
-        let config = &self.inner.config;
-        let mut report = PreflightReport::default();
-        let partitions: Vec<String> = spec
-            .and_then(|s| s.partition.clone())
-            .unwrap_or_else(|| config.partition.clone())
-            .split(',')
-            .map(|p| p.trim().to_string())
-            .filter(|p| !p.is_empty())
-            .collect();
-        let image = match spec.map(JobSpec::image_ref).transpose() {
-            Ok(image) => image.flatten(),
-            Err(e) => {
-                report.push(
-                    CheckKind::Spec,
-                    "spec",
-                    false,
-                    e.to_string(),
-                    "fix the spec's image",
-                );
-                None
-            }
-        };
-        let datasets: Vec<String> = match spec.map(JobSpec::dataset_uris).transpose() {
-            Ok(uris) => uris
-                .unwrap_or_default()
-                .iter()
-                .map(|u| u.resolve().as_str().to_string())
-                .collect(),
-            Err(e) => {
-                report.push(
-                    CheckKind::Spec,
-                    "spec",
-                    false,
-                    e.to_string(),
-                    "fix the spec's datasets",
-                );
-                Vec::new()
-            }
-        };
+/// Run every check for `spec` (or the backend's defaults) in one round trip.
+pub(super) async fn preflight(
+    ctx: &Context<'_>,
+    spec: Option<&JobSpec>,
+) -> Result<PreflightReport> {
+    let config = ctx.config();
+    let mut report = PreflightReport::default();
+    let partitions = match spec {
+        Some(spec) => config.partitions_for(spec),
+        None => config.partitions_for(&JobSpec::new("preflight", "true")),
+    };
+    let image = match spec.map(JobSpec::image_ref).transpose() {
+        Ok(image) => image.flatten(),
+        Err(e) => {
+            report.push(
+                CheckKind::Spec,
+                "spec",
+                false,
+                e.to_string(),
+                "fix the spec's image",
+            );
+            None
+        }
+    };
+    let datasets: Vec<String> = match spec.map(JobSpec::dataset_uris).transpose() {
+        Ok(uris) => uris
+            .unwrap_or_default()
+            .iter()
+            .map(|u| u.resolve().as_str().to_string())
+            .collect(),
+        Err(e) => {
+            report.push(
+                CheckKind::Spec,
+                "spec",
+                false,
+                e.to_string(),
+                "fix the spec's datasets",
+            );
+            Vec::new()
+        }
+    };
 
-        let mut queries = vec![Query::Tools, Query::Accounting];
-        let mut commands = vec![
-            scripts::MISSING_TOOLS.command(TOOLS.iter().copied()),
-            commands::sacct_answers(),
-        ];
-        for p in &partitions {
-            queries.push(Query::Partition(p.clone()));
-            commands.push(commands::scontrol_show_partition(p));
-        }
-        queries.push(Query::Pyxis);
-        commands.push(commands::srun_help());
-        let needs_conversion = image.as_ref().is_some_and(ImageRef::is_registry)
-            && !spec.is_some_and(|s| s.allow_registry_image);
-        if let Some(image) = image.as_ref().filter(|_| needs_conversion) {
-            // Docker Hub (no registry named) takes anonymous pulls: no credentials needed.
-            let registry = image.registry().unwrap_or_default().to_string();
-            let machines = match image.registry() {
-                Some(r) => credential_machines(r).unwrap_or_default(),
-                None => Vec::new(),
-            };
-            queries.push(Query::Enroot(registry, machines.clone()));
-            commands.push(scripts::ENROOT.command(machines));
-            let partition = config.convert_partition.clone();
-            commands.push(commands::scontrol_show_partition(&partition));
-            queries.push(Query::ConvertPartition(partition));
-        }
-        queries.push(Query::ResultsRoot);
-        commands
-            .push(scripts::RESULTS_ROOT.command([config.results_root.clone().unwrap_or_default()]));
-        queries.push(Query::ClusterName);
-        commands.push(scripts::CLUSTER_NAME.command(Vec::<String>::new()));
-        if !datasets.is_empty() {
-            queries.push(Query::Datasets(datasets.clone()));
-            commands.push(scripts::MISSING_PATHS.command(datasets.clone()));
-        }
-
-        let outputs = match self.inner.transport.run(&round_trip::join(&commands)).await {
-            Ok(output) => match round_trip::split(&output, commands.len()) {
-                Ok(parts) => parts,
-                Err(e) => {
-                    report.push(CheckKind::Connection, "ssh", false, e.to_string(), "the login shell printed something unexpected; check the remote shell start-up files");
-                    return Ok(report);
-                }
-            },
-            Err(e) => {
-                let remedy = match e.kind() {
-                    ErrorKind::HostKey => "verify the host key and add it to known_hosts (the error says how)",
-                    ErrorKind::Auth => "check SLURM_USER and SSH_KEY_PATH (or SSH_AUTH_SOCK); the key must be authorised on the login node",
-                    ErrorKind::Config => "set the variable the error names",
-                    _ => "check SLURM_HOSTNAME and that the login node is reachable (ssh -o BatchMode=yes works)",
-                };
-                report.push(CheckKind::Connection, "ssh", false, e.to_string(), remedy);
-                return Ok(report);
-            }
+    let mut queries = vec![Query::Tools, Query::Accounting];
+    let mut commands = vec![
+        scripts::MISSING_TOOLS.command(TOOLS.iter().copied()),
+        commands::sacct_answers(),
+    ];
+    for p in &partitions {
+        queries.push(Query::Partition(p.clone()));
+        commands.push(commands::scontrol_show_partition(p));
+    }
+    queries.push(Query::Pyxis);
+    commands.push(commands::srun_help());
+    let needs_conversion = image.as_ref().is_some_and(ImageRef::is_registry)
+        && !spec.is_some_and(|s| s.allow_registry_image);
+    if let Some(image) = image.as_ref().filter(|_| needs_conversion) {
+        // Docker Hub (no registry named) takes anonymous pulls: no credentials needed.
+        let registry = image.registry().unwrap_or_default().to_string();
+        let machines = match image.registry() {
+            Some(r) => credential_machines(r).unwrap_or_default(),
+            None => Vec::new(),
         };
-        report.push(
-            CheckKind::Connection,
-            "ssh",
-            true,
-            "batch-mode login with a verified host key",
-            "",
-        );
-
-        let mut cache = self.inner.cache.lock().expect("cache lock");
-        let mut base_ok = true;
-        for (query, out) in queries.into_iter().zip(outputs) {
-            match query {
-                Query::Tools => {
-                    let missing = out
-                        .stdout_text()
-                        .split_whitespace()
-                        .map(str::to_string)
-                        .collect::<Vec<_>>();
-                    base_ok &= missing.is_empty();
-                    report.push(
-                        CheckKind::Scheduler,
-                        "scheduler tools",
-                        missing.is_empty(),
-                        if missing.is_empty() { TOOLS.join(", ") } else { format!("missing: {}", missing.join(", ")) },
-                        "install the Slurm client tools on the login node, or log in to a node that has them (module load slurm)",
-                    );
-                }
-                Query::Accounting => {
-                    // Jobs run without accounting: a submit works, status reads finished
-                    // jobs from scontrol while slurmctld remembers them. So a cluster
-                    // without it (or whose slurmdbd is down now) passes, degraded.
-                    let stderr = out.stderr_text();
-                    let disabled = is_accounting_disabled(&stderr);
-                    let ok = out.success() && !disabled && !stderr.to_lowercase().contains("error");
-                    cache.accounting = Some(ok);
-                    if ok {
-                        report.push(
-                            CheckKind::Accounting,
-                            "accounting (sacct)",
-                            true,
-                            "sacct answers",
-                            "",
-                        );
-                    } else if disabled {
-                        report.push_degraded(
-                            CheckKind::Accounting,
-                            "accounting (sacct)",
-                            "disabled on this cluster: jobs run, but a finished job is read from scontrol only while slurmctld remembers it (MinJobAge), and a submit whose answer was lost is settled only while it is young",
-                            "ask the cluster admins to enable slurmdbd accounting",
-                        );
-                    } else {
-                        report.push_degraded(
-                            CheckKind::Accounting,
-                            "accounting (sacct)",
-                            format!(
-                                "sacct does not answer now ({}): jobs run, but finished jobs and lost submit answers wait until it does",
-                                first_line(&stderr, "sacct failed")
-                            ),
-                            "check slurmdbd (sacctmgr show cluster); ask the cluster admins if it stays down",
-                        );
-                    }
-                }
-                Query::Partition(name) => {
-                    let check = format!("partition {name}");
-                    match parse_partition(&out) {
-                        Some(info) => {
-                            let wall = spec.and_then(|s| s.time);
-                            let fits = match (wall, info.max_time) {
-                                (Some(w), Some(max)) => w.as_secs() <= max.as_secs(),
-                                _ => true,
-                            };
-                            let max_text = info
-                                .max_time
-                                .map(|m| m.to_slurm())
-                                .unwrap_or_else(|| "UNLIMITED".into());
-                            let ok = info.up && fits;
-                            base_ok &= info.up;
-                            report.push(
-                                CheckKind::Partition,
-                                check,
-                                ok,
-                                if !info.up {
-                                    "is not UP".to_string()
-                                } else if !fits {
-                                    format!("MaxTime {max_text} is below the requested wall time {}", wall.map(|w| w.to_slurm()).unwrap_or_default())
-                                } else {
-                                    format!("UP, MaxTime {max_text}")
-                                },
-                                if !info.up {
-                                    format!("choose another partition (sinfo) or wait until {name} is up")
-                                } else {
-                                    format!("lower `time` to at most {max_text} or choose a partition with a longer MaxTime")
-                                },
-                            );
-                            cache.partitions.insert(name, info);
-                        }
-                        None => {
-                            base_ok = false;
-                            report.push(
-                                CheckKind::Partition,
-                                check,
-                                false,
-                                first_line(&out.stderr_text(), "not found"),
-                                "check SLURM_PARTITION or the spec's partition against `sinfo -s`",
-                            );
-                        }
-                    }
-                }
-                Query::Pyxis => {
-                    let present = out.stdout_text().contains("--container-image");
-                    cache.pyxis = Some(present);
-                    let needed = image.is_some();
-                    report.push(
-                        CheckKind::Containers,
-                        "pyxis (srun --container-image)",
-                        present || !needed,
-                        match (present, needed) {
-                            (true, _) => "present".to_string(),
-                            (false, false) => "absent (not needed: the job has no image)".to_string(),
-                            (false, true) => "absent: srun --help does not list --container-image".to_string(),
-                        },
-                        "ask the cluster admins for the Pyxis SPANK plugin, or run the job without `image`",
-                    );
-                }
-                Query::Enroot(registry, machines) => {
-                    let no_enroot = out.stdout_text().lines().any(|l| l == "enroot");
-                    report.push(
-                        CheckKind::Containers,
-                        "enroot",
-                        !no_enroot,
-                        if no_enroot { "enroot is not on PATH".to_string() } else { "present".to_string() },
-                        "install enroot on the login node and the conversion partition, or stage a .sqsh image and give its path as `image`",
-                    );
-                    if !machines.is_empty() {
-                        let status =
-                            CredentialsStatus::from_enroot_output(&registry, &machines, &out);
-                        report.push(
-                            CheckKind::Credentials,
-                            "enroot credentials",
-                            status.is_present(),
-                            status.to_string(),
-                            format!("install them once: {}", install_hint(&registry)),
-                        );
-                    }
-                }
-                Query::ConvertPartition(name) => {
-                    let info = parse_partition(&out);
-                    report.push(
-                        CheckKind::Partition,
-                        format!("conversion partition {name}"),
-                        info.as_ref().is_some_and(|i| i.up),
-                        match info {
-                            Some(i) if i.up => "UP".to_string(),
-                            Some(_) => "is not UP".to_string(),
-                            None => first_line(&out.stderr_text(), "not found"),
-                        },
-                        "set SLURM_CONVERT_PARTITION to a CPU partition that exists and is up (sinfo -s), or stage a .sqsh and give its path as `image`",
-                    );
-                }
-                Query::ResultsRoot => {
-                    let root = out.stdout_text().trim().to_string();
-                    let parsed = if out.success() {
-                        RemotePath::parse_for("SLURM_BASE_RESULTS_DIR", &root).ok()
-                    } else {
-                        None
-                    };
-                    base_ok &= parsed.is_some();
-                    report.push(
-                        CheckKind::Storage,
-                        "results root",
-                        parsed.is_some(),
-                        match &parsed {
-                            Some(p) => format!("{} is writable", p.as_str()),
-                            None => first_line(&out.stderr_text(), "not writable"),
-                        },
-                        "set SLURM_BASE_RESULTS_DIR to a folder on shared storage you can write (both login and compute nodes must see it)",
-                    );
-                    if parsed.is_some() {
-                        cache.results_root = parsed;
-                    }
-                }
-                Query::ClusterName => {
-                    // Not a check: the key of the NCCL knob cache, learnt on the way.
-                    cache.cluster_name = Some(cluster_key(&out.stdout_text()));
-                }
-                Query::Datasets(paths) => {
-                    let missing: Vec<String> =
-                        out.stdout_text().lines().map(str::to_string).collect();
-                    report.push(
-                        CheckKind::Datasets,
-                        "datasets",
-                        missing.is_empty() && out.success(),
-                        if missing.is_empty() { format!("{} present", paths.len()) } else { format!("missing on the cluster: {}", missing.join(", ")) },
-                        "stage the data on shared storage first (never inside the GPU allocation) and give lustre:///absolute/path",
-                    );
-                }
-            }
-        }
-        cache.base_checked = base_ok;
-        Ok(report)
+        queries.push(Query::Enroot(registry, machines.clone()));
+        commands.push(scripts::ENROOT.command(machines));
+        let partition = config.convert_partition.clone();
+        commands.push(commands::scontrol_show_partition(&partition));
+        queries.push(Query::ConvertPartition(partition));
+    }
+    queries.push(Query::ResultsRoot);
+    commands.push(scripts::RESULTS_ROOT.command([config.results_root.clone().unwrap_or_default()]));
+    queries.push(Query::ClusterName);
+    commands.push(scripts::CLUSTER_NAME.command(Vec::<String>::new()));
+    if !datasets.is_empty() {
+        queries.push(Query::Datasets(datasets.clone()));
+        commands.push(scripts::MISSING_PATHS.command(datasets.clone()));
     }
 
-    /// The base checks (tools, accounting, partitions, results root), once per
-    /// backend; returns the results root. Fails with the first failed check.
-    pub(super) async fn ensure_ready(&self, spec: &JobSpec) -> Result<RemotePath> {
-        let partitions: Vec<String> = spec
-            .partition
-            .clone()
-            .unwrap_or_else(|| self.inner.config.partition.clone())
-            .split(',')
-            .map(|p| p.trim().to_string())
-            .collect();
-        let cached = || {
-            let cache = self.inner.cache.lock().expect("cache lock");
-            let known = partitions.iter().all(|p| cache.partitions.contains_key(p));
-            match (&cache.results_root, cache.base_checked && known) {
-                (Some(root), true) => Some(root.clone()),
-                _ => None,
+    let outputs = match ctx.transport().run(&round_trip::join(&commands)).await {
+        Ok(output) => match round_trip::split(&output, commands.len()) {
+            Ok(parts) => parts,
+            Err(e) => {
+                report.push(CheckKind::Connection, "ssh", false, e.to_string(), "the login shell printed something unexpected; check the remote shell start-up files");
+                return Ok(report);
             }
-        };
-        if let Some(root) = cached() {
-            return Ok(root);
+        },
+        Err(e) => {
+            let remedy = match e.kind() {
+                ErrorKind::HostKey => "verify the host key and add it to known_hosts (the error says how)",
+                ErrorKind::Auth => "check SLURM_USER and SSH_KEY_PATH (or SSH_AUTH_SOCK); the key must be authorised on the login node",
+                ErrorKind::Config => "set the variable the error names",
+                _ => "check SLURM_HOSTNAME and that the login node is reachable (ssh -o BatchMode=yes works)",
+            };
+            report.push(CheckKind::Connection, "ssh", false, e.to_string(), remedy);
+            return Ok(report);
         }
-        // One preflight at a time: submits that arrive together wait for the first.
-        let _once = self.inner.preflight_once.lock().await;
-        if let Some(root) = cached() {
-            return Ok(root);
+    };
+    report.push(
+        CheckKind::Connection,
+        "ssh",
+        true,
+        "batch-mode login with a verified host key",
+        "",
+    );
+
+    ctx.facts()
+        .change(|learnt| learn(learnt, &mut report, spec, image.is_some(), queries, outputs));
+    Ok(report)
+}
+
+/// Read the answers of the preflight round trip into `report` and the facts `learnt`.
+fn learn(
+    learnt: &mut Facts,
+    report: &mut PreflightReport,
+    spec: Option<&JobSpec>,
+    has_image: bool,
+    queries: Vec<Query>,
+    outputs: Vec<Output>,
+) {
+    let mut base_ok = true;
+    for (query, out) in queries.into_iter().zip(outputs) {
+        match query {
+            Query::Tools => {
+                let missing = out
+                    .stdout_text()
+                    .split_whitespace()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>();
+                base_ok &= missing.is_empty();
+                report.push(
+                    CheckKind::Scheduler,
+                    "scheduler tools",
+                    missing.is_empty(),
+                    if missing.is_empty() { TOOLS.join(", ") } else { format!("missing: {}", missing.join(", ")) },
+                    "install the Slurm client tools on the login node, or log in to a node that has them (module load slurm)",
+                );
+            }
+            Query::Accounting => {
+                // Jobs run without accounting: a submit works, status reads finished
+                // jobs from scontrol while slurmctld remembers them. So a cluster
+                // without it (or whose slurmdbd is down now) passes, degraded.
+                let stderr = out.stderr_text();
+                let disabled = is_accounting_disabled(&stderr);
+                let ok = out.success() && !disabled && !stderr.to_lowercase().contains("error");
+                learnt.accounting = Some(ok);
+                if ok {
+                    report.push(
+                        CheckKind::Accounting,
+                        "accounting (sacct)",
+                        true,
+                        "sacct answers",
+                        "",
+                    );
+                } else if disabled {
+                    report.push_degraded(
+                        CheckKind::Accounting,
+                        "accounting (sacct)",
+                        "disabled on this cluster: jobs run, but a finished job is read from scontrol only while slurmctld remembers it (MinJobAge), and a submit whose answer was lost is settled only while it is young",
+                        "ask the cluster admins to enable slurmdbd accounting",
+                    );
+                } else {
+                    report.push_degraded(
+                        CheckKind::Accounting,
+                        "accounting (sacct)",
+                        format!(
+                            "sacct does not answer now ({}): jobs run, but finished jobs and lost submit answers wait until it does",
+                            first_line(&stderr, "sacct failed")
+                        ),
+                        "check slurmdbd (sacctmgr show cluster); ask the cluster admins if it stays down",
+                    );
+                }
+            }
+            Query::Partition(name) => {
+                let check = format!("partition {name}");
+                match parse_partition(&out) {
+                    Some(info) => {
+                        let wall = spec.and_then(|s| s.time);
+                        let fits = match (wall, info.max_time) {
+                            (Some(w), Some(max)) => w.as_secs() <= max.as_secs(),
+                            _ => true,
+                        };
+                        let max_text = info
+                            .max_time
+                            .map(|m| m.to_slurm())
+                            .unwrap_or_else(|| "UNLIMITED".into());
+                        let ok = info.up && fits;
+                        base_ok &= info.up;
+                        report.push(
+                            CheckKind::Partition,
+                            check,
+                            ok,
+                            if !info.up {
+                                "is not UP".to_string()
+                            } else if !fits {
+                                format!("MaxTime {max_text} is below the requested wall time {}", wall.map(|w| w.to_slurm()).unwrap_or_default())
+                            } else {
+                                format!("UP, MaxTime {max_text}")
+                            },
+                            if !info.up {
+                                format!("choose another partition (sinfo) or wait until {name} is up")
+                            } else {
+                                format!("lower `time` to at most {max_text} or choose a partition with a longer MaxTime")
+                            },
+                        );
+                        learnt.partitions.insert(name, info);
+                    }
+                    None => {
+                        base_ok = false;
+                        report.push(
+                            CheckKind::Partition,
+                            check,
+                            false,
+                            first_line(&out.stderr_text(), "not found"),
+                            "check SLURM_PARTITION or the spec's partition against `sinfo -s`",
+                        );
+                    }
+                }
+            }
+            Query::Pyxis => {
+                let present = out.stdout_text().contains("--container-image");
+                learnt.pyxis = Some(present);
+                let needed = has_image;
+                report.push(
+                    CheckKind::Containers,
+                    "pyxis (srun --container-image)",
+                    present || !needed,
+                    match (present, needed) {
+                        (true, _) => "present".to_string(),
+                        (false, false) => "absent (not needed: the job has no image)".to_string(),
+                        (false, true) => "absent: srun --help does not list --container-image".to_string(),
+                    },
+                    "ask the cluster admins for the Pyxis SPANK plugin, or run the job without `image`",
+                );
+            }
+            Query::Enroot(registry, machines) => {
+                let no_enroot = out.stdout_text().lines().any(|l| l == "enroot");
+                report.push(
+                    CheckKind::Containers,
+                    "enroot",
+                    !no_enroot,
+                    if no_enroot { "enroot is not on PATH".to_string() } else { "present".to_string() },
+                    "install enroot on the login node and the conversion partition, or stage a .sqsh image and give its path as `image`",
+                );
+                if !machines.is_empty() {
+                    let status = CredentialsStatus::from_enroot_output(&registry, &machines, &out);
+                    report.push(
+                        CheckKind::Credentials,
+                        "enroot credentials",
+                        status.is_present(),
+                        status.to_string(),
+                        format!("install them once: {}", install_hint(&registry)),
+                    );
+                }
+            }
+            Query::ConvertPartition(name) => {
+                let info = parse_partition(&out);
+                report.push(
+                    CheckKind::Partition,
+                    format!("conversion partition {name}"),
+                    info.as_ref().is_some_and(|i| i.up),
+                    match info {
+                        Some(i) if i.up => "UP".to_string(),
+                        Some(_) => "is not UP".to_string(),
+                        None => first_line(&out.stderr_text(), "not found"),
+                    },
+                    "set SLURM_CONVERT_PARTITION to a CPU partition that exists and is up (sinfo -s), or stage a .sqsh and give its path as `image`",
+                );
+            }
+            Query::ResultsRoot => {
+                let root = out.stdout_text().trim().to_string();
+                let parsed = if out.success() {
+                    RemotePath::parse_for("SLURM_BASE_RESULTS_DIR", &root).ok()
+                } else {
+                    None
+                };
+                base_ok &= parsed.is_some();
+                report.push(
+                    CheckKind::Storage,
+                    "results root",
+                    parsed.is_some(),
+                    match &parsed {
+                        Some(p) => format!("{} is writable", p.as_str()),
+                        None => first_line(&out.stderr_text(), "not writable"),
+                    },
+                    "set SLURM_BASE_RESULTS_DIR to a folder on shared storage you can write (both login and compute nodes must see it)",
+                );
+                if parsed.is_some() {
+                    learnt.results_root = parsed;
+                }
+            }
+            Query::ClusterName => {
+                // Not a check: the key of the NCCL knob cache, learnt on the way.
+                learnt.cluster_name = Some(cluster_key(&out.stdout_text()));
+            }
+            Query::Datasets(paths) => {
+                let missing: Vec<String> = out.stdout_text().lines().map(str::to_string).collect();
+                report.push(
+                    CheckKind::Datasets,
+                    "datasets",
+                    missing.is_empty() && out.success(),
+                    if missing.is_empty() { format!("{} present", paths.len()) } else { format!("missing on the cluster: {}", missing.join(", ")) },
+                    "stage the data on shared storage first (never inside the GPU allocation) and give lustre:///absolute/path",
+                );
+            }
         }
-        let mut base = spec.clone();
-        // Per-job checks (datasets, the image) run inside the submit command itself.
-        base.datasets.clear();
-        base.image = None;
-        base.time = None;
-        self.run_preflight(Some(&base)).await?.into_result()?;
-        let cache = self.inner.cache.lock().expect("cache lock");
-        cache.results_root.clone().ok_or_else(|| {
+    }
+    learnt.base_checked = base_ok;
+}
+
+/// The base checks (tools, accounting, partitions, results root), once per
+/// backend; returns the results root. Fails with the first failed check.
+pub(super) async fn ensure_ready(ctx: &Context<'_>, spec: &JobSpec) -> Result<RemotePath> {
+    let partitions = ctx.config().partitions_for(spec);
+    if let Some(root) = ctx.facts().ready_root(&partitions) {
+        return Ok(root);
+    }
+    // One preflight at a time: submits that arrive together wait for the first.
+    let _once = ctx.locks().preflight.lock().await;
+    if let Some(root) = ctx.facts().ready_root(&partitions) {
+        return Ok(root);
+    }
+    let mut base = spec.clone();
+    // Per-job checks (datasets, the image) run inside the submit command itself.
+    base.datasets.clear();
+    base.image = None;
+    base.time = None;
+    preflight(ctx, Some(&base)).await?.into_result()?;
+    ctx.facts()
+        .read(|facts| facts.results_root.clone())
+        .ok_or_else(|| {
             Error::config(
                 "SLURM_BASE_RESULTS_DIR",
                 "the results root could not be resolved; set it",
             )
         })
-    }
-
-    /// The wall-time cap of the partitions a spec may run in, as preflight saw them:
-    /// the smallest MaxTime among those that have one, `None` when every one is
-    /// UNLIMITED, and the default cap (4 h) while a partition is not known yet.
-    pub(super) fn max_wall(&self, spec: &JobSpec) -> Option<WallTime> {
-        let cache = self.inner.cache.lock().expect("cache lock");
-        let mut cap: Option<WallTime> = None;
-        for name in spec
-            .partition
-            .clone()
-            .unwrap_or_else(|| self.inner.config.partition.clone())
-            .split(',')
-        {
-            match cache.partitions.get(name.trim()) {
-                None => return Limits::default().max_wall,
-                Some(info) => {
-                    if let Some(max) = info.max_time {
-                        cap = Some(cap.map_or(max, |c| c.min(max)));
-                    }
-                }
-            }
-        }
-        cap
-    }
-
-    /// Whether preflight found Pyxis (None before any preflight).
-    pub(super) fn pyxis_present(&self) -> Option<bool> {
-        self.inner.cache.lock().expect("cache lock").pyxis
-    }
 }
 
+/// The cluster's name (`ClusterName` of `scontrol show config`), the key of the NCCL
+/// knob cache: learnt by preflight, else asked once.
+pub(super) async fn cluster_name(ctx: &Context<'_>) -> Result<String> {
+    if let Some(name) = ctx.facts().cluster_name() {
+        return Ok(name);
+    }
+    let command = scripts::CLUSTER_NAME
+        .command(Vec::<String>::new())
+        .display_as("scontrol show config (ClusterName)");
+    let output = ctx.transport().run(&command).await?;
+    let name = cluster_key(&output.stdout_text());
+    ctx.facts()
+        .change(|facts| facts.cluster_name = Some(name.clone()));
+    Ok(name)
+}
+
+/// A partition as `scontrol show partition` printed it, or `None` when it was not found.
 pub(super) fn parse_partition(out: &Output) -> Option<PartitionInfo> {
     if !out.success() {
         return None;
@@ -424,7 +400,7 @@ pub(super) fn parse_partition(out: &Output) -> Option<PartitionInfo> {
         other => WallTime::parse(other).ok(),
     });
     let nodes = field("Nodes")
-        .and_then(|n| super::parse::expand_nodelist(&n).ok())
+        .and_then(|n| expand_nodelist(&n).ok())
         .unwrap_or_default();
     Some(PartitionInfo {
         up,

@@ -6,11 +6,13 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use super::tests::{env_backend, is_submit, output, staged_script, EnvRenderer, MockRemote};
-use super::{SlurmBackend, SlurmSubmitOptions};
 use crate::backend::{Backend, SubmitOptions};
 use crate::nccl::{NcclProbe, ProbeOptions, PROBE_LABEL, PROBE_VERDICT_LABEL};
-use crate::record::{JobRecord, MemoryRecordStore, RecordFilter, RecordStore};
+use crate::record::{JobRecord, RecordFilter, RecordStore};
+use crate::slurm::testkit::{
+    is_submit, output, prepared_backend, staged_script, FakeRenderer, MockRemote, TestBackend,
+};
+use crate::slurm::SlurmSubmitOptions;
 use crate::spec::JobSpec;
 use crate::state::JobState;
 
@@ -130,8 +132,6 @@ fn fake_cluster(remote: &mut MockRemote) -> Shared {
     fake
 }
 
-type TestBackend = SlurmBackend<MockRemote, EnvRenderer, MemoryRecordStore>;
-
 fn image_job(name: &str, nodes: u32, gpus: u32) -> JobSpec {
     let mut spec = JobSpec::new(name, "python train.py");
     spec.image = Some("/images/pt.sqsh".into());
@@ -177,7 +177,7 @@ async fn a_submit_queues_the_probe_and_the_job_at_once_and_waits_for_neither() {
     let dir = tempfile::tempdir().unwrap();
     let mut remote = MockRemote::new();
     let fake = fake_cluster(&mut remote);
-    let backend = env_backend(remote, dir.path());
+    let backend = prepared_backend(remote, FakeRenderer::with_env(), dir.path());
     let record = backend
         .submit(&image_job("train", 2, 8), SubmitOptions::default())
         .await
@@ -227,7 +227,7 @@ async fn a_poll_that_sees_the_probe_pass_caches_its_knobs_for_later_jobs() {
     let dir = tempfile::tempdir().unwrap();
     let mut remote = MockRemote::new();
     let fake = fake_cluster(&mut remote);
-    let backend = env_backend(remote, dir.path());
+    let backend = prepared_backend(remote, FakeRenderer::with_env(), dir.path());
     let spec = image_job("train", 2, 8);
     let record = backend
         .submit(&spec, SubmitOptions::default())
@@ -271,7 +271,7 @@ async fn a_probe_that_cannot_run_ends_the_waiting_job_naming_the_switch() {
     let dir = tempfile::tempdir().unwrap();
     let mut remote = MockRemote::new();
     let fake = fake_cluster(&mut remote);
-    let backend = env_backend(remote, dir.path());
+    let backend = prepared_backend(remote, FakeRenderer::with_env(), dir.path());
     let record = backend
         .submit(&image_job("train", 1, 4), SubmitOptions::default())
         .await
@@ -312,7 +312,7 @@ async fn a_second_submit_waits_for_the_probe_in_flight() {
     let dir = tempfile::tempdir().unwrap();
     let mut remote = MockRemote::new();
     let fake = fake_cluster(&mut remote);
-    let backend = env_backend(remote, dir.path());
+    let backend = prepared_backend(remote, FakeRenderer::with_env(), dir.path());
     backend
         .submit(&image_job("first", 2, 8), SubmitOptions::default())
         .await
@@ -351,7 +351,7 @@ async fn the_spec_switch_wins_over_the_submit_option() {
     let dir = tempfile::tempdir().unwrap();
     let mut remote = MockRemote::new();
     let fake = fake_cluster(&mut remote);
-    let backend = env_backend(remote, dir.path());
+    let backend = prepared_backend(remote, FakeRenderer::with_env(), dir.path());
     let always = SlurmSubmitOptions {
         nccl_probe: NcclProbe::Always,
         probe: ProbeOptions::default(),
@@ -387,7 +387,7 @@ async fn a_refused_job_cancels_the_probe_it_queued() {
     let dir = tempfile::tempdir().unwrap();
     let mut remote = MockRemote::new();
     let fake = fake_cluster(&mut remote);
-    let backend = env_backend(remote, dir.path());
+    let backend = prepared_backend(remote, FakeRenderer::with_env(), dir.path());
     let mut spec = image_job("train", 2, 8);
     spec.supporting_files = vec!["/nonexistent/slurm-run-test-file".into()];
     let err = backend
@@ -425,7 +425,7 @@ async fn cached_knobs_reach_covered_jobs_only() {
     .unwrap();
     let mut remote = MockRemote::new();
     let fake = fake_cluster(&mut remote);
-    let backend = env_backend(remote, dir.path());
+    let backend = prepared_backend(remote, FakeRenderer::with_env(), dir.path());
     backend
         .submit(&image_job("two", 2, 8), SubmitOptions::default())
         .await

@@ -4,17 +4,17 @@
 
 use std::collections::HashMap;
 
-use super::parse::{
-    expand_nodelist, is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error,
-    parse_sacct, parse_scontrol_show_job, parse_squeue, resolve_newest_of, SacctRow, SlurmJobId,
-    SqueueRow,
-};
-use super::states::{map_state, SlurmBaseState, SlurmState};
 use crate::backend::NativeStatus;
 use crate::classify::{
     classify_failure, is_node_fault, ErrorClass, CHILD_TIMEOUT_EXIT, CHILD_TIMEOUT_NOTE,
 };
 use crate::record::{JobRecord, Mark, TransitionSource};
+use crate::slurm::parse::{
+    expand_nodelist, is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error,
+    parse_sacct, parse_scontrol_show_job, parse_squeue, resolve_newest_of, SacctRow, SlurmJobId,
+    SqueueRow,
+};
+use crate::slurm::states::{map_state, SlurmBaseState, SlurmState};
 use crate::spec::CompletionCheck;
 use crate::state::JobState;
 use crate::transport::Output;
@@ -299,7 +299,7 @@ fn while_ending(current: JobState, observed: &Observation) -> JobState {
 
 /// Finish `decision` with what its follow-up read (`part`): the logs' tails class a
 /// failure, `status.json` confirms a COMPLETED job or turns it into an ERROR.
-pub(super) fn settle(decision: &mut Decision, part: &Output) {
+pub(super) fn apply_followup(decision: &mut Decision, part: &Output) {
     let Decision {
         mark,
         followup,
@@ -478,260 +478,5 @@ fn status_json_says_success(output: &Output) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rows(text: &str) -> Vec<SacctRow> {
-        parse_sacct(text).unwrap()
-    }
-
-    /// A job cancelled while pending that squeue already shows CANCELLED (no nodes),
-    /// before accounting has its row, stays PENDING: it never ran. The conformance case
-    /// `cancel_a_pending_job` failed on this (its record read PENDING, RUNNING,
-    /// CANCELED), and its blocker, never cancelled, held the test bed for five minutes.
-    #[test]
-    fn a_job_ending_before_accounting_confirms_keeps_the_live_state_it_had() {
-        let id: TaskKey = (SlurmJobId::new(9).unwrap(), None);
-        let out = |text: &str| Output {
-            status: 0,
-            stdout: text.as_bytes().to_vec(),
-            stderr: Vec::new(),
-        };
-        let record = JobRecord::new(
-            crate::record::JobId::parse("job-abcdef").unwrap(),
-            &crate::spec::JobSpec::new("job", "true"),
-            crate::storage::RemotePath::parse("/r/job-abcdef").unwrap(),
-        )
-        .unwrap();
-        let decided = |current: JobState, squeue: &str| {
-            let observed = merge(&[id], &out(squeue), &out("")).unwrap().remove(&id);
-            decide(&record, current, observed).mark.state
-        };
-        let cancelled_pending = "9|CANCELLED|None||job-abcdef\n";
-        assert_eq!(
-            decided(JobState::Pending, cancelled_pending),
-            JobState::Pending
-        );
-        assert_eq!(
-            decided(JobState::Submitting, cancelled_pending),
-            JobState::Pending,
-            "no nodes were given to it"
-        );
-        let completing = "9|COMPLETING|None|n1|job-abcdef\n";
-        assert_eq!(decided(JobState::Pending, completing), JobState::Pending);
-        assert_eq!(decided(JobState::Running, completing), JobState::Running);
-        assert_eq!(decided(JobState::Submitting, completing), JobState::Running);
-        assert_eq!(decided(JobState::Unknown, completing), JobState::Running);
-        // Once accounting has the row, the end is told as it is.
-        let settled = out(
-            "9|9|CANCELLED by 0|0:0|None|2026-11-30T10:00:00|None|2026-11-30T10:00:02||job-abcdef\n",
-        );
-        let observed = merge(&[id], &out(cancelled_pending), &settled)
-            .unwrap()
-            .remove(&id);
-        assert_eq!(
-            decide(&record, JobState::Pending, observed).mark.state,
-            JobState::Canceled
-        );
-    }
-
-    #[test]
-    fn a_failure_squeue_reports_waits_for_accounting_to_give_its_exit_code() {
-        let id: TaskKey = (SlurmJobId::new(9).unwrap(), None);
-        let out = |status: i32, text: &str| Output {
-            status,
-            stdout: text.as_bytes().to_vec(),
-            stderr: Vec::new(),
-        };
-        let squeue = out(0, "9|FAILED|NonZeroExitCode|n1|job-f\n");
-        // slurmdbd lags: its row still says RUNNING, with no exit code yet.
-        let stale = out(
-            0,
-            "9|9|RUNNING|0:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|Unknown|n1|job-f\n",
-        );
-        let waiting = &merge(&[id], &squeue, &stale).unwrap()[&id];
-        assert!(
-            !map_state(&waiting.state).0.is_terminal(),
-            "not terminal before accounting knows how it ended: {waiting:?}"
-        );
-        let settled = out(
-            0,
-            "9|9|FAILED|3:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:00:02|n1|job-f\n",
-        );
-        let failed = &merge(&[id], &squeue, &settled).unwrap()[&id];
-        assert_eq!(failed.state.base, SlurmBaseState::Failed);
-        assert_eq!(failed.exit_code, Some(3));
-        // Without accounting, squeue's word is all there is.
-        let off = Output {
-            status: 1,
-            stdout: Vec::new(),
-            stderr: b"sacct: error: Slurm accounting storage is disabled\n".to_vec(),
-        };
-        let alone = &merge(&[id], &squeue, &off).unwrap()[&id];
-        assert_eq!(alone.state.base, SlurmBaseState::Failed);
-    }
-
-    #[test]
-    fn a_requeued_job_reads_as_its_newest_run_and_remembers_the_node_failure() {
-        let sacct = "\
-42|42|NODE_FAIL|0:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:01:00|n2|job-a
-42.batch|42.batch|CANCELLED|0:15||2026-11-30T10:00:01|2026-11-30T10:00:01|2026-11-30T10:01:00|n2|batch
-42|42|PENDING|0:0|BeginTime|2026-11-30T10:01:01|Unknown|Unknown|None assigned|job-a
-";
-        let observed = observe_sacct(&rows(sacct), (SlurmJobId::new(42).unwrap(), None)).unwrap();
-        assert_eq!(observed.state.base, SlurmBaseState::Pending);
-        assert_eq!(observed.requeued_after.as_deref(), Some("NODE_FAIL"));
-        assert!(
-            observed.failed_step.is_none(),
-            "steps of an earlier run do not count"
-        );
-        assert!(describe(&observed).contains("requeued by Slurm after NODE_FAIL (infra)"));
-    }
-
-    #[test]
-    fn a_completed_job_with_a_cancelled_step_did_not_finish() {
-        let sacct = "\
-7|7|COMPLETED|0:0||2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:01:00|n1|job-b
-7.batch|7.batch|COMPLETED|0:0||2026-11-30T10:00:01|2026-11-30T10:00:01|2026-11-30T10:01:00|n1|batch
-7.extern|7.extern|CANCELLED|0:0||2026-11-30T10:00:01|2026-11-30T10:00:01|2026-11-30T10:01:00|n1|extern
-7.0|7.0|CANCELLED|0:15||2026-11-30T10:00:02|2026-11-30T10:00:02|2026-11-30T10:01:00|n1|bash
-";
-        let observed = observe_sacct(&rows(sacct), (SlurmJobId::new(7).unwrap(), None)).unwrap();
-        let (step, state) = observed.failed_step.unwrap();
-        assert_eq!(step, "0");
-        assert_eq!(state.base, SlurmBaseState::Cancelled);
-    }
-
-    #[test]
-    fn status_json_verdicts() {
-        let out = |text: &str, status| Output {
-            status,
-            stdout: text.as_bytes().to_vec(),
-            stderr: Vec::new(),
-        };
-        assert!(status_json_says_success(&out(
-            r#"{"status": "SUCCESS"}"#,
-            0
-        )));
-        assert!(status_json_says_success(&out(
-            "{\"status\":\"RUNNING\"}\n{\"status\":\"completed\"}\n",
-            0
-        )));
-        assert!(!status_json_says_success(&out(
-            r#"{"status": "FAILURE"}"#,
-            0
-        )));
-        assert!(!status_json_says_success(&out("", 1)));
-        assert!(!status_json_says_success(&out("not json", 0)));
-    }
-
-    /// Issue 14, point 5: a command killed by its own `timeout` (exit 124) ends with a
-    /// message that says so, distinct from a crash.
-    #[test]
-    fn a_child_timeout_reads_as_such_and_a_crash_does_not() {
-        let sacct = |code: i32| {
-            rows(&format!(
-                "9|9|FAILED|{code}:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:01:00|n1|job-c\n"
-            ))
-        };
-        let record = JobRecord::new(
-            crate::record::JobId::parse("job-c").unwrap(),
-            &crate::spec::JobSpec::new("job-c", "sleep 99"),
-            crate::storage::RemotePath::parse("/r/job-c").unwrap(),
-        )
-        .unwrap();
-        let timed_out = decide(
-            &record,
-            record.state,
-            observe_sacct(&sacct(124), (SlurmJobId::new(9).unwrap(), None)),
-        );
-        let crashed = decide(
-            &record,
-            record.state,
-            observe_sacct(&sacct(1), (SlurmJobId::new(9).unwrap(), None)),
-        );
-        let text = |d: &Decision| d.mark.message.clone().unwrap_or_default();
-        assert!(
-            text(&timed_out).contains("child timeout"),
-            "{}",
-            text(&timed_out)
-        );
-        assert!(!text(&crashed).contains("timeout"), "{}", text(&crashed));
-        assert_eq!(timed_out.mark.err_class, Some(ErrorClass::Program));
-        assert_eq!(timed_out.followup, Followup::None);
-    }
-
-    #[test]
-    fn a_status_json_that_cannot_be_read_is_no_verdict() {
-        let record = crate::record::JobRecord::new(
-            crate::record::JobId::parse("job-abcdef").unwrap(),
-            &{
-                let mut spec = crate::spec::JobSpec::new("job", "true");
-                spec.completion_check = CompletionCheck::StatusJson;
-                spec
-            },
-            crate::storage::RemotePath::parse("/r/job-abcdef").unwrap(),
-        )
-        .unwrap();
-        let completed = Observation {
-            state: SlurmState::from_base(SlurmBaseState::Completed),
-            reason: None,
-            exit_code: Some(0),
-            nodes: None,
-            source: "sacct",
-            requeued_after: None,
-            failed_step: None,
-        };
-        let read = |status: i32, stdout: &str, stderr: &str| Output {
-            status,
-            stdout: stdout.as_bytes().to_vec(),
-            stderr: stderr.as_bytes().to_vec(),
-        };
-        // A transient NFS error: not terminal, read again next poll.
-        let mut decision = decide(&record, record.state, Some(completed.clone()));
-        assert_eq!(decision.followup, Followup::StatusJson);
-        settle(
-            &mut decision,
-            &read(1, "", "cat: /r/job-abcdef/status.json: Stale file handle\n"),
-        );
-        assert_eq!(decision.mark.state, JobState::Running);
-        assert!(!decision.mark.state.is_terminal());
-        assert!(decision.mark.message.unwrap().contains("Stale file handle"));
-        // Absent: the job did not report success.
-        let mut decision = decide(&record, record.state, Some(completed.clone()));
-        settle(
-            &mut decision,
-            &read(
-                1,
-                "",
-                "cat: /r/job-abcdef/status.json: No such file or directory\n",
-            ),
-        );
-        assert_eq!(decision.mark.state, JobState::Error);
-        // Present and successful.
-        let mut decision = decide(&record, record.state, Some(completed));
-        settle(&mut decision, &read(0, r#"{"status": "SUCCESS"}"#, ""));
-        assert_eq!(decision.mark.state, JobState::Complete);
-    }
-
-    #[test]
-    fn scheduler_failures_are_sorted() {
-        let out = |stderr: &str| Output {
-            status: 1,
-            stdout: Vec::new(),
-            stderr: stderr.as_bytes().to_vec(),
-        };
-        assert!(scheduler_failure(
-            "squeue",
-            &out("slurm_load_jobs error: Invalid job id specified")
-        )
-        .is_ok());
-        let err = scheduler_failure(
-            "squeue",
-            &out("slurm_load_jobs error: Socket timed out on send/recv operation"),
-        )
-        .unwrap_err();
-        assert!(err.is_transient());
-        assert!(scheduler_failure("sacct", &out("sacct: error: something odd")).is_ok());
-    }
-}
+#[path = "observe_tests.rs"]
+mod tests;

@@ -1,0 +1,198 @@
+//! What every backend's retry shares: a finished record submitted again from the spec
+//! the client kept (never a copy the job could rewrite), only its failed tasks for an
+//! array, claimed once however many watchers and processes ask, kept off the nodes its
+//! failures were tied to, and its dependants following the new attempt.
+
+use crate::backend::SubmitOptions;
+use crate::record::{JobId, JobRecord, Mark, RecordStore, TransitionSource};
+use crate::spec::JobSpec;
+use crate::state::JobState;
+use crate::{Error, Result};
+
+/// Where a submit stands with the record it retries (`SubmitOptions::retry_of`).
+#[derive(Debug)]
+pub(crate) enum Prior {
+    /// Not a retry.
+    Fresh,
+    /// The retry of this record.
+    Retry(Box<JobRecord>),
+    /// The record was retried already (by another watcher or process): this is that
+    /// retry, and nothing is submitted.
+    Followed(Box<JobRecord>),
+}
+
+impl Prior {
+    /// The record retried, for a submit that goes ahead.
+    pub(crate) fn previous(&self) -> Option<&JobRecord> {
+        match self {
+            Prior::Retry(previous) => Some(previous),
+            _ => None,
+        }
+    }
+}
+
+/// Where a submit with `retry_of` stands.
+pub(crate) fn prior(store: &dyn RecordStore, retry_of: Option<&JobId>) -> Result<Prior> {
+    let Some(id) = retry_of else {
+        return Ok(Prior::Fresh);
+    };
+    let previous = store.get(id)?;
+    Ok(match &previous.retried_as {
+        Some(winner) => Prior::Followed(Box::new(store.get(winner)?)),
+        None => Prior::Retry(Box::new(previous)),
+    })
+}
+
+/// The start of a retry of record `id` by `resubmit`.
+#[derive(Debug)]
+pub(crate) enum RetryStart {
+    /// Retried once already (by another watcher or process): that retry is the answer.
+    Followed(Box<JobRecord>),
+    /// Retry this record (terminal).
+    Retry(Box<JobRecord>),
+}
+
+/// Begin the retry of `id`: only a finished job is submitted again.
+pub(crate) fn begin(store: &dyn RecordStore, id: &JobId) -> Result<RetryStart> {
+    let previous = store.get(id)?;
+    if let Some(winner) = &previous.retried_as {
+        return Ok(RetryStart::Followed(Box::new(store.get(winner)?)));
+    }
+    if !previous.state.is_terminal() {
+        return Err(Error::invalid(
+            "id",
+            format!(
+                "{id} is {}; only a finished job can be submitted again (cancel it first)",
+                previous.state
+            ),
+        ));
+    }
+    Ok(RetryStart::Retry(Box::new(previous)))
+}
+
+/// The spec a retry of `previous` submits: the client's own copy; for a record that
+/// keeps none, `cluster_copy` (read back from the job folder) only with the submitted
+/// digest. An array retries only its failed tasks.
+pub(crate) fn retry_spec(previous: &JobRecord, cluster_copy: Option<&str>) -> Result<JobSpec> {
+    let spec = previous.spec_for_retry(cluster_copy)?;
+    Ok(match previous.tasks_to_retry() {
+        Some(failed) => spec.for_tasks(failed),
+        None => spec,
+    })
+}
+
+/// The submit options of the retry of `previous`, with the secrets' values the first
+/// submit was given (`None`: read from this process's environment).
+pub(crate) fn retry_options(
+    previous: &JobRecord,
+    secret_values: Option<std::collections::BTreeMap<String, String>>,
+) -> SubmitOptions {
+    SubmitOptions {
+        retry_of: Some(previous.id.clone()),
+        secret_values,
+        ..SubmitOptions::default()
+    }
+}
+
+/// How [`claim_retry`] went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RetryClaim {
+    /// `next` now holds the claim: submit it.
+    Won,
+    /// Another record already retries `previous`: follow it, submit nothing.
+    Taken(JobId),
+}
+
+/// Claim the retry of `previous` for the record `next` (already opened), under
+/// `previous`'s lock: the first claim wins and is kept in `retried_as`; every later
+/// claim, from this process or another sharing the store, sees the winner.
+pub(crate) fn claim_retry(
+    store: &dyn RecordStore,
+    previous: &JobId,
+    next: &JobId,
+) -> Result<RetryClaim> {
+    let mut winner: Option<JobId> = None;
+    store.update(previous, &mut |record| {
+        match &record.retried_as {
+            Some(existing) if existing != next => winner = Some(existing.clone()),
+            _ => record.retried_as = Some(next.clone()),
+        }
+        Ok(())
+    })?;
+    Ok(match winner {
+        Some(other) => RetryClaim::Taken(other),
+        None => RetryClaim::Won,
+    })
+}
+
+/// Claim the retry of `previous` for `next` (just opened): `None` when `next` won and
+/// is to be submitted; else `next` ends NOT_SUBMITTED and the winner's record is the
+/// answer.
+pub(crate) fn claim_or_follow(
+    store: &dyn RecordStore,
+    previous: &JobId,
+    next: &JobId,
+) -> Result<Option<JobRecord>> {
+    match claim_retry(store, previous, next)? {
+        RetryClaim::Won => Ok(None),
+        RetryClaim::Taken(winner) => {
+            store.mark(
+                next,
+                Mark::new(JobState::NotSubmitted, TransitionSource::Agent).message(format!(
+                    "not submitted: {winner} already retries {previous}"
+                )),
+            )?;
+            store.get(&winner).map(Some)
+        }
+    }
+}
+
+/// Refuse a retry whose node exclusions (inherited along its retry chain) leave its
+/// partition (`partition`, whose `nodes` are known, or `None`) too few nodes for a job
+/// that needs `needed`.
+pub(crate) fn check_exclusions(
+    needed: u32,
+    exclude: &[String],
+    nodes: Option<&[String]>,
+    partition: &str,
+    retry_of: Option<&JobId>,
+) -> Result<()> {
+    let Some(nodes) = nodes else {
+        return Ok(()); // unknown membership: the scheduler decides
+    };
+    if exclude.is_empty() {
+        return Ok(());
+    }
+    let left = nodes.iter().filter(|n| !exclude.contains(n)).count();
+    if left < needed as usize {
+        let of = retry_of.map(ToString::to_string).unwrap_or_default();
+        return Err(Error::invalid(
+            "excluded_nodes",
+            format!(
+                "the retry of {of} must avoid {} (node failures along its retry chain), which leaves {left} of the {} node(s) of partition {partition} for a job that needs {needed}; return the nodes to service (scontrol update nodename=... state=resume) and submit the job afresh, or choose another partition",
+                exclude.join(", "),
+                nodes.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exclusions_that_leave_too_few_nodes_are_refused_naming_the_field() {
+        let nodes = ["n1".to_string(), "n2".to_string()];
+        let exclude = ["n1".to_string()];
+        assert!(check_exclusions(1, &exclude, Some(&nodes), "gpu", None).is_ok());
+        let error = check_exclusions(2, &exclude, Some(&nodes), "gpu", None).unwrap_err();
+        assert!(error.to_string().contains("excluded_nodes"), "{error}");
+        assert!(error.to_string().contains("leaves 1 of the 2"), "{error}");
+        assert!(
+            check_exclusions(2, &exclude, None, "gpu", None).is_ok(),
+            "unknown membership: the scheduler decides"
+        );
+    }
+}

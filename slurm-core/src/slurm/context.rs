@@ -1,0 +1,102 @@
+//! What an operation of the SLURM backend works with, borrowed from the backend: the
+//! transport, the renderer, the record store, the configuration, what was learnt of the
+//! cluster, the secrets it submitted, and the locks that make concurrent first submits
+//! run preflight and the NCCL probe decision once.
+//!
+//! Operations are free functions of their own modules taking a [`Context`]; a module
+//! that needs another's work imports it, so the module graph (`tests/rooms.rs`) sees
+//! every call between them.
+
+use super::config::SlurmConfig;
+use super::facts::ClusterFacts;
+use super::secrets::SecretMemory;
+use crate::record::RecordStore;
+use crate::render::Renderer;
+use crate::transport::Transport;
+
+/// The locks of one backend (shared by its clones).
+#[derive(Debug, Default)]
+pub(super) struct Locks {
+    /// Held while the base preflight runs, so concurrent first submits run it once.
+    pub(super) preflight: tokio::sync::Mutex<()>,
+    /// Held while a submit decides on (and maybe queues) an NCCL probe, so concurrent
+    /// submits share one probe.
+    pub(super) probe: tokio::sync::Mutex<()>,
+}
+
+/// The parts of one backend an operation works with.
+#[derive(Clone, Copy)]
+pub(super) struct Context<'a> {
+    transport: &'a dyn Transport,
+    renderer: &'a dyn Renderer,
+    store: &'a dyn RecordStore,
+    config: &'a SlurmConfig,
+    facts: &'a ClusterFacts,
+    secrets: &'a SecretMemory,
+    locks: &'a Locks,
+}
+
+impl<'a> Context<'a> {
+    /// The context over these parts.
+    pub(super) fn new(
+        transport: &'a dyn Transport,
+        renderer: &'a dyn Renderer,
+        store: &'a dyn RecordStore,
+        config: &'a SlurmConfig,
+        facts: &'a ClusterFacts,
+        secrets: &'a SecretMemory,
+        locks: &'a Locks,
+    ) -> Self {
+        Context {
+            transport,
+            renderer,
+            store,
+            config,
+            facts,
+            secrets,
+            locks,
+        }
+    }
+
+    /// Where commands run.
+    pub(super) fn transport(&self) -> &'a dyn Transport {
+        self.transport
+    }
+
+    /// How batch scripts are written.
+    pub(super) fn renderer(&self) -> &'a dyn Renderer {
+        self.renderer
+    }
+
+    /// Where records live.
+    pub(super) fn store(&self) -> &'a dyn RecordStore {
+        self.store
+    }
+
+    /// The backend's configuration.
+    pub(super) fn config(&self) -> &'a SlurmConfig {
+        self.config
+    }
+
+    /// What was learnt of the cluster.
+    pub(super) fn facts(&self) -> &'a ClusterFacts {
+        self.facts
+    }
+
+    /// The secrets this backend submitted (memory only).
+    pub(super) fn secrets(&self) -> &'a SecretMemory {
+        self.secrets
+    }
+
+    /// The backend's locks.
+    pub(super) fn locks(&self) -> &'a Locks {
+        self.locks
+    }
+}
+
+/// An owner of a backend's parts that outlives one call (a followed log's stream): the
+/// backend's shared state, its type parameters erased.
+pub(super) trait ContextOwner: Send + Sync {
+    /// The context over the owner's parts.
+    fn context(&self) -> Context<'_>;
+}

@@ -1,0 +1,344 @@
+//! The poll: what the scheduler says of many jobs, in one round trip. squeue for every
+//! tracked id and, in the same command, sacct for the ones squeue cannot settle;
+//! scontrol only for jobs neither knows; the logs' tails and `status.json` only for
+//! the jobs that need them, in one more round trip that other steps may join. Array
+//! jobs are one id each, their tasks read from the same rows (`123_4`, `123_[5-7%2]`).
+//!
+//! A poll returns what it observed and decided ([`Observed`]); the status step
+//! ([`status`](super::status)) records it and runs what follows.
+//!
+//! | file | holds |
+//! |---|---|
+//! | `mod.rs` | [`observe`] and [`Observed`]: the round trips and the marks they lead to |
+//! | `request.rs` | the request protocol of `poll.sh` |
+//! | `observe.rs` | pure: rows merged into observations, an observation's decision |
+
+mod observe;
+mod request;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use self::observe::{apply_followup, decide, from_scontrol, merge, Decision, Followup, TaskKey};
+use super::commands;
+use super::context::Context;
+use super::job::{slurm_job, SlurmJob};
+use super::paths::{log_folder, status_json};
+use super::scripts::TAIL_LOGS;
+use crate::backend::JobStatus;
+use crate::classify::LOG_TAIL_LINES;
+use crate::record::{JobRecord, Mark, TaskMark, TransitionSource};
+use crate::state::JobState;
+use crate::transport::{round_trip, Command, Output};
+use crate::{Error, Result};
+
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use self::request::poll_command;
+pub(crate) use self::request::Group;
+
+/// The most commands of one follow-up round trip (their arguments stay far below the
+/// kernel's limits); more go in further round trips.
+const FOLLOWUP_CHUNK: usize = 200;
+
+/// A job (or array task) on a cluster (`None`: the default one).
+type Key = (Option<String>, TaskKey);
+
+/// What one poll observed of some records and decided for each: a mark per job or
+/// array task, final once the follow-ups ran.
+pub(super) struct Observed {
+    records: Vec<JobRecord>,
+    decisions: Vec<Vec<(Key, Decision)>>,
+}
+
+/// Observe the jobs of `records` (as just read): one round trip for any number of jobs
+/// and array tasks, and scontrol for jobs neither squeue nor sacct knows (rare).
+pub(super) async fn observe(ctx: &Context<'_>, records: Vec<JobRecord>) -> Result<Observed> {
+    // Each record's keys: the job itself, or its array tasks not yet ended.
+    let mut keys: Vec<Vec<Key>> = Vec::with_capacity(records.len());
+    let mut groups: BTreeMap<Option<String>, Group> = BTreeMap::new();
+    // What the groups already hold (a poll of 10,000 jobs checks in constant time).
+    let mut known_jobs: HashSet<SlurmJob> = HashSet::new();
+    let mut known_keys: HashSet<Key> = HashSet::new();
+    for record in &records {
+        let mut own = Vec::new();
+        if let (false, Some((cluster, job))) = (record.state.is_terminal(), slurm_job(record)?) {
+            let group = groups.entry(cluster.clone()).or_default();
+            if known_jobs.insert((cluster.clone(), job)) {
+                group.jobs.push(job);
+            }
+            let tasks: Vec<(Option<u32>, JobState)> = if record.is_array() {
+                record
+                    .tasks
+                    .iter()
+                    .filter(|(_, t)| !t.state.is_terminal())
+                    .map(|(i, t)| (Some(*i), t.state))
+                    .collect()
+            } else {
+                vec![(None, record.state)]
+            };
+            for (task, state) in tasks {
+                let key = (job, task);
+                if known_keys.insert((cluster.clone(), key)) {
+                    group.keys.push(key);
+                    if state == JobState::Running {
+                        group.running.push(key);
+                    }
+                    if task.is_some() {
+                        group.expected.push(key);
+                    }
+                }
+                own.push((cluster.clone(), key));
+            }
+        }
+        keys.push(own);
+    }
+    let mut observations = if groups.is_empty() {
+        HashMap::new()
+    } else {
+        poll_groups(ctx, &groups).await?
+    };
+
+    // Jobs neither squeue nor sacct knows: ask scontrol (a second round trip, rare).
+    let missing: Vec<Key> = groups
+        .iter()
+        .flat_map(|(cluster, g)| g.keys.iter().map(move |k| (cluster.clone(), *k)))
+        .filter(|key| key.1 .1.is_none() && !observations.contains_key(key))
+        .collect();
+    if !missing.is_empty() {
+        observations.extend(ask_scontrol(ctx, &missing).await?);
+    }
+
+    let decisions = records
+        .iter()
+        .zip(&keys)
+        .map(|(record, own)| {
+            own.iter()
+                .map(|key| {
+                    let current = key
+                        .1
+                         .1
+                        .and_then(|task| record.tasks.get(&task))
+                        .map_or(record.state, |task| task.state);
+                    let observed = observations.get(key).cloned();
+                    (key.clone(), decide(record, current, observed))
+                })
+                .collect()
+        })
+        .collect();
+    Ok(Observed { records, decisions })
+}
+
+impl Observed {
+    /// The records observed, as read before the poll.
+    pub(super) fn records(&self) -> &[JobRecord] {
+        &self.records
+    }
+
+    /// Whether this poll ends the job of record `index` (or reads its logs or
+    /// `status.json` to decide how it ended).
+    pub(super) fn ends(&self, index: usize) -> bool {
+        self.decisions[index]
+            .iter()
+            .any(|(_, d)| d.mark.state.is_terminal() || d.followup != Followup::None)
+    }
+
+    /// Replace the record of `record.id` by `record` (changed in the store meanwhile,
+    /// e.g. its sidecar removed).
+    pub(super) fn refresh(&mut self, record: JobRecord) {
+        for slot in self.records.iter_mut().filter(|r| r.id == record.id) {
+            *slot = record.clone();
+        }
+    }
+
+    /// Run the follow-ups the decisions need (the logs' tails to class a failure,
+    /// `status.json` to confirm a COMPLETED job) and `extra` commands of other steps, in
+    /// as few round trips as their number allows; the decisions are finished with what
+    /// was read, and the answers of `extra` returned in order.
+    pub(super) async fn follow_up(
+        &mut self,
+        ctx: &Context<'_>,
+        extra: Vec<Command>,
+    ) -> Result<Vec<Output>> {
+        let mut commands = Vec::new();
+        let mut owners = Vec::new();
+        for (index, (record, decided)) in self.records.iter().zip(&self.decisions).enumerate() {
+            for (position, ((_, (job, task)), decision)) in decided.iter().enumerate() {
+                match decision.followup {
+                    Followup::None => continue,
+                    Followup::Classify => {
+                        let folder = log_folder(record, *job, *task)?;
+                        commands.push(TAIL_LOGS.command([
+                            LOG_TAIL_LINES.to_string(),
+                            format!("{folder}/main.out"),
+                            format!("{folder}/main.err"),
+                        ]));
+                    }
+                    Followup::StatusJson => {
+                        let path = status_json(record, *task)?;
+                        commands.push(Command::new("cat").arg("--").arg(path.as_str()));
+                    }
+                }
+                owners.push((index, position));
+            }
+        }
+        let followups = commands.len();
+        commands.extend(extra);
+        if commands.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut parts = run_joined(ctx, &commands).await?;
+        for ((index, position), part) in owners.into_iter().zip(&parts) {
+            apply_followup(&mut self.decisions[index][position].1, part);
+        }
+        Ok(parts.split_off(followups))
+    }
+
+    /// Mark each record with what was decided for it: the statuses in the order of the
+    /// records, and the SLURM jobs to cancel (a raw dependency that can never hold).
+    pub(super) fn record(self, ctx: &Context<'_>) -> Result<(Vec<JobStatus>, Vec<SlurmJob>)> {
+        let mut cancels = Vec::new();
+        let mut statuses = Vec::with_capacity(self.records.len());
+        for (record, decided) in self.records.into_iter().zip(self.decisions) {
+            for (key, decision) in &decided {
+                if decision.cancel {
+                    cancels.push((key.0.clone(), key.1 .0));
+                }
+            }
+            statuses.push(record_decisions(ctx, record, decided)?);
+        }
+        Ok((statuses, cancels))
+    }
+}
+
+/// Mark `record` with what was decided for it (a job, or some of an array's tasks).
+fn record_decisions(
+    ctx: &Context<'_>,
+    record: JobRecord,
+    decided: Vec<(Key, Decision)>,
+) -> Result<JobStatus> {
+    if record.is_array() {
+        let mut mark = Mark::new(record.state, TransitionSource::Poll);
+        let mut natives = BTreeMap::new();
+        for ((_, (_, task)), decision) in decided {
+            let Some(task) = task else { continue };
+            if let Some(native) = decision.native {
+                natives.insert(task, native);
+            }
+            let Decision { mark: m, .. } = decision;
+            let current = &record.tasks[&task];
+            let new_nodes = m.nodes.as_ref().is_some_and(|n| n != &current.nodes);
+            if m.state != current.state || new_nodes {
+                mark = mark.task(
+                    task,
+                    TaskMark {
+                        state: m.state,
+                        err_class: m.err_class,
+                        message: m.message,
+                        nodes: m.nodes,
+                        node_fault: m.node_fault,
+                    },
+                );
+            }
+        }
+        let record = if mark.tasks.is_empty() {
+            record
+        } else {
+            mark_kept(ctx, &record, mark)?
+        };
+        return Ok(JobStatus {
+            record,
+            native: None,
+            tasks: natives,
+        });
+    }
+    let Some((_, decision)) = decided.into_iter().next() else {
+        return Ok(JobStatus {
+            record,
+            native: None,
+            tasks: BTreeMap::new(),
+        });
+    };
+    let Decision { mark, native, .. } = decision;
+    if mark.state == record.state {
+        // Nothing new: the store would do nothing, so it is not asked.
+        return Ok(JobStatus {
+            record,
+            native,
+            tasks: BTreeMap::new(),
+        });
+    }
+    let updated = mark_kept(ctx, &record, mark)?;
+    Ok(JobStatus {
+        record: updated,
+        native,
+        tasks: BTreeMap::new(),
+    })
+}
+
+/// `store.mark`, keeping the record as it is when the scheduler reported a state it
+/// cannot take.
+fn mark_kept(ctx: &Context<'_>, record: &JobRecord, mark: Mark) -> Result<JobRecord> {
+    let store = ctx.store();
+    match store.mark(&record.id, mark) {
+        Ok(updated) => Ok(updated),
+        Err(Error::InvalidTransition { id, from, to }) => {
+            tracing::warn!(job = %id, %from, %to, "the scheduler reported a state the record cannot take; kept the record");
+            store.get(&record.id)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// squeue for every group and, in the same round trip, sacct for the jobs squeue
+/// cannot settle (`poll.sh`).
+async fn poll_groups(
+    ctx: &Context<'_>,
+    groups: &BTreeMap<Option<String>, Group>,
+) -> Result<HashMap<Key, observe::Observation>> {
+    let label = format!(
+        "poll {} job(s)",
+        groups.values().map(|g| g.jobs.len()).sum::<usize>()
+    );
+    let command = request::poll_command(groups)?.display_as(label);
+    let output = ctx.transport().run(&command).await?;
+    let parts = round_trip::split(&output, 2 * groups.len())?;
+    let mut observations = HashMap::new();
+    for ((cluster, group), pair) in groups.iter().zip(parts.chunks(2)) {
+        for (key, observation) in merge(&group.keys, &pair[0], &pair[1])? {
+            observations.insert((cluster.clone(), key), observation);
+        }
+    }
+    Ok(observations)
+}
+
+/// `scontrol show job` for jobs squeue and sacct did not know.
+async fn ask_scontrol(
+    ctx: &Context<'_>,
+    keys: &[Key],
+) -> Result<HashMap<Key, observe::Observation>> {
+    let commands: Vec<Command> = keys
+        .iter()
+        .map(|(cluster, key)| commands::scontrol_show_job(key.0, cluster.as_deref()))
+        .collect();
+    let parts = run_joined(ctx, &commands).await?;
+    let mut observations = HashMap::new();
+    for (key, part) in keys.iter().zip(parts) {
+        if let Some(observation) = from_scontrol(key.1 .0, &part)? {
+            observations.insert(key.clone(), observation);
+        }
+    }
+    Ok(observations)
+}
+
+/// `commands` in as few round trips as their number allows (at most
+/// [`FOLLOWUP_CHUNK`] each); one answer per command, in order.
+async fn run_joined(ctx: &Context<'_>, commands: &[Command]) -> Result<Vec<Output>> {
+    let mut parts = Vec::with_capacity(commands.len());
+    for chunk in commands.chunks(FOLLOWUP_CHUNK) {
+        let output = ctx.transport().run(&round_trip::join(chunk)).await?;
+        parts.extend(round_trip::split(&output, chunk.len())?);
+    }
+    Ok(parts)
+}

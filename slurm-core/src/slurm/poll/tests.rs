@@ -1,0 +1,236 @@
+//! The poll script run for real (local bash, fake squeue and sacct): what is asked of whom.
+
+use std::collections::BTreeMap;
+
+use super::observe::merge;
+use super::request::{poll_command, poll_command_deciding, Group, MINE_FROM};
+use crate::slurm::parse::SlurmJobId;
+use crate::transport::{round_trip, Command, Output};
+
+fn ids(list: &[u64]) -> Vec<SlurmJobId> {
+    list.iter().map(|n| SlurmJobId::new(*n).unwrap()).collect()
+}
+
+/// A group of single jobs: `all`, of which `running` are RUNNING.
+fn jobs(all: &[u64], running: &[u64]) -> Group {
+    Group {
+        jobs: ids(all),
+        keys: ids(all).into_iter().map(|j| (j, None)).collect(),
+        running: ids(running).into_iter().map(|j| (j, None)).collect(),
+        expected: Vec::new(),
+    }
+}
+
+/// Runs the poll script locally against fake `squeue` / `sacct` programs (squeue
+/// prints `squeue_lines` and exits `squeue_rc`; sacct prints nothing); returns the
+/// two parts, every `--jobs=` squeue was given (one a line), and every `--jobs=`
+/// sacct was given (None when it was not run).
+async fn poll_group_locally(
+    squeue_lines: &str,
+    squeue_rc: i32,
+    group: Group,
+) -> (Vec<Output>, String, Option<String>) {
+    use crate::transport::{LocalTransport, Transport};
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path();
+    std::fs::write(bin.join("squeue.out"), squeue_lines).unwrap();
+    std::fs::write(
+        bin.join("squeue"),
+        format!(
+            "#!/bin/bash\nfor a; do case $a in --jobs=*) echo \"${{a#--jobs=}}\" >> {dir}/squeue.jobs;; --me) echo mine >> {dir}/squeue.jobs;; esac; done\ncat {dir}/squeue.out\nexit {squeue_rc}\n",
+            dir = bin.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        bin.join("sacct"),
+        format!(
+            "#!/bin/bash\nfor a; do case $a in --jobs=*) echo \"${{a#--jobs=}}\" >> {}/sacct.jobs;; esac; done\n",
+            bin.display()
+        ),
+    )
+    .unwrap();
+    for tool in ["squeue", "sacct"] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(bin.join(tool), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let path = format!(
+        "PATH={}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let groups: BTreeMap<Option<String>, Group> = [(None, group)].into();
+    // Once with bash deciding what needs sacct, once with awk: both must agree.
+    let mut answers = Vec::new();
+    for bash_decides_up_to in [usize::MAX, 0] {
+        let poll = poll_command_deciding(&groups, bash_decides_up_to).unwrap();
+        let command = Command::new("env")
+            .arg(&path)
+            .arg(poll.program())
+            .args(poll.get_args().iter().cloned())
+            .stdin(poll.stdin_bytes().unwrap().to_vec());
+        let output = LocalTransport::new().run(&command).await.unwrap();
+        let parts = round_trip::split(&output, 2).unwrap();
+        let squeue = std::fs::read_to_string(bin.join("squeue.jobs")).unwrap_or_default();
+        let sacct = std::fs::read_to_string(bin.join("sacct.jobs"))
+            .ok()
+            .map(|j| j.trim().to_string());
+        for log in ["squeue.jobs", "sacct.jobs"] {
+            let _ = std::fs::remove_file(bin.join(log));
+        }
+        answers.push((parts, squeue, sacct));
+    }
+    let by_awk = answers.pop().unwrap();
+    let by_bash = answers.pop().unwrap();
+    assert_eq!(
+        by_bash.2, by_awk.2,
+        "bash and awk send the same jobs to sacct"
+    );
+    assert_eq!(by_bash.1, by_awk.1);
+    assert_eq!(
+        by_bash
+            .0
+            .iter()
+            .map(|p| (&p.stdout, p.status))
+            .collect::<Vec<_>>(),
+        by_awk
+            .0
+            .iter()
+            .map(|p| (&p.stdout, p.status))
+            .collect::<Vec<_>>()
+    );
+    by_bash
+}
+
+#[tokio::test]
+async fn jobs_squeue_settles_cost_no_sacct() {
+    let (parts, _, sacct) = poll_group_locally(
+        "1|PENDING|Priority|(null)|a\n2|RUNNING|None|n1|b\n",
+        0,
+        jobs(&[1, 2], &[]),
+    )
+    .await;
+    assert_eq!(sacct, None, "all live: no sacct");
+    assert!(parts[0].stdout_text().contains("2|RUNNING"));
+    assert!(parts[1].stdout.is_empty() && parts[1].success());
+}
+
+#[tokio::test]
+async fn sacct_is_asked_only_for_what_squeue_cannot_settle() {
+    // 3 finished (exit code and steps from sacct), 4 gone from squeue, 5 a RUNNING
+    // record pending again (a requeue: sacct says why), 6 pending as before.
+    let (_, _, sacct) = poll_group_locally(
+        "3|COMPLETED|None|n1|c\n5|PENDING|BeginTime|(null)|e\n6|PENDING|Priority|(null)|f\n",
+        0,
+        jobs(&[3, 4, 5, 6], &[5]),
+    )
+    .await;
+    assert_eq!(sacct.as_deref(), Some("3,4,5"));
+    let (_, _, sacct) = poll_group_locally("", 1, jobs(&[7, 8], &[])).await;
+    assert_eq!(
+        sacct.as_deref(),
+        Some("7,8"),
+        "squeue failed: sacct for every job"
+    );
+}
+
+#[tokio::test]
+async fn an_array_costs_one_squeue_until_a_task_ends_or_vanishes() {
+    let job = SlurmJobId::new(40).unwrap();
+    let task = |t: u32| (job, Some(t));
+    let group = |running: Vec<u32>, expected: Vec<u32>| Group {
+        jobs: vec![job],
+        keys: expected.iter().map(|t| task(*t)).collect(),
+        running: running.into_iter().map(task).collect(),
+        expected: expected.into_iter().map(task).collect(),
+    };
+    // Two running, the rest in the pending range: squeue settles all.
+    let (parts, _, sacct) = poll_group_locally(
+        "40_[2-7%2]|PENDING|JobArrayTaskLimit|(null)|a\n40_0|RUNNING|None|n1|a\n40_1|RUNNING|None|n2|a\n",
+        0,
+        group(vec![0, 1], (0..8).collect()),
+    )
+    .await;
+    assert_eq!(sacct, None, "all live: no sacct");
+    let merged = merge(&(0..8).map(task).collect::<Vec<_>>(), &parts[0], &parts[1]).unwrap();
+    assert_eq!(merged.len(), 8);
+    assert_eq!(merged[&task(1)].state.raw, "RUNNING");
+    assert_eq!(
+        merged[&task(5)].reason.as_deref(),
+        Some("JobArrayTaskLimit")
+    );
+    // A running task gone from squeue (it ended and was purged): sacct for the array.
+    let (_, _, sacct) = poll_group_locally(
+        "40_[2-7%2]|PENDING|JobArrayTaskLimit|(null)|a\n40_1|RUNNING|None|n2|a\n",
+        0,
+        group(vec![0, 1], (0..8).collect()),
+    )
+    .await;
+    assert_eq!(sacct.as_deref(), Some("40"));
+    // A task listed as ended: sacct says how.
+    let (_, _, sacct) = poll_group_locally(
+        "40_0|COMPLETED|None|n1|a\n40_1|RUNNING|None|n2|a\n",
+        0,
+        group(vec![1], vec![0, 1]),
+    )
+    .await;
+    assert_eq!(sacct.as_deref(), Some("40"));
+}
+
+#[tokio::test]
+async fn a_poll_of_twenty_thousand_ids_travels_on_stdin_and_asks_squeue_once() {
+    // 20,000 ids as one argument would be ~140 KB, above Linux's 128 KiB limit for one
+    // argument: they travel on stdin. So many ids: squeue lists the user's own jobs
+    // once (`--me`), and sacct gets the ones squeue does not list, 2000 per run.
+    let all: Vec<u64> = (1_000_000..1_020_000).collect();
+    let poll = poll_command(&[(None, jobs(&all, &[]))].into()).unwrap();
+    assert!(
+        poll.get_args().iter().all(|a| a.len() < 16 * 1024),
+        "no argument carries the ids"
+    );
+    let (_, squeue, sacct) = poll_group_locally("", 0, jobs(&all, &[])).await;
+    assert_eq!(
+        squeue, "mine\n",
+        "one squeue of the user's jobs, no id list"
+    );
+    let sacct = sacct.unwrap();
+    assert_eq!(sacct.lines().count(), 10, "10 sacct runs of 2000 ids");
+    assert!(sacct.lines().all(|c| c.split(',').count() == 2000));
+    assert_eq!(
+        sacct.lines().next().unwrap().split(',').next(),
+        Some("1000000")
+    );
+    assert_eq!(sacct.lines().flat_map(|l| l.split(',')).count(), 20_000);
+}
+
+#[tokio::test]
+async fn few_jobs_are_named_to_squeue_and_many_are_kept_from_the_users_own() {
+    // Below MINE_FROM jobs: explicit lists.
+    let few: Vec<u64> = (1..MINE_FROM as u64).collect();
+    let (_, squeue, _) = poll_group_locally("", 0, jobs(&few, &[])).await;
+    assert_eq!(squeue.lines().count(), 1);
+    assert_eq!(squeue.trim().split(',').count(), few.len());
+    // From MINE_FROM jobs: squeue lists the user's jobs; untracked rows are dropped
+    // on the login node, and a tracked job it does not list goes to sacct.
+    let many: Vec<u64> = (1..=MINE_FROM as u64).collect();
+    let rows = format!(
+        "1|PENDING|Priority|(null)|a\n5_[1-3]|PENDING|Priority|(null)|b\n9999|RUNNING|None|n1|other\n{}",
+        (3..=MINE_FROM as u64)
+            .map(|n| format!("{n}|RUNNING|None|n1|c\n"))
+            .collect::<String>()
+    );
+    let (parts, squeue, sacct) = poll_group_locally(&rows, 0, jobs(&many, &[])).await;
+    assert_eq!(squeue, "mine\n");
+    let listed = parts[0].stdout_text();
+    assert!(listed.contains("1|PENDING") && listed.contains("5_[1-3]|PENDING"));
+    assert!(
+        !listed.contains("9999"),
+        "an untracked job is not sent back: {listed}"
+    );
+    assert_eq!(listed.lines().count(), MINE_FROM, "every tracked row kept");
+    assert_eq!(
+        sacct.as_deref(),
+        Some("2"),
+        "only the unlisted job needs sacct"
+    );
+}

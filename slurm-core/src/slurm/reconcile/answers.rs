@@ -1,0 +1,143 @@
+//! What one settle round trip (`settle.sh`) said of each record: per attempt what the
+//! fence found, whether the sidecar was removed, and the jobs squeue and sacct list with
+//! the record's name (or why a tool did not answer).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::record::BackendRef;
+use crate::slurm::parse::{is_accounting_disabled, SlurmIdField};
+use crate::transport::Output;
+
+/// What the fence found of one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Attempt {
+    /// Never reached sbatch, and never will.
+    Fenced,
+    /// sbatch ran: its exit status and output.
+    Done {
+        rc: i32,
+        stdout: String,
+        stderr: String,
+    },
+    /// sbatch may still be running (the attempt began `age` seconds ago).
+    Running { age: u64 },
+}
+
+/// What one settle round trip said of one record, before the verdict.
+#[derive(Debug, Default)]
+pub(super) struct Answers {
+    /// Per attempt (1-based), what the fence found; missing entries are unknown.
+    pub(super) attempts: BTreeMap<u32, Attempt>,
+    /// Whether the fence removed the secrets sidecar.
+    pub(super) forgot: bool,
+    /// Jobs squeue lists with the name (`None`: squeue did not answer).
+    pub(super) squeue: Option<BTreeSet<BackendRef>>,
+    /// Jobs sacct lists with the name (`None`: sacct did not answer).
+    pub(super) sacct: Option<BTreeSet<BackendRef>>,
+    /// sacct said accounting is disabled.
+    pub(super) accounting_disabled: bool,
+    /// Why a tool did not answer.
+    pub(super) failures: Vec<String>,
+}
+
+/// Jobs of a squeue or sacct listing (`ID|NAME` lines) whose name is exactly `name`.
+pub(super) fn jobs_named(listing: &str, name: &str) -> BTreeSet<BackendRef> {
+    listing
+        .lines()
+        .filter_map(|line| {
+            let (id, job_name) = line.trim().split_once('|')?;
+            if job_name.trim() != name {
+                return None;
+            }
+            let field = SlurmIdField::parse(id.trim()).ok()?;
+            field
+                .is_job_itself()
+                .then(|| BackendRef::new(field.job.to_string()))
+        })
+        .collect()
+}
+
+/// Read one settle round trip's three parts for `names`.
+pub(super) fn read_answers(names: &[String], parts: &[Output]) -> BTreeMap<String, Answers> {
+    let mut answers: BTreeMap<String, Answers> = names
+        .iter()
+        .map(|name| (name.clone(), Answers::default()))
+        .collect();
+    let decode = |text: &str| -> String {
+        if text == "-" {
+            return String::new();
+        }
+        hex::decode(text)
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .unwrap_or_default()
+    };
+    for line in parts[0].stdout_text().lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(entry) = fields.first().and_then(|name| answers.get_mut(*name)) else {
+            continue;
+        };
+        match fields.as_slice() {
+            [_, "forgot"] => entry.forgot = true,
+            [_, n, "fenced"] => {
+                if let Ok(n) = n.parse() {
+                    entry.attempts.insert(n, Attempt::Fenced);
+                }
+            }
+            [_, n, "running", age] => {
+                if let Ok(n) = n.parse() {
+                    entry.attempts.insert(
+                        n,
+                        Attempt::Running {
+                            age: age.parse().unwrap_or(0),
+                        },
+                    );
+                }
+            }
+            [_, n, "done", rc, out, err] => {
+                if let Ok(n) = n.parse() {
+                    entry.attempts.insert(
+                        n,
+                        Attempt::Done {
+                            rc: rc.parse().unwrap_or(-1),
+                            stdout: decode(out),
+                            stderr: decode(err),
+                        },
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    let squeue = &parts[1];
+    let sacct = &parts[2];
+    let sacct_disabled = is_accounting_disabled(&sacct.stderr_text());
+    for (name, entry) in answers.iter_mut() {
+        if squeue.success() {
+            entry.squeue = Some(jobs_named(&squeue.stdout_text(), name));
+        } else {
+            entry.failures.push(format!(
+                "squeue: {}",
+                first_line(&squeue.stderr_text(), squeue.status)
+            ));
+        }
+        if sacct.success() && !sacct_disabled {
+            entry.sacct = Some(jobs_named(&sacct.stdout_text(), name));
+        } else if sacct_disabled {
+            entry.accounting_disabled = true;
+        } else {
+            entry.failures.push(format!(
+                "sacct: {}",
+                first_line(&sacct.stderr_text(), sacct.status)
+            ));
+        }
+    }
+    answers
+}
+
+fn first_line(text: &str, status: i32) -> String {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(|l| l.chars().take(300).collect::<String>())
+        .unwrap_or_else(|| format!("exited {status} without a message"))
+}

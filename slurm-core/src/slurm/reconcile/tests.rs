@@ -1,0 +1,227 @@
+//! The verdict and the reading of a settle's answers, without a cluster.
+
+use std::collections::BTreeSet;
+
+use chrono::Utc;
+
+use super::answers::{jobs_named, read_answers, Answers, Attempt};
+use super::verdict::{verdict, Verdict};
+use crate::record::JobId;
+use crate::record::{BackendRef, JobRecord};
+use crate::spec::JobSpec;
+use crate::storage::RemotePath;
+use crate::transport::Output;
+
+fn record(attempts: Option<u32>) -> JobRecord {
+    let id = JobId::parse("job-abcdef").unwrap();
+    let dir = RemotePath::parse("/r/job-abcdef").unwrap();
+    let mut record = JobRecord::new(id, &JobSpec::new("job", "true"), dir).unwrap();
+    record.submit_attempts = attempts;
+    record
+}
+
+fn jobs(ids: &[&str]) -> Option<BTreeSet<BackendRef>> {
+    Some(ids.iter().map(|id| BackendRef::new(*id)).collect())
+}
+
+fn answered(attempts: &[(u32, Attempt)], squeue: &[&str], sacct: &[&str]) -> Answers {
+    Answers {
+        attempts: attempts.iter().cloned().collect(),
+        squeue: jobs(squeue),
+        sacct: jobs(sacct),
+        ..Answers::default()
+    }
+}
+
+fn lost() -> Attempt {
+    Attempt::Done {
+        rc: 1,
+        stdout: String::new(),
+        stderr:
+            "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"
+                .into(),
+    }
+}
+
+#[test]
+fn could_not_ask_is_never_no_job() {
+    let record = record(Some(1));
+    // The attempt's outcome is unknown; squeue and sacct both failed.
+    let answers = Answers {
+        attempts: [(1, lost())].into(),
+        failures: vec!["squeue: Unable to contact slurm controller".into()],
+        ..Answers::default()
+    };
+    assert!(matches!(
+        verdict(&record, &answers, Utc::now()),
+        Verdict::Unsettled { .. }
+    ));
+    // squeue answered (no job) but sacct did not: still unsettled.
+    let answers = Answers {
+        attempts: [(1, lost())].into(),
+        squeue: jobs(&[]),
+        failures: vec!["sacct: Problem talking to the database".into()],
+        ..Answers::default()
+    };
+    match verdict(&record, &answers, Utc::now()) {
+        Verdict::Unsettled { why, .. } => assert!(why.contains("Problem talking"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // A job squeue saw is kept while sacct has not answered.
+    let answers = Answers {
+        attempts: [(1, lost())].into(),
+        squeue: jobs(&["41"]),
+        ..Answers::default()
+    };
+    match verdict(&record, &answers, Utc::now()) {
+        Verdict::Unsettled { seen, .. } => assert_eq!(seen, vec![BackendRef::new("41")]),
+        other => panic!("{other:?}"),
+    }
+    // Both answered, nothing: no job.
+    assert!(matches!(
+        verdict(&record, &answered(&[(1, lost())], &[], &[]), Utc::now()),
+        Verdict::NoJob(_)
+    ));
+    // Both answered, one job: adopt.
+    assert!(matches!(
+        verdict(&record, &answered(&[(1, lost())], &["41"], &["41"]), Utc::now()),
+        Verdict::Adopt(job) if job.native_id == "41"
+    ));
+}
+
+#[test]
+fn fenced_and_answered_attempts_need_no_scheduler_query() {
+    let record = record(Some(2));
+    let none = Answers {
+        attempts: [(1, Attempt::Fenced), (2, Attempt::Fenced)].into(),
+        ..Answers::default()
+    };
+    assert!(matches!(
+        verdict(&record, &none, Utc::now()),
+        Verdict::NoJob(_)
+    ));
+    let printed = Answers {
+        attempts: [
+            (1, Attempt::Fenced),
+            (
+                2,
+                Attempt::Done {
+                    rc: 0,
+                    stdout: "Site banner\n555\n".into(),
+                    stderr: String::new(),
+                },
+            ),
+        ]
+        .into(),
+        ..Answers::default()
+    };
+    assert!(matches!(
+        verdict(&record, &printed, Utc::now()),
+        Verdict::Adopt(job) if job.native_id == "555"
+    ));
+    let refused = Answers {
+        attempts: [
+            (1, Attempt::Fenced),
+            (
+                2,
+                Attempt::Done {
+                    rc: 1,
+                    stdout: String::new(),
+                    stderr: "sbatch: error: invalid partition specified: nope\n".into(),
+                },
+            ),
+        ]
+        .into(),
+        ..Answers::default()
+    };
+    assert!(matches!(
+        verdict(&record, &refused, Utc::now()),
+        Verdict::Refused(_)
+    ));
+    let running = Answers {
+        attempts: [(1, Attempt::Fenced), (2, Attempt::Running { age: 3 })].into(),
+        squeue: jobs(&[]),
+        sacct: jobs(&[]),
+        ..Answers::default()
+    };
+    assert!(matches!(
+        verdict(&record, &running, Utc::now()),
+        Verdict::Unsettled { .. }
+    ));
+}
+
+#[test]
+fn several_jobs_are_kept_for_a_person() {
+    let record = record(None);
+    match verdict(&record, &answered(&[], &["5"], &["5", "6"]), Utc::now()) {
+        Verdict::Several(all) => assert_eq!(all.len(), 2),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn without_accounting_squeue_alone_answers_only_for_a_young_record() {
+    let record = record(Some(1));
+    let answers = Answers {
+        attempts: [(1, lost())].into(),
+        squeue: jobs(&[]),
+        accounting_disabled: true,
+        ..Answers::default()
+    };
+    assert!(matches!(
+        verdict(&record, &answers, Utc::now()),
+        Verdict::NoJob(_)
+    ));
+    let later = Utc::now() + chrono::Duration::minutes(10);
+    assert!(matches!(
+        verdict(&record, &answers, later),
+        Verdict::Unsettled { .. }
+    ));
+}
+
+#[test]
+fn listings_count_only_the_exact_name_and_the_job_itself() {
+    let listing =
+        "12|job-abcdef\n13|job-abcdef-2\n14_1|job-abcdef\n15.batch|job-abcdef\n16|job-abcdef\n";
+    let found = jobs_named(listing, "job-abcdef");
+    assert_eq!(
+        found.into_iter().map(|j| j.native_id).collect::<Vec<_>>(),
+        ["12", "16"]
+    );
+}
+
+#[test]
+fn a_settle_answer_reads_back() {
+    let out = |status: i32, stdout: &str, stderr: &str| Output {
+        status,
+        stdout: stdout.as_bytes().to_vec(),
+        stderr: stderr.as_bytes().to_vec(),
+    };
+    let encoded = hex::encode("77\n");
+    let parts = vec![
+        out(
+            0,
+            &format!("a 1 fenced\na 2 done 0 {encoded} -\nb 1 running 4\nc 1 fenced\nc forgot\n"),
+            "",
+        ),
+        out(0, "77|a\n", ""),
+        out(
+            1,
+            "",
+            "sacct: error: Problem talking to the database: Connection refused\n",
+        ),
+    ];
+    let answers = read_answers(&["a".into(), "b".into(), "c".into()], &parts);
+    assert_eq!(
+        answers["a"].attempts[&2],
+        Attempt::Done {
+            rc: 0,
+            stdout: "77\n".into(),
+            stderr: String::new()
+        }
+    );
+    assert_eq!(answers["b"].attempts[&1], Attempt::Running { age: 4 });
+    assert!(answers["c"].forgot && !answers["a"].forgot);
+    assert!(answers["a"].sacct.is_none() && answers["a"].squeue.is_some());
+    assert!(answers["a"].failures[0].contains("Problem talking"));
+}

@@ -1,0 +1,158 @@
+//! Status of any number of jobs: one poll, then every step that follows from what it
+//! saw, in this fixed order:
+//! 1. **Stale submits**: `SUBMITTING` records a dead or failed submit left (lease free,
+//!    a few seconds old) are settled first ([`reconcile`](super::reconcile)).
+//! 2. **Parents**: the latest attempts of the parents of dependants still waiting are
+//!    observed too (whether each had ended before this poll is kept).
+//! 3. **Poll** ([`poll`](super::poll)): squeue + sacct for every job in one round trip
+//!    (scontrol for jobs neither knows).
+//! 4. **Follow-ups and secrets**: the logs' tails and `status.json` the decisions need,
+//!    and the removal of the secrets of jobs ending now (and of ended ones whose removal
+//!    failed before; an array's once the array has ended), in one more round trip.
+//! 5. **Record** the marks.
+//! 6. **Probes**: the verdicts of NCCL probes that ended ([`probe`](super::probe)); a
+//!    failed one ends the jobs waiting for it.
+//! 7. **Dependants**: a dependant whose parent can never meet its condition, and whose
+//!    parent's end was known before this poll (one poll of grace for a retry), ends
+//!    ERROR; one whose parent was retried follows the retry
+//!    ([`dependants`](super::dependants)).
+//! 8. **Cancels**: the jobs steps 5-7 ended that still wait on the cluster, one `scancel`
+//!    round trip.
+//! 9. **Secrets** of the records steps 6-7 ended.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use super::context::Context;
+use super::dependants::{follow_retries, next_step, DependantStep};
+use super::job::scancel_quietly;
+use super::poll::observe;
+use super::probe::conclude;
+use super::reconcile::{settle_left, SETTLE_AFTER};
+use super::secrets::{forget, forget_commands, forgotten, note_forgotten};
+use crate::backend::{JobStatus, NativeStatus};
+use crate::dependency::latest_attempts;
+use crate::record::{JobId, JobRecord};
+use crate::Result;
+
+/// The status of `ids`, in their order (see the module's steps); `SUBMITTING` records
+/// a submit left are settled once [`SETTLE_AFTER`] old.
+pub(super) async fn status_many(ctx: &Context<'_>, ids: &[JobId]) -> Result<Vec<JobStatus>> {
+    status_settling(ctx, ids, SETTLE_AFTER).await
+}
+
+/// [`status_many`], settling `SUBMITTING` records whose submit is not in progress once
+/// they are `settle_after` old.
+pub(super) async fn status_settling(
+    ctx: &Context<'_>,
+    ids: &[JobId],
+    settle_after: Duration,
+) -> Result<Vec<JobStatus>> {
+    let store = ctx.store();
+    // Each record is read once per poll: a poll of 10,000 jobs reads 10,000 files.
+    let mut records: Vec<JobRecord> = ids.iter().map(|id| store.get(id)).collect::<Result<_>>()?;
+
+    // 1. Stale submits.
+    settle_left(ctx, &mut records, settle_after).await?;
+
+    // 2. Parents of dependants still waiting.
+    let mut parent_ids: Vec<JobId> = Vec::new();
+    for record in &records {
+        if !record.state.is_terminal() {
+            parent_ids.extend(record.after.iter().map(|d| d.job.clone()));
+        }
+    }
+    let parents = latest_attempts(store, &parent_ids).unwrap_or_default();
+    let ended_before: HashSet<JobId> = parents
+        .values()
+        .filter(|p| p.state.is_terminal())
+        .map(|p| p.id.clone())
+        .collect();
+    let mut present: HashSet<JobId> = ids.iter().cloned().collect();
+    for parent in parents.values() {
+        if !parent.state.is_terminal() && present.insert(parent.id.clone()) {
+            records.push(parent.clone());
+        }
+    }
+
+    // 3. Poll.
+    let mut observed = observe(ctx, records).await?;
+
+    // 4. Follow-ups, and the secrets of jobs that have ended, in one round trip.
+    let forget_now: Vec<JobRecord> = observed
+        .records()
+        .iter()
+        .enumerate()
+        .filter(|(index, record)| {
+            record.secrets_staged
+                && (record.state.is_terminal() || (!record.is_array() && observed.ends(*index)))
+        })
+        .map(|(_, record)| record.clone())
+        .collect();
+    let forget_refs: Vec<&JobRecord> = forget_now.iter().collect();
+    let answers = observed
+        .follow_up(ctx, forget_commands(&forget_refs))
+        .await?;
+    let gone = forgotten(&forget_refs, &answers);
+    for record in note_forgotten(ctx, gone)? {
+        observed.refresh(record);
+    }
+
+    // 5. Record.
+    let (mut statuses, mut cancels) = observed.record(ctx)?;
+
+    // 6. Probes that ended (polled now, or parents that ended before).
+    let natives: BTreeMap<JobId, NativeStatus> = statuses
+        .iter()
+        .filter_map(|s| Some((s.record.id.clone(), s.native.clone()?)))
+        .collect();
+    let candidates: Vec<&JobRecord> = statuses
+        .iter()
+        .map(|s| &s.record)
+        .chain(parents.values().filter(|p| p.state.is_terminal()))
+        .collect();
+    let mut concluded = conclude(ctx, &candidates, &natives).await;
+    cancels.append(&mut concluded.cancels);
+    for status in statuses.iter_mut() {
+        if let Some(record) = concluded.ended.remove(&status.record.id) {
+            status.record = record;
+        }
+    }
+    statuses.truncate(ids.len());
+
+    // 7. Dependants.
+    let mut follow = Vec::new();
+    let mut ended = Vec::new();
+    for status in statuses.iter_mut() {
+        let record = &status.record;
+        if record.state.is_terminal() || record.after.is_empty() {
+            continue;
+        }
+        match next_step(ctx, record, &ended_before)? {
+            DependantStep::Ended { record, job } => {
+                cancels.extend(job);
+                status.record = record;
+                ended.push(status.record.clone());
+            }
+            DependantStep::FollowRetry => follow.push(record.clone()),
+            DependantStep::Wait => {}
+        }
+    }
+    if !follow.is_empty() {
+        follow_retries(ctx, &follow).await?;
+    }
+
+    // 8. Cancels.
+    scancel_quietly(ctx, &cancels, "jobs that can never run").await;
+
+    // 9. Secrets of the records ended in steps 6-7.
+    if ended.iter().any(|r| r.secrets_staged) {
+        forget(ctx, &ended).await;
+        for status in statuses.iter_mut() {
+            if ended.iter().any(|r| r.id == status.record.id) {
+                status.record = store.get(&status.record.id)?;
+            }
+        }
+    }
+    Ok(statuses)
+}

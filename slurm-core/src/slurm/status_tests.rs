@@ -1,0 +1,180 @@
+//! The status step against a mock cluster: submits a dead submitter left settled first,
+//! the secrets of jobs that ended removed in the same round trips.
+
+use super::testkit::*;
+use crate::backend::{Backend, SubmitOptions};
+use crate::record::{BackendRef, RecordStore};
+use crate::spec::JobSpec;
+use crate::state::JobState;
+
+#[tokio::test]
+async fn status_adopts_the_job_of_a_record_its_dead_submitter_left_submitting() {
+    // Issue 11, item 2: the client died after sbatch accepted the job and before the
+    // record was marked. `status` settles it: the attempt's answer names the job.
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_settle)
+        .times(1)
+        .returning(|c| {
+            Ok(settle_answer(
+                c,
+                |_| Fence::Done(0, "4242\n", ""),
+                Some(&["4242"]),
+                Some(&["4242"]),
+            ))
+        });
+    remote
+        .expect_run()
+        .withf(is_poll)
+        .times(1)
+        .returning(|_| Ok(poll_answer("4242|RUNNING|None|n1|x")));
+    let backend = backend(remote);
+    let record = left_submitting(&backend, "orphan", 60);
+    let status = backend.status(&record.id).await.unwrap();
+    assert_eq!(status.state(), JobState::Running, "adopted, then polled");
+    assert_eq!(status.native_id(), Some("4242"));
+}
+
+#[tokio::test]
+async fn status_ends_a_record_whose_submit_never_reached_the_scheduler() {
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_settle)
+        .times(1)
+        .returning(|c| Ok(settle_answer(c, |_| Fence::Fenced, Some(&[]), Some(&[]))));
+    let backend = backend(remote);
+    let record = left_submitting(&backend, "never", 60);
+    let status = backend.status(&record.id).await.unwrap();
+    assert_eq!(status.state(), JobState::NotSubmitted);
+    assert!(status.state().is_terminal());
+    // Terminal: the next status asks nothing (the mock would refuse a second settle).
+    assert_eq!(
+        backend.status(&record.id).await.unwrap().state(),
+        JobState::NotSubmitted
+    );
+}
+
+#[tokio::test]
+async fn a_record_being_submitted_or_just_opened_is_not_settled() {
+    let remote = MockRemote::new(); // any command would panic
+    let backend = backend(remote);
+    // Just opened: left alone for a few seconds.
+    let young = left_submitting(&backend, "young", 0);
+    assert_eq!(
+        backend.status(&young.id).await.unwrap().state(),
+        JobState::Submitting
+    );
+    // Old, but its submitter still holds the lease: left alone.
+    let busy = left_submitting(&backend, "busy", 60);
+    let _lease = backend.store().submit_lease(&busy.id).unwrap();
+    assert_eq!(
+        backend.status(&busy.id).await.unwrap().state(),
+        JobState::Submitting
+    );
+}
+
+#[tokio::test]
+async fn an_unsettled_record_stays_submitting_with_what_was_seen() {
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_settle)
+        .times(1)
+        .returning(|c| {
+            Ok(settle_answer(
+                c,
+                |_| Fence::Done(124, "", ""),
+                Some(&["77"]),
+                None,
+            ))
+        });
+    let backend = backend(remote);
+    let record = left_submitting(&backend, "dbdown", 60);
+    let status = backend.status(&record.id).await.unwrap();
+    assert_eq!(status.state(), JobState::Submitting);
+    assert_eq!(status.record.candidates, vec![BackendRef::new("77")]);
+    assert!(status
+        .record
+        .unsettled
+        .as_ref()
+        .unwrap()
+        .why
+        .contains("Problem talking to the database"));
+}
+
+#[tokio::test]
+async fn a_job_that_ends_has_its_secrets_removed_and_its_logs_redacted_by_declared_name() {
+    // Issue 11, item 8: the sidecar goes when the record ends (here: a cancel while
+    // pending, seen by a poll), and logs hide the values of the names the spec declares.
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| Ok(output(0, "900\n", "")));
+    remote
+        .expect_run()
+        .withf(is_poll)
+        .returning(|_| {
+            Ok(output(
+                0,
+                "@@begin 0\n@@end 0 0\n@@begin 1\nO 900|900|CANCELLED by 1000|0:0|None|2024-05-01T10:00:00|Unknown|2024-05-01T10:00:09|None assigned|x\n@@end 1 0\n",
+                "",
+            ))
+        });
+    let forgets = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&forgets);
+    remote.expect_run().withf(is_forget).returning(move |c| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(forget_answer(c))
+    });
+    let backend = backend(remote);
+    let mut spec = JobSpec::new("secretive", "true");
+    spec.secrets = vec!["WANDB_KEY".into(), "DB_PASS".into()];
+    let options = SubmitOptions {
+        secret_values: Some(
+            [
+                ("WANDB_KEY".to_string(), "wandb-0123456789".to_string()),
+                ("DB_PASS".to_string(), "hunter2-but-longer".to_string()),
+            ]
+            .into(),
+        ),
+        ..SubmitOptions::default()
+    };
+    let record = backend.submit(&spec, options).await.unwrap();
+    assert!(record.secrets_staged);
+    let status = backend.status(&record.id).await.unwrap();
+    assert_eq!(status.state(), JobState::Canceled);
+    assert!(!status.record.secrets_staged, "removal confirmed");
+    assert_eq!(forgets.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // A terminal record with nothing staged asks nothing more.
+    backend.status(&record.id).await.unwrap();
+    assert_eq!(forgets.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    let redactor = backend.context().secrets().redactor_for(&status.record);
+    assert_eq!(
+        redactor.redact("key=wandb-0123456789 pass=hunter2-but-longer"),
+        "key=[REDACTED] pass=[REDACTED]"
+    );
+    // A viewer in another process: the values come from its environment, by the
+    // names the record keeps (never the values).
+    let other = backend_without_memory();
+    std::env::set_var("SLURM_RUN_TEST_DECLARED_NAME", "declared-secret-value");
+    let mut declared = status.record.clone();
+    declared.secret_names = vec!["SLURM_RUN_TEST_DECLARED_NAME".into()];
+    assert_eq!(
+        other
+            .context()
+            .secrets()
+            .redactor_for(&declared)
+            .redact("v=declared-secret-value"),
+        "v=[REDACTED]"
+    );
+    std::env::remove_var("SLURM_RUN_TEST_DECLARED_NAME");
+}
+
+fn backend_without_memory() -> TestBackend {
+    backend(MockRemote::new())
+}

@@ -1,0 +1,284 @@
+//! Submit exactly once. The flow, in order:
+//! 1. **Request**: the spec (with the submit's `after`) validated, its secrets read by
+//!    the one rule, the record it retries (a retry already made elsewhere is followed),
+//!    its parents checked (each accepted by the scheduler, able to meet its condition).
+//! 2. **Plan** ([`SubmitPlan`], pure, computed once): partitions, resources, the image
+//!    and its conversion, the array, the nodes to avoid; preflight once per backend
+//!    before it, the conversion's gate after it (before anything is queued).
+//! 3. **NCCL**: the plan's need (see [`probe`](super::probe)): cached knobs, or a probe
+//!    in flight to wait for, or a new probe, which this flow queues first; the job's
+//!    `--dependency` from its parents still running and the probe.
+//! 4. **Render** the batch script and lint it; **stage** the archive and the record.
+//! 5. **Attempt**: the record opened under a submit lease, a retry claimed once, then
+//!    stage + sbatch in one round trip; a lost answer is settled by the scheduler's
+//!    answers only ([`reconcile`](super::reconcile)).
+//!
+//! | file | holds |
+//! |---|---|
+//! | `mod.rs` | the flow, `render_script`, and the probe's own submit |
+//! | `plan.rs` | [`SubmitPlan`] |
+//! | `script.rs` | the plan's `ScriptContext`, rendered and linted |
+//! | `stage.rs` | the staging archive and the record to open |
+//! | `attempt.rs` | the attempts, sbatch's answers, the conversion, the settle of a lost answer |
+
+mod attempt;
+mod plan;
+mod script;
+mod stage;
+
+#[cfg(test)]
+mod tests;
+
+use self::attempt::{attempt, Failed};
+use self::plan::{resources_of, SubmitPlan};
+use self::script::render;
+use self::stage::stage;
+use super::context::Context;
+use super::dependants::dependency_option;
+use super::images::gate_conversion;
+use super::job::{scancel_quietly, slurm_job};
+use super::preflight::ensure_ready;
+use super::probe::{self, NcclNeed};
+use super::secrets::forget;
+use super::status::status_many;
+use super::SlurmSubmitOptions;
+use crate::backend::SubmitOptions;
+use crate::dependency::{check_before_submit, Dependency};
+use crate::nccl::ProbeOptions;
+use crate::record::{JobRecord, Mark, TransitionSource};
+use crate::redact::SecretRegistry;
+use crate::retry::{claim_or_follow, prior, Prior};
+use crate::spec::{JobSpec, Resources};
+use crate::Result;
+
+#[cfg(test)]
+pub(crate) use self::stage::build_payload;
+
+/// Submit `spec` (see the module's flow).
+pub(super) async fn submit(
+    ctx: &Context<'_>,
+    spec: &JobSpec,
+    options: SubmitOptions,
+    slurm: SlurmSubmitOptions,
+) -> Result<JobRecord> {
+    // 1. Request.
+    let spec = spec.with_after(&options.after);
+    spec.validate()?;
+    let secrets = options.secrets_for(&spec)?;
+    let previous = match prior(ctx.store(), options.retry_of.as_ref())? {
+        Prior::Followed(winner) => return Ok(*winner),
+        other => other.previous().cloned(),
+    };
+    let mut waiting = check_before_submit(ctx.store(), &spec.after)?;
+
+    // 2. Plan.
+    let root = ensure_ready(ctx, &spec).await?;
+    let mut plan = SubmitPlan::new(
+        spec,
+        root,
+        previous,
+        !secrets.is_empty(),
+        ctx.config(),
+        ctx.facts(),
+    )?;
+    if let Some(conversion) = plan.conversion() {
+        gate_conversion(ctx, conversion).await?;
+    }
+
+    // 3. NCCL: the cluster's knobs, or a probe the job waits for (on the scheduler:
+    // this submit never waits for it).
+    let mut new_probe = None;
+    match probe::decide(ctx, &plan.spec, &plan.resources, &slurm).await? {
+        NcclNeed::Nothing => {}
+        NcclNeed::Knobs(knobs) => plan.knobs = knobs,
+        NcclNeed::Probe => match wait_for_probe(ctx, &plan, &slurm).await? {
+            Probed::Knobs(knobs) => plan.knobs = knobs,
+            Probed::InFlight(probe) => plan.probe = Some(probe),
+            Probed::Queued(probe) => {
+                new_probe = Some(probe.clone());
+                plan.probe = Some(probe);
+            }
+        },
+    }
+    if let Some(probe) = &plan.probe {
+        waiting.extend(check_before_submit(
+            ctx.store(),
+            &[Dependency::ok(probe.id.clone())],
+        )?);
+    }
+    plan.dependency = dependency_option(&waiting)?;
+
+    // 4-5. Render, stage, attempt.
+    let submitted = submit_plan(ctx, plan, &secrets).await;
+    if let (Err(Sent::Nothing(_)), Some(probe)) = (&submitted, &new_probe) {
+        // Nothing was submitted: a probe queued for this job alone goes too.
+        drop_probe(ctx, probe).await;
+    }
+    submitted.map_err(Sent::into_error)
+}
+
+/// How a submit of a plan failed.
+enum Sent {
+    /// Nothing was submitted, for certain.
+    Nothing(crate::Error),
+    /// The outcome is unknown: the record stays SUBMITTING.
+    Unknown(crate::Error),
+}
+
+impl Sent {
+    fn into_error(self) -> crate::Error {
+        match self {
+            Sent::Nothing(error) | Sent::Unknown(error) => error,
+        }
+    }
+}
+
+/// Render, stage and send `plan`: steps 4 and 5 of the flow.
+async fn submit_plan(
+    ctx: &Context<'_>,
+    plan: SubmitPlan,
+    secrets: &SecretRegistry,
+) -> std::result::Result<JobRecord, Sent> {
+    let store = ctx.store();
+    let script = render(ctx, &plan, secrets).map_err(Sent::Nothing)?;
+    let staged = stage(&plan, script, secrets).map_err(Sent::Nothing)?;
+    let id = staged.record.id.clone();
+    if let Some(previous) = &plan.retry_of {
+        // Retried meanwhile (preflight and rendering take a while): follow that retry.
+        let now = store.get(&previous.id).map_err(Sent::Nothing)?;
+        if let Some(winner) = now.retried_as {
+            return store.get(&winner).map_err(Sent::Nothing);
+        }
+    }
+    // The lease tells `status` elsewhere not to settle this record while it is submitted.
+    let _lease = store.submit_lease(&id).map_err(Sent::Nothing)?;
+    store.open(&staged.record).map_err(Sent::Nothing)?;
+    ctx.secrets().remember(&id, secrets);
+    tracing::info!(job = %id, "record opened; submitting");
+    if let Some(previous) = &plan.retry_of {
+        if let Some(winner) = claim_or_follow(store, &previous.id, &id).map_err(Sent::Nothing)? {
+            return Ok(winner);
+        }
+    }
+    let failed = match attempt(ctx, &staged, secrets).await {
+        Ok(record) => return Ok(record),
+        Err(failed) => failed,
+    };
+    let error = match failed {
+        Failed::Refused { error, state } => {
+            let message = secrets.redact(&error.to_string());
+            let _ = store.mark(
+                &id,
+                Mark::new(state, TransitionSource::Agent)
+                    .message(format!("submit failed: {message}")),
+            );
+            error
+        }
+        Failed::Settled(error) => error,
+        Failed::Unsettled(error) => return Err(Sent::Unknown(error)),
+    };
+    // Nothing was submitted: the staged secrets go now (or at the next status, if the
+    // cluster cannot be reached).
+    if staged.record.secrets_staged {
+        if let Ok(record) = store.get(&id) {
+            forget(ctx, &[record]).await;
+        }
+    }
+    Err(Sent::Nothing(error))
+}
+
+/// What a job that needs a probe waits for.
+enum Probed {
+    /// A probe passed meanwhile: its cached knobs.
+    Knobs(crate::nccl::KnobSet),
+    /// A probe already in flight for a covering shape and the same image.
+    InFlight(JobRecord),
+    /// A new probe, queued now for this job.
+    Queued(JobRecord),
+}
+
+/// The probe a job of `plan` waits for: one in flight (polled first: it may have ended
+/// meanwhile), or a new one. One decision at a time: concurrent submits share a probe.
+async fn wait_for_probe(
+    ctx: &Context<'_>,
+    plan: &SubmitPlan,
+    slurm: &SlurmSubmitOptions,
+) -> Result<Probed> {
+    let _once = ctx.locks().probe.lock().await;
+    let candidates = probe::candidates(ctx, &plan.spec, &plan.resources)?;
+    let in_flight = match candidates.is_empty() {
+        true => None,
+        false => status_many(ctx, &candidates)
+            .await?
+            .into_iter()
+            .map(|s| s.record)
+            .find(|r| !r.state.is_terminal()),
+    };
+    if let NcclNeed::Knobs(knobs) = probe::decide(ctx, &plan.spec, &plan.resources, slurm).await? {
+        return Ok(Probed::Knobs(knobs));
+    }
+    if let Some(probe) = in_flight {
+        tracing::info!(job = %plan.spec.name, probe = %probe.id, "waiting for the NCCL probe already in flight");
+        return Ok(Probed::InFlight(probe));
+    }
+    let probe = submit_probe(ctx, &plan.spec, &plan.resources, &slurm.probe).await?;
+    Ok(Probed::Queued(probe))
+}
+
+/// Submit the probe job standing for `spec` (needing `resources`): the whole ladder of
+/// `options`, never probing itself.
+pub(super) async fn submit_probe(
+    ctx: &Context<'_>,
+    spec: &JobSpec,
+    resources: &Resources,
+    options: &ProbeOptions,
+) -> Result<JobRecord> {
+    let probe_spec = probe::probe_job_spec(ctx, spec, resources, options)?;
+    probe_spec.validate()?;
+    let root = ensure_ready(ctx, &probe_spec).await?;
+    let plan = SubmitPlan::new(probe_spec, root, None, false, ctx.config(), ctx.facts())?;
+    if let Some(conversion) = plan.conversion() {
+        gate_conversion(ctx, conversion).await?;
+    }
+    let rungs = options.ladder.as_ref().map_or(0, Vec::len);
+    let record = submit_plan(ctx, plan, &SecretRegistry::new())
+        .await
+        .map_err(Sent::into_error)?;
+    tracing::info!(probe = %record.id, rungs, "NCCL probe submitted");
+    Ok(record)
+}
+
+/// Cancel a probe this submit queued for a job that was then refused (best effort: the
+/// probe would only refresh the cache).
+async fn drop_probe(ctx: &Context<'_>, probe: &JobRecord) {
+    if let Some(job) = slurm_job(probe).ok().flatten() {
+        scancel_quietly(ctx, &[job], "the NCCL probe of a refused job").await;
+    }
+}
+
+/// `spec`'s resources as a submit would resolve them (after preflight, which learns the
+/// partitions' limits).
+pub(super) async fn plan_resources(ctx: &Context<'_>, spec: &JobSpec) -> Result<Resources> {
+    spec.validate()?;
+    ensure_ready(ctx, spec).await?;
+    let partitions = ctx.config().partitions_for(spec);
+    resources_of(spec, &partitions, ctx.config(), ctx.facts())
+}
+
+/// Render the script for `spec` as a submit would, without submitting (secrets are
+/// named, never shown: the script only sources the sidecar). Cached NCCL knobs are
+/// applied as a submit would; no probe runs.
+pub(super) async fn render_script(ctx: &Context<'_>, spec: &JobSpec) -> Result<String> {
+    spec.validate()?;
+    let root = ensure_ready(ctx, spec).await?;
+    let mut plan = SubmitPlan::new(
+        spec.clone(),
+        root,
+        None,
+        !spec.secrets.is_empty(),
+        ctx.config(),
+        ctx.facts(),
+    )?;
+    plan.knobs = probe::cached_knobs(ctx, &plan.spec, &plan.resources).await?;
+    render(ctx, &plan, &SecretRegistry::new())
+}

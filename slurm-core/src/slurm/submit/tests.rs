@@ -1,0 +1,552 @@
+//! The submit flow against a mock cluster: one round trip in the steady state, every
+//! lost answer settled by the scheduler's answers, refusals before anything runs.
+use std::time::Duration;
+
+use crate::backend::{Backend, SubmitOptions};
+use crate::record::{BackendRef, RecordFilter, RecordStore};
+use crate::slurm::testkit::*;
+use crate::spec::{JobSpec, WallTime};
+use crate::state::JobState;
+use crate::storage::RemotePath;
+use crate::{Error, ErrorKind};
+
+#[tokio::test]
+async fn a_steady_state_submit_is_one_round_trip() {
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| Ok(output(0, "4242\n", "sbatch: warning: something harmless\n")));
+    let backend = backend(remote);
+    let record = backend
+        .submit(&JobSpec::new("hello", "true"), SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(record.state, JobState::Pending);
+    assert_eq!(record.backend_ref.unwrap().native_id, "4242");
+    assert_eq!(record.submit_attempts, Some(1));
+}
+
+#[tokio::test]
+async fn an_empty_sbatch_answer_is_settled_and_the_job_adopted() {
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| Ok(output(0, "", "")));
+    remote
+        .expect_run()
+        .withf(is_settle)
+        .times(1)
+        .returning(|c| {
+            Ok(settle_answer(
+                c,
+                |_| Fence::Done(0, "", ""),
+                Some(&["77"]),
+                Some(&["77"]),
+            ))
+        });
+    let backend = backend(remote);
+    let record = backend
+        .submit(&JobSpec::new("hello", "true"), SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(record.backend_ref.as_ref().unwrap().native_id, "77");
+    assert!(record.last_message().contains("adopted"));
+}
+
+#[tokio::test]
+async fn a_lost_answer_is_read_back_from_the_attempt_without_asking_the_scheduler() {
+    // The connection dropped after sbatch accepted the job: its answer is on disk.
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| {
+            Err(Error::Transport {
+                message: "connection reset".into(),
+                may_have_run: true,
+            })
+        });
+    remote
+        .expect_run()
+        .withf(is_settle)
+        .times(1)
+        .returning(|c| {
+            // squeue and sacct both down: the attempt's own answer settles it.
+            Ok(settle_answer(
+                c,
+                |_| Fence::Done(0, "991\n", ""),
+                None,
+                None,
+            ))
+        });
+    let backend = backend(remote);
+    let record = backend
+        .submit(&JobSpec::new("hello", "true"), SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(record.state, JobState::Pending);
+    assert_eq!(record.backend_ref.unwrap().native_id, "991");
+}
+
+#[tokio::test]
+async fn a_fenced_attempt_allows_exactly_one_new_attempt() {
+    let mut remote = MockRemote::new();
+    let attempts = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = std::sync::Arc::clone(&attempts);
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(2)
+        .returning(move |command| {
+            let mut seen = seen.lock().unwrap();
+            seen.push(attempt_of(command));
+            if seen.len() == 1 {
+                Err(Error::Transport {
+                    message: "connection reset".into(),
+                    may_have_run: true,
+                })
+            } else {
+                Ok(output(0, "88;cluster2\n", ""))
+            }
+        });
+    // The first attempt never reached sbatch: the fence took its folder.
+    remote
+        .expect_run()
+        .withf(is_settle)
+        .times(1)
+        .returning(|c| Ok(settle_answer(c, |_| Fence::Fenced, None, None)));
+    let backend = backend(remote);
+    let record = backend
+        .submit(&JobSpec::new("hello", "true"), SubmitOptions::default())
+        .await
+        .unwrap();
+    let backend_ref = record.backend_ref.clone().unwrap();
+    assert_eq!(backend_ref.native_id, "88");
+    assert_eq!(backend_ref.cluster.as_deref(), Some("cluster2"));
+    assert_eq!(
+        *attempts.lock().unwrap(),
+        ["1", "2"],
+        "a new attempt number"
+    );
+    assert_eq!(record.submit_attempts, Some(2));
+}
+
+#[tokio::test]
+async fn a_settle_that_cannot_ask_the_scheduler_never_counts_as_no_job() {
+    // Issue 11, item 1: sbatch's answer was lost (socket timeout), then squeue and sacct
+    // both fail (controller and database unreachable): the record stays SUBMITTING, and
+    // sbatch is never sent again.
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| {
+            Ok(output(
+            1,
+            "",
+            "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n",
+        ))
+        });
+    remote.expect_run().withf(is_settle).times(1..).returning(|c| {
+        Ok(settle_answer(
+            c,
+            |_| {
+                Fence::Done(
+                    1,
+                    "",
+                    "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n",
+                )
+            },
+            None,
+            None,
+        ))
+    });
+    let backend = backend(remote);
+    let err = backend
+        .submit(&JobSpec::new("hello", "true"), SubmitOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Ambiguous, "{err}");
+    let records = backend.records(&RecordFilter::any()).unwrap();
+    assert_eq!(records[0].state, JobState::Submitting);
+    assert!(
+        records[0]
+            .unsettled
+            .as_ref()
+            .unwrap()
+            .why
+            .contains("could not be asked"),
+        "{:?}",
+        records[0].unsettled
+    );
+}
+
+#[tokio::test]
+async fn a_settle_with_only_squeue_answering_keeps_the_job_it_saw() {
+    // squeue lists a job carrying the name; sacct cannot answer: the record stays
+    // SUBMITTING (both must answer) with the job it saw kept.
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| {
+            Err(Error::Timeout {
+                what: "submit".into(),
+                after: Duration::from_secs(1),
+                may_have_run: true,
+            })
+        });
+    remote
+        .expect_run()
+        .withf(is_settle)
+        .times(1..)
+        .returning(|c| {
+            Ok(settle_answer(
+                c,
+                |_| Fence::Done(124, "", ""),
+                Some(&["314"]),
+                None,
+            ))
+        });
+    let backend = backend(remote);
+    let err = backend
+        .submit(&JobSpec::new("hello", "true"), SubmitOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Ambiguous);
+    let record = &backend.records(&RecordFilter::any()).unwrap()[0];
+    assert_eq!(record.state, JobState::Submitting);
+    assert_eq!(record.candidates, vec![BackendRef::new("314")]);
+}
+
+#[tokio::test]
+async fn errors_after_an_unknown_outcome_never_end_the_record() {
+    // Issue 11, item 3: the connection drops mid-submit, then every reconnect fails with
+    // a host-key, authentication or configuration error, or the login node's /tmp is
+    // full (the framing cannot start): the job may be running; the record stays
+    // SUBMITTING and no second sbatch is sent.
+    let failures: Vec<fn() -> Error> = vec![
+        || Error::HostKey {
+            host: "login".into(),
+            message: "the host key changed".into(),
+        },
+        || Error::Auth {
+            host: "login".into(),
+            message: "publickey refused".into(),
+        },
+        || Error::config("SSH_KEY_PATH", "the key file is gone"),
+        || {
+            Error::Remote {
+            command: "settle".into(),
+            status: 70,
+            stderr: "mktemp: failed to create directory via template '/tmp/slurm-run-frame.XXXXXXXX': No space left on device".into(),
+            transient: false,
+        }
+        },
+    ];
+    for failure in failures {
+        let mut remote = MockRemote::new();
+        remote
+            .expect_run()
+            .withf(is_submit)
+            .times(1)
+            .returning(|_| {
+                Err(Error::Transport {
+                    message: "connection reset".into(),
+                    may_have_run: true,
+                })
+            });
+        remote
+            .expect_run()
+            .withf(is_settle)
+            .times(1..)
+            .returning(move |_| Err(failure()));
+        let backend = backend(remote);
+        let err = backend
+            .submit(&JobSpec::new("hello", "true"), SubmitOptions::default())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Ambiguous, "{err}");
+        let record = &backend.records(&RecordFilter::any()).unwrap()[0];
+        assert_eq!(record.state, JobState::Submitting, "{err}");
+        assert!(record.unsettled.is_some());
+    }
+}
+
+#[tokio::test]
+async fn banner_lines_around_the_job_id_are_no_error_and_garbage_is_settled() {
+    // Issue 11, item 4: a site wrapper prints banners around sbatch's id (exit 0).
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| {
+            Ok(output(
+                0,
+                "*** GPU quota: 80% used ***\n5150\nHave a nice day\n",
+                "",
+            ))
+        });
+    let first = backend(remote);
+    let record = first
+        .submit(&JobSpec::new("hello", "true"), SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(record.backend_ref.unwrap().native_id, "5150");
+
+    // Output with no recognisable id: settled by name, never an ERROR.
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| Ok(output(0, "Your job was queued. Good luck!\n", "")));
+    remote
+        .expect_run()
+        .withf(is_settle)
+        .times(1)
+        .returning(|c| {
+            Ok(settle_answer(
+                c,
+                |_| Fence::Done(0, "Your job was queued. Good luck!\n", ""),
+                Some(&["6006"]),
+                Some(&["6006"]),
+            ))
+        });
+    let backend = backend(remote);
+    let record = backend
+        .submit(&JobSpec::new("hello", "true"), SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(record.state, JobState::Pending);
+    assert_eq!(record.backend_ref.unwrap().native_id, "6006");
+}
+
+#[tokio::test]
+async fn two_jobs_with_the_record_name_stop_for_a_person() {
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| {
+            Err(Error::Timeout {
+                what: "submit".into(),
+                after: Duration::from_secs(1),
+                may_have_run: true,
+            })
+        });
+    remote
+        .expect_run()
+        .withf(is_settle)
+        .times(1)
+        .returning(|c| {
+            Ok(settle_answer(
+                c,
+                |_| Fence::Done(124, "", ""),
+                Some(&["5"]),
+                Some(&["5", "6"]),
+            ))
+        });
+    let backend = backend(remote);
+    let err = backend
+        .submit(&JobSpec::new("hello", "true"), SubmitOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Ambiguous);
+    assert!(err.to_string().contains("5, 6"), "{err}");
+    let records = backend.records(&RecordFilter::any()).unwrap();
+    assert_eq!(records.len(), 1, "the record is kept");
+    assert_eq!(records[0].state, JobState::Submitting);
+    assert_eq!(records[0].candidates.len(), 2, "every job seen is kept");
+}
+
+#[tokio::test]
+async fn a_refused_submit_keeps_an_error_record_without_secrets() {
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| {
+            Ok(output(
+                1,
+                "",
+                "sbatch: error: Batch job submission failed: Invalid partition name specified\n",
+            ))
+        });
+    // The staged secrets go at once (item 8: an sbatch refusal).
+    let forgets = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&forgets);
+    remote.expect_run().withf(is_forget).returning(move |c| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(forget_answer(c))
+    });
+    let backend = backend(remote);
+    let mut spec = JobSpec::new("hello", "true");
+    spec.secrets = vec!["MY_TOKEN".into()];
+    let options = SubmitOptions {
+        secret_values: Some([("MY_TOKEN".to_string(), "tok-very-secret".to_string())].into()),
+        ..SubmitOptions::default()
+    };
+    let err = backend.submit(&spec, options).await.unwrap_err();
+    assert!(err.to_string().contains("Invalid partition"), "{err}");
+    let records = backend.store().list(&RecordFilter::any()).unwrap();
+    assert_eq!(records[0].state, JobState::Error);
+    assert_eq!(forgets.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(
+        !records[0].secrets_staged,
+        "the sidecar's removal is confirmed"
+    );
+    assert_eq!(
+        records[0].secret_names,
+        ["MY_TOKEN"],
+        "names kept, never values"
+    );
+    let json = serde_json::to_string(&records[0]).unwrap();
+    assert!(!json.contains("tok-very-secret"));
+}
+
+#[tokio::test]
+async fn a_wall_time_above_the_partition_maximum_is_refused_before_anything_runs() {
+    let remote = MockRemote::new(); // any command would panic: none may run
+    let backend = backend(remote);
+    let mut spec = JobSpec::new("hello", "true");
+    spec.time = Some(WallTime::from_hours(5));
+    let err = backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("time"), "{err}");
+    assert!(backend.records(&RecordFilter::any()).unwrap().is_empty());
+}
+
+/// Issue 14, point 5: a partition whose MaxTime is UNLIMITED takes the spec's time;
+/// the 4-hour cap applies only where the partition has one.
+#[tokio::test]
+async fn an_unlimited_partition_accepts_a_long_wall_time() {
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| Ok(output(0, "4343\n", "")));
+    let backend = backend(remote);
+    backend.facts().change(|facts| {
+        facts.partitions.insert(
+            "long".into(),
+            super::super::facts::PartitionInfo {
+                up: true,
+                max_time: None,
+                nodes: Vec::new(),
+            },
+        )
+    });
+    let mut spec = JobSpec::new("long", "true");
+    spec.partition = Some("long".into());
+    spec.time = Some(WallTime::from_hours(30));
+    let record = backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(record.state, JobState::Pending);
+    // The default partition keeps its 4-hour cap.
+    let mut capped = JobSpec::new("capped", "true");
+    capped.time = Some(WallTime::from_hours(5));
+    let error = backend
+        .submit(&capped, SubmitOptions::default())
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("04:00:00"), "{error}");
+}
+
+/// Issue 14: a dependant of a parent the scheduler has not accepted yet is refused,
+/// before anything runs or is recorded for it.
+#[tokio::test]
+async fn a_parent_not_yet_accepted_is_an_error() {
+    let remote = MockRemote::new(); // any command would panic: none may run
+    let backend = backend(remote);
+    let parent = crate::record::JobRecord::new(
+        crate::record::JobId::mint("parent"),
+        &JobSpec::new("parent", "true"),
+        RemotePath::parse("/shared/results/parent").unwrap(),
+    )
+    .unwrap();
+    backend.store().open(&parent).unwrap();
+    let options = SubmitOptions {
+        after: vec![crate::spec::Dependency::ok(parent.id.clone())],
+        ..SubmitOptions::default()
+    };
+    let error = backend
+        .submit(&JobSpec::new("child", "true"), options)
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Invalid, "{error}");
+    let text = error.to_string();
+    assert!(
+        text.contains("after") && text.contains(parent.id.as_str()),
+        "{text}"
+    );
+    assert!(text.contains("not accepted by the scheduler"), "{text}");
+    assert_eq!(backend.records(&RecordFilter::any()).unwrap().len(), 1);
+}
+
+/// Issue 14: an array's sweep values are staged once as a file (quoted), and the
+/// values never reach argv.
+#[tokio::test]
+async fn a_sweep_is_staged_as_one_file_never_in_argv() {
+    let mut remote = MockRemote::new();
+    let staged = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = std::sync::Arc::clone(&staged);
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(move |command| {
+            keep.lock().unwrap().push(command.clone());
+            Ok(output(0, "500\n", ""))
+        });
+    let backend = backend(remote);
+    let spec = JobSpec::from_yaml_str(
+        "name: sweep\ncommand: echo $LR\nsweep: {LR: [\"0.1\", \"it's; rm -rf /\"]}\narray: {max_parallel: 1}\n",
+    )
+    .unwrap();
+    let record = backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(record.tasks.keys().copied().collect::<Vec<_>>(), [0, 1]);
+    let command = staged.lock().unwrap()[0].clone();
+    let payload = command.stdin_bytes().expect("the staged archive").to_vec();
+    let mut archive = tar::Archive::new(payload.as_slice());
+    let mut files = std::collections::BTreeMap::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut entry, &mut text).unwrap();
+        files.insert(entry.path().unwrap().display().to_string(), text);
+    }
+    let params = &files[&format!("{}/sweep/params.sh", record.id)];
+    // Sourced as the job does, task 1 gets its value back, byte for byte.
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("{params}\nprintf %s \"$LR\""))
+        .env("SLURM_ARRAY_TASK_ID", "1")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "it's; rm -rf /",
+        "{params}"
+    );
+    let argv = command.get_args().join(" ");
+    assert!(!argv.contains("rm -rf"), "values never in argv");
+}
