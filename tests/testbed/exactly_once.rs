@@ -501,8 +501,7 @@ async fn slurmctl_shows_an_unsettled_submit_plainly() {
     let waiting = slurm_core::JobId::mint_for(&spec);
     let mut record =
         JobRecord::new(waiting.clone(), &spec, root.join(waiting.as_str()).unwrap()).unwrap();
-    record.unsettled =
-        Some(slurm_core::record::Unsettled::unanswered(
+    record.unsettled = Some(slurm_core::record::Unsettled::unanswered(
         "the scheduler could not be asked: sacct: Problem talking to the database",
     ));
     record.candidates = vec![slurm_core::record::BackendRef::new("4711")];

@@ -12,7 +12,7 @@ use super::commands;
 use super::context::Context;
 use super::job::{slurm_job, slurm_job_of};
 use super::parse::SlurmJobId;
-use super::secrets::forget;
+use super::sidecars::forget;
 use super::status::{status_many, status_settling};
 use crate::record::{JobId, JobRecord, Mark, TaskMark, TransitionSource, UnsettledKind};
 use crate::spec::TaskSet;

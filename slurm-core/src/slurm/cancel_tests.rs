@@ -50,3 +50,113 @@ async fn cancel_settles_a_submitting_record_first() {
     assert_eq!(ended.state, JobState::Canceled);
     assert_eq!(ended.backend_ref.unwrap().native_id, "808");
 }
+
+/// A store that cannot tell whether a submit is in progress (no leases), as a custom
+/// store may be: a status settles its `SUBMITTING` records only once they are old.
+#[derive(Debug, Default)]
+struct NoLeaseStore(crate::record::MemoryRecordStore);
+
+impl crate::record::RecordStore for NoLeaseStore {
+    fn open(&self, record: &crate::record::JobRecord) -> crate::Result<()> {
+        self.0.open(record)
+    }
+    fn get(&self, id: &crate::record::JobId) -> crate::Result<crate::record::JobRecord> {
+        self.0.get(id)
+    }
+    fn mark(
+        &self,
+        id: &crate::record::JobId,
+        mark: crate::record::Mark,
+    ) -> crate::Result<crate::record::JobRecord> {
+        self.0.mark(id, mark)
+    }
+    fn update(
+        &self,
+        id: &crate::record::JobId,
+        change: &mut dyn FnMut(&mut crate::record::JobRecord) -> crate::Result<()>,
+    ) -> crate::Result<crate::record::JobRecord> {
+        self.0.update(id, change)
+    }
+    fn list(
+        &self,
+        filter: &crate::record::RecordFilter,
+    ) -> crate::Result<Vec<crate::record::JobRecord>> {
+        self.0.list(filter)
+    }
+}
+
+/// Several jobs carrying the record's name, found by the submit's own settle, leave
+/// the record SUBMITTING for a person, typed as such; `cancel` cancels every one. The
+/// old code told the two writers' words apart ("carry its name" only), so a record the
+/// submit itself left this way (a store without leases is not settled again while
+/// young) could not be cancelled.
+#[tokio::test]
+async fn cancel_cancels_every_job_a_submits_own_settle_found() {
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| {
+            Err(crate::Error::Timeout {
+                what: "submit".into(),
+                after: std::time::Duration::from_secs(1),
+                may_have_run: true,
+            })
+        });
+    remote
+        .expect_run()
+        .withf(is_settle)
+        .times(1)
+        .returning(|c| {
+            Ok(settle_answer(
+                c,
+                |_| Fence::Done(124, "", ""),
+                Some(&["5"]),
+                Some(&["5", "6"]),
+            ))
+        });
+    let cancelled = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = std::sync::Arc::clone(&cancelled);
+    remote
+        .expect_run()
+        .withf(|c| c.program() == "scancel")
+        .times(2)
+        .returning(move |c| {
+            seen.lock().unwrap().push(c.get_args().join(" "));
+            Ok(output(0, "", ""))
+        });
+    let config = super::SlurmConfig::builder()
+        .with_partition("gpu")
+        .with_results_root("/shared/results")
+        .with_state_dir("/nonexistent")
+        .with_reconcile_wait(std::time::Duration::from_millis(10))
+        .build()
+        .unwrap();
+    let backend = super::SlurmBackend::new(
+        remote,
+        FakeRenderer::names(),
+        NoLeaseStore::default(),
+        config,
+    );
+    seed_preflight(&backend, vec!["n1".into(), "n2".into()]);
+    let error = backend
+        .submit(
+            &crate::spec::JobSpec::new("twice", "true"),
+            crate::backend::SubmitOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), crate::ErrorKind::Ambiguous, "{error}");
+    let record = &backend
+        .records(&crate::record::RecordFilter::any())
+        .unwrap()[0];
+    assert_eq!(record.state, JobState::Submitting);
+    assert_eq!(
+        record.unsettled.as_ref().map(|u| u.kind),
+        Some(crate::record::UnsettledKind::SeveralJobs)
+    );
+    let ended = backend.cancel(&record.id).await.unwrap();
+    assert_eq!(ended.state, JobState::Canceled);
+    assert_eq!(*cancelled.lock().unwrap(), ["5", "6"]);
+}

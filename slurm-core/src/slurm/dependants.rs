@@ -66,7 +66,7 @@ pub(super) enum DependantStep {
     /// A parent can never meet the condition (and its end was known before this poll):
     /// the record ended ERROR; its job, if the scheduler has one, is to be cancelled.
     Ended {
-        record: JobRecord,
+        record: Box<JobRecord>,
         job: Option<SlurmJob>,
     },
     /// A parent was retried elsewhere: follow the new attempt ([`follow_retries`]).
@@ -89,7 +89,10 @@ pub(super) fn next_step(
                 .message(format!("{why}; cancelled on the cluster"))
                 .err_class(ErrorClass::Program),
         )?;
-        return Ok(DependantStep::Ended { record, job });
+        return Ok(DependantStep::Ended {
+            record: Box::new(record),
+            job,
+        });
     }
     if resolved.iter().any(|r| r.parent.id != r.dependency.job) {
         return Ok(DependantStep::FollowRetry);

@@ -23,7 +23,7 @@
 //! | `poll/` | the poll's request protocol and observations |
 //! | `probe/` | the NCCL probe: a submit's need, the verdicts of probes that ended, a probe on demand |
 //! | `dependants` | `--dependency`, dependants that end or follow a retried parent |
-//! | `secrets` | the values submitted (memory only), log redaction, sidecar removal |
+//! | `secrets`, `sidecars` | the values submitted (memory only) and log redaction; sidecar removal |
 //! | `resubmit`, `cancel`, `logs`, `preflight` | the other operations |
 //! | `images`, `credentials` | `.sqsh` images and their conversion; enroot's registry credentials |
 //! | `job`, `paths` | a record's SLURM job; a job's paths on the cluster |
@@ -49,6 +49,7 @@ mod reconcile;
 mod resubmit;
 pub(crate) mod scripts;
 mod secrets;
+mod sidecars;
 mod states;
 mod status;
 mod submit;

@@ -26,10 +26,10 @@ use std::time::Duration;
 use super::context::Context;
 use super::dependants::{follow_retries, next_step, DependantStep};
 use super::job::scancel_quietly;
-use super::poll::observe;
+use super::poll::observe_jobs;
 use super::probe::conclude;
 use super::reconcile::{settle_left, SETTLE_AFTER};
-use super::secrets::{forget, forget_commands, forgotten, note_forgotten};
+use super::sidecars::{forget, forget_commands, forgotten, note_forgotten};
 use crate::backend::{JobStatus, NativeStatus};
 use crate::dependency::latest_attempts;
 use crate::record::{JobId, JobRecord};
@@ -76,7 +76,7 @@ pub(super) async fn status_settling(
     }
 
     // 3. Poll.
-    let mut observed = observe(ctx, records).await?;
+    let mut observed = observe_jobs(ctx, records).await?;
 
     // 4. Follow-ups, and the secrets of jobs that have ended, in one round trip.
     let forget_now: Vec<JobRecord> = observed
@@ -131,7 +131,7 @@ pub(super) async fn status_settling(
         match next_step(ctx, record, &ended_before)? {
             DependantStep::Ended { record, job } => {
                 cancels.extend(job);
-                status.record = record;
+                status.record = *record;
                 ended.push(status.record.clone());
             }
             DependantStep::FollowRetry => follow.push(record.clone()),

@@ -533,8 +533,9 @@ pub async fn two_watchers_retry_one_failure_once<F: BackendFixture + ?Sized>(fix
     assert_eq!(again.id, retries[0].id);
 }
 
-/// Bad input is refused with an error naming the field, before anything is recorded;
-/// unknown ids are NotFound; a job still running cannot be resubmitted.
+/// Bad input is refused with an error naming the field, before anything is recorded
+/// (a secret's value too: set, one line, no NUL, long enough to redact); unknown ids
+/// are NotFound; a job still running cannot be resubmitted.
 pub async fn bad_input_is_refused_and_nothing_recorded<F: BackendFixture + ?Sized>(fixture: &F) {
     let _guard = fixture.enter(false).await;
     let backend = fixture.backend();
@@ -569,6 +570,24 @@ pub async fn bad_input_is_refused_and_nothing_recorded<F: BackendFixture + ?Size
         backend.submit(&secret, options).await,
         "SLURM_RUN_CONFORMANCE_UNSET_TOKEN",
     );
+    // One rule for a secret's value, whichever backend: set, one line, no NUL, long
+    // enough to redact.
+    for value in ["", "two\nlines", "nul\0inside", "abc"] {
+        let options = SubmitOptions {
+            secret_values: Some(
+                [(
+                    "SLURM_RUN_CONFORMANCE_UNSET_TOKEN".to_string(),
+                    value.to_string(),
+                )]
+                .into(),
+            ),
+            ..SubmitOptions::default()
+        };
+        expect_refusal(
+            backend.submit(&secret, options).await,
+            "SLURM_RUN_CONFORMANCE_UNSET_TOKEN",
+        );
+    }
     assert_eq!(
         backend.records(&RecordFilter::any()).unwrap().len(),
         before,

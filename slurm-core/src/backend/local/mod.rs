@@ -27,10 +27,10 @@ use crate::backend::{
 };
 use crate::dependency::{check_before_submit, follow_retry, never_satisfied, resolve_dependencies};
 use crate::record::{
-    claim_retry, BackendRef, JobId, JobRecord, Mark, RecordFilter, RecordStore, RetryClaim,
-    TransitionSource,
+    BackendRef, JobId, JobRecord, Mark, RecordFilter, RecordStore, TransitionSource,
 };
 use crate::redact::SecretRegistry;
+use crate::retry::{begin, claim_or_follow, prior, retry_options, retry_spec, Prior, RetryStart};
 use crate::spec::{JobSpec, SpecDefaults, TaskSet};
 use crate::state::JobState;
 use crate::storage::RemotePath;
@@ -194,25 +194,6 @@ impl LocalBackend {
             record,
         }
     }
-
-    /// The secret values `spec` names, from the options or this process's environment.
-    fn secrets(spec: &JobSpec, options: &SubmitOptions) -> Result<Vec<(String, String)>> {
-        spec.secrets
-            .iter()
-            .map(|name| {
-                let value = match &options.secret_values {
-                    Some(values) => values.get(name).cloned(),
-                    None => std::env::var(name).ok(),
-                };
-                value.map(|v| (name.clone(), v)).ok_or_else(|| {
-                    Error::config(
-                        name.clone(),
-                        format!("the spec names the secret {name} but it is not set; export {name}=... before submitting"),
-                    )
-                })
-            })
-            .collect()
-    }
 }
 
 /// The last `n` lines of a file, or nothing when it does not exist.
@@ -296,10 +277,10 @@ impl Backend for LocalBackend {
             ));
         }
         let plan = spec.array_plan()?;
-        let secrets = Self::secrets(&spec, &options)?;
-        let previous = match &options.retry_of {
-            Some(id) => Some(self.inner.store.get(id)?),
-            None => None,
+        let secrets = options.secrets_for(&spec)?;
+        let previous = match prior(&*self.inner.store, options.retry_of.as_ref())? {
+            Prior::Followed(winner) => return Ok(*winner),
+            other => other.previous().cloned(),
         };
         // Parents must be accepted and able to meet their condition; this queue waits.
         check_before_submit(&*self.inner.store, &spec.after)?;
@@ -353,7 +334,7 @@ impl Backend for LocalBackend {
                 .current_dir(&dir)
                 .envs(&spec.env)
                 .envs(&spec.extra_env)
-                .envs(secrets.iter().cloned())
+                .envs(secrets.entries())
                 .env("NODE_RANK", "0")
                 .env("WORLD_SIZE", "1")
                 .env("MASTER_ADDR", "127.0.0.1")
@@ -376,23 +357,14 @@ impl Backend for LocalBackend {
         self.inner.store.open(&record)?;
         if let Some(previous) = &previous {
             // A retry is claimed once: a second watcher follows the first one's retry.
-            if let RetryClaim::Taken(winner) =
-                claim_retry(self.inner.store.as_ref(), &previous.id, &id)?
-            {
-                self.inner.store.mark(
-                    &id,
-                    Mark::new(JobState::NotSubmitted, TransitionSource::Agent).message(format!(
-                        "not submitted: {winner} already retries {}",
-                        previous.id
-                    )),
-                )?;
-                return self.inner.store.get(&winner);
+            if let Some(winner) = claim_or_follow(&*self.inner.store, &previous.id, &id)? {
+                return Ok(winner);
             }
         }
         {
             let mut registry = self.inner.secrets.lock().expect("secrets lock");
-            for (name, value) in &secrets {
-                registry.register(name.clone(), value.clone());
+            for (name, value) in secrets.entries() {
+                registry.register(name, value);
             }
         }
         let mut queued = Vec::new();
@@ -428,20 +400,10 @@ impl Backend for LocalBackend {
     }
 
     async fn resubmit(&self, id: &JobId) -> Result<JobRecord> {
-        let previous = self.inner.store.get(id)?;
-        if let Some(winner) = &previous.retried_as {
-            // Retried once already (by another watcher): that retry is the answer.
-            return self.inner.store.get(winner);
-        }
-        if !previous.state.is_terminal() {
-            return Err(Error::invalid(
-                "id",
-                format!(
-                    "{id} is {}; only a finished job can be submitted again (cancel it first)",
-                    previous.state
-                ),
-            ));
-        }
+        let previous = match begin(&*self.inner.store, id)? {
+            RetryStart::Followed(winner) => return Ok(*winner),
+            RetryStart::Retry(previous) => previous,
+        };
         // The record's own copy of the spec; the job folder's only for records without
         // one, and then only with the submitted digest (the job could rewrite it).
         let cluster_copy = match previous.spec {
@@ -454,19 +416,8 @@ impl Backend for LocalBackend {
                 )
             }
         };
-        let mut spec = previous.spec_for_retry(cluster_copy.as_deref())?;
-        if let Some(failed) = previous.tasks_to_retry() {
-            spec = spec.for_tasks(failed);
-        }
-        let record = self
-            .submit(
-                &spec,
-                SubmitOptions {
-                    retry_of: Some(id.clone()),
-                    ..SubmitOptions::default()
-                },
-            )
-            .await?;
+        let spec = retry_spec(&previous, cluster_copy.as_deref())?;
+        let record = self.submit(&spec, retry_options(&previous, None)).await?;
         // Dependants of the failed attempt wait for this one (the queue follows the
         // retry chain; the records say so).
         follow_retry(&*self.inner.store, id, &record.id)?;

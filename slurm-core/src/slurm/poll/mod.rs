@@ -9,7 +9,7 @@
 //!
 //! | file | holds |
 //! |---|---|
-//! | `mod.rs` | [`observe`] and [`Observed`]: the round trips and the marks they lead to |
+//! | `mod.rs` | [`observe_jobs`] and [`Observed`]: the round trips and the marks they lead to |
 //! | `request.rs` | the request protocol of `poll.sh` |
 //! | `observe.rs` | pure: rows merged into observations, an observation's decision |
 
@@ -54,7 +54,7 @@ pub(super) struct Observed {
 
 /// Observe the jobs of `records` (as just read): one round trip for any number of jobs
 /// and array tasks, and scontrol for jobs neither squeue nor sacct knows (rare).
-pub(super) async fn observe(ctx: &Context<'_>, records: Vec<JobRecord>) -> Result<Observed> {
+pub(super) async fn observe_jobs(ctx: &Context<'_>, records: Vec<JobRecord>) -> Result<Observed> {
     // Each record's keys: the job itself, or its array tasks not yet ended.
     let mut keys: Vec<Vec<Key>> = Vec::with_capacity(records.len());
     let mut groups: BTreeMap<Option<String>, Group> = BTreeMap::new();

@@ -39,7 +39,7 @@ use super::images::gate_conversion;
 use super::job::{scancel_quietly, slurm_job};
 use super::preflight::ensure_ready;
 use super::probe::{self, NcclNeed};
-use super::secrets::forget;
+use super::sidecars::forget;
 use super::status::status_many;
 use super::SlurmSubmitOptions;
 use crate::backend::SubmitOptions;
