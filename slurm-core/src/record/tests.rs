@@ -2,6 +2,11 @@
 
 use super::*;
 use crate::classify::ErrorClass;
+use crate::names::MAX_NAME_LEN;
+use crate::redact::SecretRegistry;
+use crate::spec::JobSpec;
+use crate::state::JobState;
+use crate::storage::RemotePath;
 
 pub(crate) fn sample_spec() -> JobSpec {
     let mut spec = JobSpec::new("hello", "python train.py");

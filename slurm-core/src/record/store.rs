@@ -1,0 +1,144 @@
+//! The [`RecordStore`] seam (where records live), its [`SubmitLease`], the rule of an
+//! update, and the claim of a retry.
+
+use std::fmt;
+
+use chrono::Utc;
+
+use crate::{Error, Result};
+
+use super::{JobId, JobRecord, Mark, RecordFilter};
+
+/// Where records live. Synchronous (file I/O is short), object safe, shared by
+/// threads and by processes (the file store locks).
+pub trait RecordStore: Send + Sync + fmt::Debug {
+    /// Store a new record; refuses an id that exists ([`Error::Invalid`] on `id`).
+    fn open(&self, record: &JobRecord) -> Result<()>;
+
+    /// The record `id`, or [`Error::NotFound`].
+    fn get(&self, id: &JobId) -> Result<JobRecord>;
+
+    /// Change the state of `id` through the state machine
+    /// ([`JobState::check_transition`](crate::state::JobState::check_transition)): an applied change appends to the history
+    /// and sets `backend_ref` / `err_class` when given; a no-op only fills
+    /// `backend_ref` / `err_class` that were unset; an ignored observation changes
+    /// nothing; an illegal one is [`Error::InvalidTransition`]. Returns the record
+    /// as stored.
+    fn mark(&self, id: &JobId, mark: Mark) -> Result<JobRecord>;
+
+    /// Change fields other than the state, id and history (e.g. `results_dir`,
+    /// labels) under the record's lock. Returns the record as stored.
+    fn update(
+        &self,
+        id: &JobId,
+        change: &mut dyn FnMut(&mut JobRecord) -> Result<()>,
+    ) -> Result<JobRecord>;
+
+    /// The records passing `filter`, oldest first.
+    fn list(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>>;
+
+    /// Mark a submit of `id` as in progress for as long as the returned lease lives
+    /// (taken before the record is opened, dropped when the submit returns or its
+    /// process dies), so that [`RecordStore::submit_in_progress`] tells others not to
+    /// settle a record whose submitter is still at work. The default cannot tell
+    /// anyone: it returns a lease that marks nothing.
+    fn submit_lease(&self, id: &JobId) -> Result<SubmitLease> {
+        let _ = id;
+        Ok(SubmitLease::none())
+    }
+
+    /// Whether a submit of `id` is in progress (its lease is held, by this process or
+    /// another sharing the store); `None` when this store cannot tell (callers then
+    /// wait longer before they settle a record).
+    fn submit_in_progress(&self, id: &JobId) -> Result<Option<bool>> {
+        let _ = id;
+        Ok(None)
+    }
+}
+
+/// A held submit lease (see [`RecordStore::submit_lease`]); released on drop.
+pub struct SubmitLease {
+    _held: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl SubmitLease {
+    /// A lease that marks nothing (stores that cannot tell).
+    pub fn none() -> Self {
+        SubmitLease { _held: None }
+    }
+
+    /// A lease that holds `guard` until it is dropped.
+    pub fn holding(guard: impl std::any::Any + Send + Sync) -> Self {
+        SubmitLease {
+            _held: Some(Box::new(guard)),
+        }
+    }
+}
+
+impl fmt::Debug for SubmitLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubmitLease")
+            .field("held", &self._held.is_some())
+            .finish()
+    }
+}
+
+/// How [`claim_retry`] went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryClaim {
+    /// `next` now holds the claim: submit it.
+    Won,
+    /// Another record already retries `previous`: follow it, submit nothing.
+    Taken(JobId),
+}
+
+/// Claim the retry of `previous` for the record `next` (already opened), under
+/// `previous`'s lock: the first claim wins and is kept in
+/// [`JobRecord::retried_as`]; every later claim, from this process or another sharing
+/// the store, sees the winner.
+pub fn claim_retry(store: &dyn RecordStore, previous: &JobId, next: &JobId) -> Result<RetryClaim> {
+    let mut winner: Option<JobId> = None;
+    store.update(previous, &mut |record| {
+        match &record.retried_as {
+            Some(existing) if existing != next => winner = Some(existing.clone()),
+            _ => record.retried_as = Some(next.clone()),
+        }
+        Ok(())
+    })?;
+    Ok(match winner {
+        Some(other) => RetryClaim::Taken(other),
+        None => RetryClaim::Won,
+    })
+}
+
+#[allow(dead_code)]
+fn _record_store_is_object_safe(_: &dyn RecordStore) {}
+
+/// Run `change` on a copy of `record`, refusing changes to the id, state, history or schema.
+pub(crate) fn apply_update(
+    record: &JobRecord,
+    change: &mut dyn FnMut(&mut JobRecord) -> Result<()>,
+) -> Result<JobRecord> {
+    let mut next = record.clone();
+    change(&mut next)?;
+    if next.id != record.id {
+        return Err(Error::invalid(
+            "id",
+            "a record's id cannot change; open a new record",
+        ));
+    }
+    if next.state != record.state || next.history != record.history || next.tasks != record.tasks {
+        return Err(Error::invalid(
+            "state",
+            "update cannot change the state or history; use mark",
+        ));
+    }
+    if next.schema_version != record.schema_version {
+        return Err(Error::invalid(
+            "schema_version",
+            "update cannot change the schema version",
+        ));
+    }
+    next.updated_at = Utc::now();
+    Ok(next)
+}
