@@ -17,14 +17,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use slurm_core::backend::{Backend, WatchEvent, WatchOptions};
-use slurm_core::record::{
-    BackendRef, JobId, JobRecord, Mark, RecordFilter, RecordStore, TransitionSource,
+use slurm_core::{
+    Backend, BackendRef, Command, FileRecordStore, JobId, JobRecord, JobSpec, JobState, Mark,
+    MemoryRecordStore, Output, RecordFilter, RecordStore, RemotePath, SlurmBackend, SlurmConfig,
+    TransitionSource, Transport, WatchEvent, WatchOptions,
 };
-use slurm_core::slurm::{SlurmBackend, SlurmConfig};
-use slurm_core::storage::RemotePath;
-use slurm_core::transport::{Command, Output, Transport};
-use slurm_core::{FileRecordStore, JobSpec, JobState, MemoryRecordStore};
 use slurm_render::HandlebarsRenderer;
 use slurm_run_testsupport::bench::heap::{self, Counting};
 use slurm_run_testsupport::bench::{memory_mib, ms, Area, Baseline, Row};

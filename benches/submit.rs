@@ -13,9 +13,7 @@
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use slurm_core::backend::{Backend, SubmitOptions};
-use slurm_core::slurm::SlurmJobId;
-use slurm_core::transport::{Command, Transport};
+use slurm_core::{Backend, Command, SlurmJobId, SubmitOptions, Transport};
 use slurm_run_testsupport::backend::{self, Harness};
 use slurm_run_testsupport::bench::cluster::{cancel_all, fresh_ssh, held_jobs, track};
 use slurm_run_testsupport::bench::{median, Area, Baseline, Row};

@@ -15,9 +15,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use futures::StreamExt;
-use slurm_run::core::record::state_groups;
-use slurm_run::core::spec::Scalar;
+use slurm_run::core::state_groups;
 use slurm_run::prelude::*;
+use slurm_run::Scalar;
 
 #[tokio::main]
 async fn main() -> ExitCode {

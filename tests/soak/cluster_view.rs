@@ -4,8 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use slurm_core::transport::{Command, Transport};
-use slurm_core::JobRecord;
+use slurm_core::{Command, JobRecord, Transport};
 use slurm_run_testsupport::Harness;
 
 use crate::load::slurm_id;

@@ -9,12 +9,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rand::Rng;
-use slurm_core::backend::{Backend, SubmitOptions};
-use slurm_core::record::{JobRecord, RecordFilter, RecordStore};
-use slurm_core::slurm::{SlurmBackend, SlurmConfig};
 use slurm_core::testing::{Fault, FaultTransport};
-use slurm_core::transport::{Command, Output, Transport};
-use slurm_core::{FileRecordStore, JobId, JobState};
+use slurm_core::{
+    Backend, Command, FileRecordStore, JobId, JobRecord, JobState, Output, RecordFilter,
+    RecordStore, SlurmBackend, SlurmConfig, SubmitOptions, Transport,
+};
 use slurm_render::HandlebarsRenderer;
 use slurm_run_testsupport::examples::{example, run};
 use slurm_run_testsupport::transports::ssh2;
@@ -218,7 +217,7 @@ async fn unknown_attempt<T: Transport + 'static>(
 ) -> JobId {
     let spec = small_spec("ctld-unknown", "true");
     let id = JobId::mint_for(&spec);
-    let root = slurm_core::storage::RemotePath::parse(tb.get("SLURM_BASE_RESULTS_DIR")).unwrap();
+    let root = slurm_core::RemotePath::parse(tb.get("SLURM_BASE_RESULTS_DIR")).unwrap();
     let mut record = JobRecord::new(id.clone(), &spec, root.join(id.as_str()).unwrap()).unwrap();
     record.submit_attempts = Some(1);
     record.submitted_at -= chrono::Duration::seconds(30);

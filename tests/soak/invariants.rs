@@ -5,8 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use slurm_core::backend::Backend;
-use slurm_core::{ErrorKind, JobRecord, JobState};
+use slurm_core::{Backend, ErrorKind, JobRecord, JobState};
 use slurm_run_testsupport::Harness;
 
 use crate::chaos::ChaosLog;

@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use rand::Rng;
-use slurm_core::backend::{Backend, SubmitOptions, WatchEvent, WatchOptions};
-use slurm_core::{ErrorKind, JobId};
+use slurm_core::{Backend, ErrorKind, JobId, SubmitOptions, WatchEvent, WatchOptions};
 use slurm_run_testsupport::{small_spec, Harness};
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio::task::JoinHandle;
@@ -21,7 +20,7 @@ pub const CONCURRENCY: usize = 8;
 const FAILING_SHARE: f64 = 0.2;
 
 /// The SLURM job id a record holds.
-pub fn slurm_id(backend_ref: &slurm_core::record::BackendRef) -> u64 {
+pub fn slurm_id(backend_ref: &slurm_core::BackendRef) -> u64 {
     backend_ref.native_id.parse().expect("a SLURM job id")
 }
 

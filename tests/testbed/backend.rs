@@ -6,14 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use futures::StreamExt;
-use slurm_core::backend::{
-    Backend, LogOptions, LogStream, SubmitOptions, WatchEvent, WatchOptions,
-};
-use slurm_core::classify::{ErrorClass, RetryPolicy};
-use slurm_core::record::JobId;
 use slurm_core::testing::Fault;
-use slurm_core::transport::Command;
-use slurm_core::{ErrorKind, JobState};
+use slurm_core::{
+    Backend, Command, ErrorClass, ErrorKind, JobId, JobState, LogOptions, LogStream, RetryPolicy,
+    SubmitOptions, WatchEvent, WatchOptions,
+};
 use slurm_run_testsupport::backend::{harness, jobs_named, remote, small_spec, wait_terminal};
 use slurm_run_testsupport::bench::cluster::{cancel_all, held_jobs, track};
 use slurm_run_testsupport::cluster;
@@ -59,7 +56,7 @@ async fn preflight_passes_and_names_each_failure_with_a_remedy() {
 
     // A wall time above the partition's MaxTime is refused before anything is staged.
     let mut long = small_spec("toolong", "true");
-    long.time = Some(slurm_core::spec::WallTime::from_hours(5));
+    long.time = Some(slurm_core::WallTime::from_hours(5));
     let err = h
         .backend
         .submit(&long, SubmitOptions::default())

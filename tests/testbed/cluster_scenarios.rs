@@ -3,9 +3,7 @@
 //! and running jobs, and a node failure seen as NODE_FAIL (ERROR, infra) or as a Slurm
 //! requeue.
 
-use slurm_core::backend::{Backend, SubmitOptions};
-use slurm_core::classify::ErrorClass;
-use slurm_core::JobState;
+use slurm_core::{Backend, ErrorClass, JobState, SubmitOptions};
 use slurm_run_testsupport::backend::{down_node, harness, small_spec, wait_state, wait_terminal};
 use slurm_run_testsupport::cluster;
 

@@ -8,12 +8,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use slurm_core::backend::{Backend, LogOptions, SubmitOptions};
-use slurm_core::nccl::NcclProbe;
-use slurm_core::slurm::SlurmSubmitOptions;
-use slurm_core::spec::CompletionCheck;
-use slurm_core::transport::Command;
-use slurm_core::{CheckKind, Error, ErrorKind, JobRecord, JobSpec, JobState};
+use slurm_core::{
+    Backend, CheckKind, Command, CompletionCheck, Error, ErrorKind, JobRecord, JobSpec, JobState,
+    LogOptions, NcclProbe, SlurmSubmitOptions, SubmitOptions,
+};
 use slurm_run_testsupport::backend::{
     harness, harness_in, jobs_named, registry_image, registry_password, remote, small_spec,
     wait_terminal, with_credentials, Harness,

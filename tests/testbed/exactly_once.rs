@@ -11,12 +11,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::StreamExt;
-use slurm_core::backend::{Backend, SubmitOptions, WatchEvent, WatchOptions};
-use slurm_core::classify::{ErrorClass, RetryPolicy};
-use slurm_core::record::{JobRecord, RecordFilter, RecordStore};
 use slurm_core::testing::Fault;
-use slurm_core::transport::Command;
-use slurm_core::{JobSpec, JobState};
+use slurm_core::{
+    Backend, Command, ErrorClass, JobRecord, JobSpec, JobState, RecordFilter, RecordStore,
+    RetryPolicy, SubmitOptions, WatchEvent, WatchOptions,
+};
 use slurm_run_testsupport::backend::{
     admin, down_node, harness, jobs_named, remote, small_spec, wait_state, wait_terminal, Harness,
 };
@@ -269,8 +268,7 @@ async fn with_slurmdbd_stopped_submits_work_and_unknown_outcomes_wait_for_it() {
     // answers "no job" but sacct cannot; could-not-ask is never "no job".
     let spec = small_spec("dbd-unknown", "true");
     let id = slurm_core::JobId::mint_for(&spec);
-    let root =
-        slurm_core::storage::RemotePath::parse(h.testbed.get("SLURM_BASE_RESULTS_DIR")).unwrap();
+    let root = slurm_core::RemotePath::parse(h.testbed.get("SLURM_BASE_RESULTS_DIR")).unwrap();
     let mut record = JobRecord::new(id.clone(), &spec, root.join(id.as_str()).unwrap()).unwrap();
     record.submit_attempts = Some(1);
     record.submitted_at -= chrono::Duration::seconds(30);
@@ -457,16 +455,16 @@ async fn a_poll_of_twenty_thousand_ids_works() {
         .parse()
         .unwrap();
     wait_terminal(&h.backend, &real.id, 120).await;
-    let mut ids: Vec<slurm_core::slurm::SlurmJobId> = (9_000_000..9_019_999)
-        .map(|n| slurm_core::slurm::SlurmJobId::new(n).unwrap())
+    let mut ids: Vec<slurm_core::SlurmJobId> = (9_000_000..9_019_999)
+        .map(|n| slurm_core::SlurmJobId::new(n).unwrap())
         .collect();
-    ids.push(slurm_core::slurm::SlurmJobId::new(real_id).unwrap());
+    ids.push(slurm_core::SlurmJobId::new(real_id).unwrap());
     let command = slurm_core::testing::poll_command(&ids).unwrap();
     let started = std::time::Instant::now();
-    let output = slurm_core::transport::Transport::run(&h.transport, &command)
+    let output = slurm_core::Transport::run(&h.transport, &command)
         .await
         .expect("the poll runs");
-    let parts = slurm_core::transport::round_trip::split(&output, 2).unwrap();
+    let parts = slurm_core::round_trip::split(&output, 2).unwrap();
     assert!(parts[0].success(), "squeue: {}", parts[0].stderr_text());
     assert!(parts[1].success(), "sacct: {}", parts[1].stderr_text());
     assert!(
@@ -486,7 +484,7 @@ async fn slurmctl_shows_an_unsettled_submit_plainly() {
     let _cluster = cluster::shared().await;
     let state = tempfile::tempdir().unwrap();
     let store = slurm_core::FileRecordStore::new(state.path()).unwrap();
-    let root = slurm_core::storage::RemotePath::parse("/shared/results").unwrap();
+    let root = slurm_core::RemotePath::parse("/shared/results").unwrap();
     let spec = small_spec("orphaned", "true");
     let orphan = slurm_core::JobId::mint_for(&spec);
     let mut record =
@@ -498,7 +496,7 @@ async fn slurmctl_shows_an_unsettled_submit_plainly() {
         JobRecord::new(waiting.clone(), &spec, root.join(waiting.as_str()).unwrap()).unwrap();
     record.unsettled =
         Some("the scheduler could not be asked: sacct: Problem talking to the database".into());
-    record.candidates = vec![slurm_core::record::BackendRef::new("4711")];
+    record.candidates = vec![slurm_core::BackendRef::new("4711")];
     store.open(&record).unwrap();
 
     let env = ctl_env(state.path());

@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use slurm_core::backend::{Backend, LogOptions, SubmitOptions};
-use slurm_core::spec::{ArraySpec, Dependency, Scalar, Sweep};
-use slurm_core::transport::Command;
-use slurm_core::{ErrorKind, JobRecord, JobState};
+use slurm_core::{
+    ArraySpec, Backend, Command, Dependency, ErrorKind, JobRecord, JobState, LogOptions, Scalar,
+    SubmitOptions, Sweep,
+};
 use slurm_run_testsupport::backend::{
     down_node, harness, last_message, remote, small_spec, staged_script, wait_state, wait_terminal,
     watch_retrying, Harness,

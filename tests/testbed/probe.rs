@@ -9,14 +9,11 @@
 
 use std::time::{Duration, Instant};
 
-use slurm_core::backend::{Backend, LogOptions, SubmitOptions};
-use slurm_core::nccl::{
-    KnobSet, NcclProbe, ProbeOptions, PROBE_LABEL, PROBE_SHAPE_LABEL, PROBE_VERDICT_LABEL,
+use slurm_core::{
+    Backend, Command, ErrorKind, JobRecord, JobSpec, JobState, KnobSet, LogOptions, NcclProbe,
+    ProbeOptions, RecordFilter, SlurmSubmitOptions, SubmitOptions, PROBE_LABEL, PROBE_SHAPE_LABEL,
+    PROBE_VERDICT_LABEL,
 };
-use slurm_core::record::RecordFilter;
-use slurm_core::slurm::SlurmSubmitOptions;
-use slurm_core::transport::Command;
-use slurm_core::{ErrorKind, JobRecord, JobSpec, JobState};
 use slurm_run_testsupport::backend::{
     completed_output, harness, registry_image, remote, small_spec, wait_state, wait_terminal,
     wait_until, with_credentials, Harness,

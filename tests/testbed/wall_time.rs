@@ -2,11 +2,9 @@
 //! MaxTime is UNLIMITED takes a long time, a one-minute smoke test runs, and a command
 //! killed by its own child timeout says so.
 
-use slurm_core::backend::{Backend, LogOptions, LogStream, SubmitOptions};
-use slurm_core::classify::ErrorClass;
-use slurm_core::spec::WallTime;
-use slurm_core::transport::Command;
-use slurm_core::JobState;
+use slurm_core::{
+    Backend, Command, ErrorClass, JobState, LogOptions, LogStream, SubmitOptions, WallTime,
+};
 use slurm_run_testsupport::backend::{
     harness, last_message, remote, small_spec, staged_script, wait_terminal,
 };

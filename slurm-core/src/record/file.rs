@@ -81,7 +81,7 @@ impl FileRecordStore {
     }
 
     /// The file of record `id`.
-    pub fn record_path(&self, id: &JobId) -> PathBuf {
+    pub(crate) fn record_path(&self, id: &JobId) -> PathBuf {
         self.dir.join(format!("{id}.json"))
     }
 
@@ -199,7 +199,7 @@ impl FileRecordStore {
     }
 
     /// The ids of every record file in the folder (temporary and lock files skipped).
-    pub fn ids(&self) -> Result<Vec<JobId>> {
+    pub(crate) fn ids(&self) -> Result<Vec<JobId>> {
         let entries = fs::read_dir(&self.dir)
             .map_err(|e| Error::io(format!("listing {}", self.dir.display()), e))?;
         let mut ids = Vec::new();

@@ -26,7 +26,7 @@ impl JobId {
     /// `-`, cut to fit), a dash, and 6 random hex digits.
     ///
     /// ```
-    /// use slurm_core::record::JobId;
+    /// use slurm_core::JobId;
     /// let id = JobId::mint("dino/train v2");
     /// assert!(id.as_str().starts_with("dino-train-v2-"));
     /// assert_eq!(id.as_str().len(), "dino-train-v2-".len() + 6);
@@ -54,7 +54,8 @@ impl JobId {
         JobId(format!("{label}-{suffix:06x}"))
     }
 
-    /// Mint an id for `spec` from [`JobSpec::id_label`] (`arch-action`, else the name).
+    /// Mint an id for `spec` from its labels `arch` and `action` (`arch-action`), else
+    /// from its name.
     pub fn mint_for(spec: &JobSpec) -> Self {
         Self::mint(&spec.id_label())
     }

@@ -16,12 +16,12 @@ use super::{BackendRef, JobId, TaskRecord, Transition, TransitionSource};
 
 /// The record format written by this version. Version 2 added the array tasks, the
 /// dependencies, the nodes and the node exclusions; version 1 records read as they are.
-pub const SCHEMA_VERSION: u32 = 2;
+pub(crate) const SCHEMA_VERSION: u32 = 2;
 
 /// A job as slurm-run remembers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobRecord {
-    /// The format version ([`SCHEMA_VERSION`]).
+    /// The version of the record format.
     pub schema_version: u32,
     /// The id (also the job's name on the scheduler).
     pub id: JobId,
@@ -69,7 +69,7 @@ pub struct JobRecord {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<Dependency>,
     /// An array's tasks by index, one state each; the record's state is derived from
-    /// them ([`derive_state`](super::derive_state)). Empty for a single job.
+    /// them (an array ends when its last task ends). Empty for a single job.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tasks: BTreeMap<u32, TaskRecord>,
     /// The nodes the job runs or ran on (a single job; an array's are per task).
@@ -162,7 +162,7 @@ impl JobRecord {
     }
 
     /// As an array of the tasks `indices` (each SUBMITTING, like the record).
-    pub fn with_tasks(mut self, indices: impl IntoIterator<Item = u32>) -> Self {
+    pub(crate) fn with_tasks(mut self, indices: impl IntoIterator<Item = u32>) -> Self {
         let at = self.submitted_at;
         self.tasks = indices
             .into_iter()
@@ -184,7 +184,7 @@ impl JobRecord {
     }
 
     /// Check that `tasks` are tasks of this array (an error names the first that is not).
-    pub fn check_tasks(&self, tasks: &crate::spec::TaskSet) -> Result<()> {
+    pub(crate) fn check_tasks(&self, tasks: &crate::spec::TaskSet) -> Result<()> {
         if !self.is_array() {
             return Err(Error::invalid(
                 "tasks",

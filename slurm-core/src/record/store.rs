@@ -18,8 +18,8 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
     /// The record `id`, or [`Error::NotFound`].
     fn get(&self, id: &JobId) -> Result<JobRecord>;
 
-    /// Change the state of `id` through the state machine
-    /// ([`JobState::check_transition`](crate::state::JobState::check_transition)): an applied change appends to the history
+    /// Change the state of `id` through the state machine (the legal changes of
+    /// [`JobState`](crate::JobState)): an applied change appends to the history
     /// and sets `backend_ref` / `err_class` when given; a no-op only fills
     /// `backend_ref` / `err_class` that were unset; an ignored observation changes
     /// nothing; an illegal one is [`Error::InvalidTransition`]. Returns the record
@@ -84,6 +84,7 @@ impl fmt::Debug for SubmitLease {
 }
 
 /// How [`claim_retry`] went.
+#[allow(unreachable_pub)] // the lead's part of issue 20 (moves to retry.rs)
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RetryClaim {
     /// `next` now holds the claim: submit it.
@@ -96,6 +97,7 @@ pub enum RetryClaim {
 /// `previous`'s lock: the first claim wins and is kept in
 /// [`JobRecord::retried_as`]; every later claim, from this process or another sharing
 /// the store, sees the winner.
+#[allow(unreachable_pub)] // the lead's part of issue 20 (moves to retry.rs)
 pub fn claim_retry(store: &dyn RecordStore, previous: &JobId, next: &JobId) -> Result<RetryClaim> {
     let mut winner: Option<JobId> = None;
     store.update(previous, &mut |record| {

@@ -114,7 +114,7 @@ pub(crate) fn apply_task(task: &mut TaskRecord, mark: &TaskMark, at: DateTime<Ut
 ///
 /// An array ends only when its last task ends, and a task ended stays ended, so the
 /// derived state moves as the state machine allows.
-pub fn derive_state(tasks: &BTreeMap<u32, TaskRecord>) -> (JobState, Option<ErrorClass>) {
+pub(crate) fn derive_state(tasks: &BTreeMap<u32, TaskRecord>) -> (JobState, Option<ErrorClass>) {
     let states = || tasks.values().map(|t| t.state);
     if states().all(JobState::is_terminal) {
         if states().all(|s| s == JobState::Complete) {

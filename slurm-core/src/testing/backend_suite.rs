@@ -7,7 +7,7 @@
 //! ```
 //! # mod demo {
 //! use std::time::Duration;
-//! use slurm_core::backend::Backend;
+//! use slurm_core::Backend;
 //! use slurm_core::testing::backend_suite::BackendFixture;
 //! use slurm_core::{JobSpec, LocalBackend, MemoryRecordStore};
 //!

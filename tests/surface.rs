@@ -1,0 +1,104 @@
+//! The public surface, checked on the sources: each library crate's modules are private
+//! behind the re-exports of its root (slurm-core's `testing` feature aside), unreachable
+//! `pub` is an error, no hidden fixture is part of an API, the facade holds re-exports and
+//! a prelude only, and its examples use nothing but what the facade re-exports.
+
+use std::path::{Path, PathBuf};
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every `.rs` file under `dir`.
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The names of the file modules a crate root declares `pub` (`pub mod x;`; a module
+/// written inline in the root, `pub mod x { ... }`, is a namespace of re-exports).
+fn public_file_modules(lib: &str) -> Vec<String> {
+    lib.lines()
+        .filter_map(|line| line.strip_prefix("pub mod "))
+        .filter_map(|rest| rest.strip_suffix(';'))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn library_modules_are_private_behind_their_roots_reexports() {
+    for (krate, allowed) in [
+        ("slurm-core", &["testing"][..]),
+        ("slurm-ssh", &[][..]),
+        ("slurm-render", &[][..]),
+    ] {
+        let lib = read(&workspace().join(krate).join("src/lib.rs"));
+        assert!(
+            lib.contains("#![deny(unreachable_pub)]"),
+            "{krate}: its root denies unreachable `pub` (a `pub` item nobody outside can name)"
+        );
+        let public: Vec<String> = public_file_modules(&lib)
+            .into_iter()
+            .filter(|m| !allowed.contains(&m.as_str()))
+            .collect();
+        assert!(
+            public.is_empty(),
+            "{krate}: public modules {public:?}; make them private and re-export what users need from the root"
+        );
+    }
+}
+
+#[test]
+fn no_hidden_item_is_part_of_a_library_api() {
+    let mut files = vec![workspace().join("src/lib.rs")];
+    for krate in ["slurm-core", "slurm-ssh", "slurm-render"] {
+        sources(&workspace().join(krate).join("src"), &mut files);
+    }
+    for file in files {
+        let text = read(&file);
+        assert!(
+            !text.contains("#[doc(hidden)]"),
+            "{}: a #[doc(hidden)] item is public API nobody reads about; a test fixture goes behind cfg(test) or into the tests that use it",
+            file.display()
+        );
+    }
+}
+
+#[test]
+fn the_facade_holds_reexports_and_a_prelude_only() {
+    let lib = read(&workspace().join("src/lib.rs"));
+    let mut depth = 0usize;
+    let mut continued = false;
+    for line in lib.lines() {
+        let code = line.trim();
+        let opens = code.matches('{').count();
+        let closes = code.matches('}').count();
+        let inside_use = continued;
+        continued = (code.starts_with("pub use ") || inside_use) && !code.ends_with(';');
+        let allowed = code.is_empty()
+            || code.starts_with("//")
+            || code.starts_with("#![")
+            || code.starts_with("#[cfg(doctest)]")
+            || code.starts_with("#[doc = include_str!(")
+            || code.starts_with("pub use ")
+            || code == "pub mod prelude {"
+            || code == "pub struct ReadmeDoctests;"
+            || inside_use
+            || (code == "}" && depth > 0);
+        assert!(
+            allowed,
+            "src/lib.rs holds `{code}`: the facade re-exports the crates' names and holds a prelude, nothing else"
+        );
+        depth = (depth + opens).saturating_sub(closes);
+    }
+}
