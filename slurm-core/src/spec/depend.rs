@@ -40,7 +40,7 @@ impl DependencyCondition {
     /// What a parent in `state` means for a dependant with this condition.
     ///
     /// ```
-    /// use slurm_core::dependency::{DependencyCondition, Verdict};
+    /// use slurm_core::{DependencyCondition, Verdict};
     /// use slurm_core::JobState;
     /// assert_eq!(DependencyCondition::Ok.verdict(JobState::Complete), Verdict::Satisfied);
     /// assert!(matches!(DependencyCondition::Ok.verdict(JobState::Error), Verdict::Never(_)));
@@ -102,7 +102,7 @@ pub enum Verdict {
 /// `ID:ok`, `ID:any`, `ID:notok`, `ID:start` in specs and on the command line.
 ///
 /// ```
-/// use slurm_core::dependency::{Dependency, DependencyCondition};
+/// use slurm_core::{Dependency, DependencyCondition};
 /// let d: Dependency = "train-a1b2c3:any".parse().unwrap();
 /// assert_eq!(d.condition, DependencyCondition::Any);
 /// assert_eq!(d.to_string(), "train-a1b2c3:any");

@@ -56,7 +56,7 @@ use crate::{Error, Result};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> slurm_core::Result<()> {
 /// use std::time::Duration;
-/// use slurm_core::backend::{Backend, BackendExt, SubmitOptions};
+/// use slurm_core::{Backend, BackendExt, SubmitOptions};
 /// use slurm_core::{JobSpec, JobState, LocalBackend, MemoryRecordStore};
 ///
 /// let root = tempfile::tempdir().unwrap();
