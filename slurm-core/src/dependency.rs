@@ -201,7 +201,7 @@ mod tests {
         )
         .unwrap();
         if let Some(previous) = retry_of {
-            record = record.retry_of(previous);
+            record = record.retrying(previous);
         }
         store.open(&record).unwrap();
         store

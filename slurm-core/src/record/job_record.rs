@@ -275,7 +275,7 @@ impl JobRecord {
     }
 
     /// This record as the retry of `previous`: `retry_of` set and the attempt one higher.
-    pub fn retry_of(mut self, previous: &JobRecord) -> Self {
+    pub(crate) fn retrying(mut self, previous: &JobRecord) -> Self {
         self.retry_of = Some(previous.id.clone());
         self.attempt = previous.attempt.saturating_add(1);
         self

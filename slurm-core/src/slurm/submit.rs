@@ -578,7 +578,7 @@ where
             record = record.with_tasks(plan.indices.iter());
         }
         if let Some(previous) = previous {
-            record = record.retry_of(previous);
+            record = record.retrying(previous);
         }
         record.excluded_nodes = placement.exclude.clone();
         record.submit_attempts = Some(1);

@@ -312,7 +312,7 @@ impl Backend for LocalBackend {
             record = record.with_tasks(plan.indices.iter());
         }
         if let Some(previous) = &previous {
-            record = record.retry_of(previous);
+            record = record.retrying(previous);
         }
         let native_id = self
             .inner
