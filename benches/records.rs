@@ -235,7 +235,7 @@ fn main() {
     let (first, took, peak) = measured(|| {
         rt.block_on(async {
             let live = backend.records(&RecordFilter::any().active()).unwrap();
-            let ids: Vec<JobId> = live.iter().map(|r| r.id.clone()).collect();
+            let ids: Vec<JobId> = live.iter().map(|r| r.id().clone()).collect();
             assert_eq!(ids.len(), LIVE);
             backend.status_many(&ids).await.unwrap()
         })
@@ -244,7 +244,7 @@ fn main() {
     // the others' start.
     let started_before = first
         .iter()
-        .filter(|s| s.record.state == JobState::Running)
+        .filter(|s| s.record().state() == JobState::Running)
         .count();
     drop(first);
     area.push(
@@ -270,7 +270,7 @@ fn main() {
         let (mut running, mut ended) = (0usize, 0usize);
         while let Some(event) = events.next().await {
             if let WatchEvent::Transition { status, .. } = event.expect("a watch event") {
-                match status.record.state {
+                match status.record().state() {
                     JobState::Running => running += 1,
                     JobState::Complete => ended += 1,
                     other => panic!("unexpected transition to {other:?}"),

@@ -31,13 +31,13 @@
 //! spec.gpus_per_node = Some(1);
 //! let record = backend.submit(&spec, SubmitOptions::default()).await?;
 //! let options = WatchOptions { interval: Duration::from_secs(5), ..WatchOptions::default() };
-//! let mut events = backend.watch(&[record.id.clone()], options);
+//! let mut events = backend.watch(&[record.id().clone()], options);
 //! while let Some(event) = events.next().await {
 //!     if let WatchEvent::Transition { status, .. } = event? {
 //!         println!("{} is {}", status.id(), status.state());
 //!     }
 //! }
-//! println!("{}", backend.logs(&record.id, LogOptions::default()).await?);
+//! println!("{}", backend.logs(record.id(), LogOptions::default()).await?);
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]

@@ -102,3 +102,33 @@ fn the_facade_holds_reexports_and_a_prelude_only() {
         depth = (depth + opens).saturating_sub(closes);
     }
 }
+
+/// The body of `pub struct <name> {` in `text`, up to its closing brace at column 0.
+fn struct_body<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let start = text.find(&format!("pub struct {name} {{\n"))?;
+    let body = &text[start..];
+    Some(&body[..body.find("\n}\n")?])
+}
+
+#[test]
+fn answer_types_are_read_through_accessors() {
+    // Users read these; only the crate writes them (a record changes through its store).
+    let mut files = Vec::new();
+    sources(&workspace().join("slurm-core/src"), &mut files);
+    for name in ["JobRecord", "TaskRecord", "Transition", "JobStatus"] {
+        let bodies: Vec<String> = files
+            .iter()
+            .filter_map(|f| struct_body(&read(f), name).map(str::to_string))
+            .collect();
+        assert_eq!(bodies.len(), 1, "one definition of {name}");
+        let public: Vec<&str> = bodies[0]
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("pub ") && !l.starts_with("pub struct"))
+            .collect();
+        assert!(
+            public.is_empty(),
+            "{name} has public fields {public:?}: make them pub(crate) and give each a documented read accessor"
+        );
+    }
+}

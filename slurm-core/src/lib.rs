@@ -20,13 +20,16 @@
 //!   [`DependencyCondition`] and [`Verdict`], [`ArraySpec`], [`TaskSet`], [`Sweep`] of
 //!   [`Scalar`]s; [`SpecDefaults`] and [`Limits`] resolve it to [`Resources`];
 //!   [`validate_sbatch_line`].
-//! - **Records**: [`JobRecord`], a job as slurm-run remembers it; [`JobId`], [`BackendRef`], [`JobState`], its history of [`Transition`]s (by a
-//!   [`TransitionSource`]), an array's [`TaskRecord`]s ([`state_groups`], [`summary`]),
-//!   [`RemotePath`].
+//! - **Records**: [`JobRecord`], a job as slurm-run remembers it, read through one
+//!   accessor per field ([`JobRecord::id`], [`JobRecord::state`],
+//!   [`JobRecord::backend_ref`], ...): [`JobId`], [`BackendRef`], [`JobState`], its
+//!   history of [`Transition`]s (each by a [`TransitionSource`]), an array's
+//!   [`TaskRecord`]s ([`JobRecord::task_groups`]), the results folder's [`RemotePath`].
 //! - **The `Backend` seam**, what orchestrators hold as `Arc<dyn Backend>`: [`Backend`],
 //!   [`BackendExt`]; its options [`SubmitOptions`], [`WatchOptions`] (with a
-//!   [`RetryPolicy`]), [`LogOptions`] and [`LogStream`]; its answers [`JobStatus`] (with
-//!   [`NativeStatus`]), [`WatchEvent`], [`PreflightReport`] of [`PreflightCheck`]s.
+//!   [`RetryPolicy`]), [`LogOptions`] and [`LogStream`]; its answers [`JobStatus`] (read
+//!   through its accessors, with [`NativeStatus`]), [`WatchEvent`], [`PreflightReport`]
+//!   of [`PreflightCheck`]s.
 //! - **The `Transport` seam**, where commands run: [`Transport`], [`Command`], [`Output`],
 //!   [`shell_quote`] (the one quoting function), [`round_trip`] (several commands in one),
 //!   [`LocalTransport`].
@@ -35,7 +38,8 @@
 //!   [`LintFinding`]; the secrets a script must not hold: [`SecretRegistry`],
 //!   [`is_secret_name`], [`REDACTED`], [`MIN_SECRET_LEN`].
 //! - **The `RecordStore` seam**, where records live: [`RecordStore`], the [`Mark`] (and
-//!   [`TaskMark`]) it applies, [`SubmitLease`],
+//!   [`TaskMark`]) it applies by the rules every store keeps ([`JobRecord::apply_mark`],
+//!   [`JobRecord::apply_update`], [`JobRecord::redact_history`]), [`SubmitLease`],
 //!   [`RecordFilter`]; [`FileRecordStore`], [`MemoryRecordStore`].
 //! - **The two backends and their configurations**: [`LocalBackend`] (jobs as local
 //!   processes); [`SlurmBackend`] with its [`SlurmConfig`] ([`SlurmConfig::builder`] gives
@@ -102,9 +106,7 @@ pub use spec::{
 pub use storage::RemotePath;
 
 // Records.
-pub use record::{
-    state_groups, summary, BackendRef, JobId, JobRecord, TaskRecord, Transition, TransitionSource,
-};
+pub use record::{BackendRef, JobId, JobRecord, TaskRecord, Transition, TransitionSource};
 pub use state::JobState;
 
 // The Backend seam: what runs jobs, its options and answers.

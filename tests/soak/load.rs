@@ -93,14 +93,14 @@ async fn follow(
         ids.retain(|id| {
             h.backend
                 .record(id)
-                .map(|r| !r.state.is_terminal())
+                .map(|r| !r.state().is_terminal())
                 .unwrap_or(true)
         });
         {
             let mut slots = slots.lock().expect("slots lock");
             for id in &ids {
                 // Ended without a reported transition (counted by the checks): free its slot.
-                if h.backend.record(id).is_ok_and(|r| r.state.is_terminal()) {
+                if h.backend.record(id).is_ok_and(|r| r.state().is_terminal()) {
                     slots.remove(id);
                 }
             }
@@ -250,9 +250,9 @@ pub async fn submit_all(
                         slots
                             .lock()
                             .expect("slots lock")
-                            .insert(record.id.clone(), slot);
-                        let _ = tx.send(record.id.clone());
-                        Ok((record.id.clone(), record.backend_ref.map(|r| slurm_id(&r))))
+                            .insert(record.id().clone(), slot);
+                        let _ = tx.send(record.id().clone());
+                        Ok((record.id().clone(), record.backend_ref().map(slurm_id)))
                     }
                     Err(error) => Err((error.kind(), error.to_string())),
                 };

@@ -17,16 +17,34 @@ pub enum TransitionSource {
     User,
 }
 
-/// One entry of a record's history.
+/// One entry of a record's history, read through its accessors.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transition {
-    /// When.
-    pub at: DateTime<Utc>,
-    /// The state entered.
-    pub state: JobState,
-    /// Who.
-    pub source: TransitionSource,
-    /// Why (the scheduler's own state, a reason); redacted.
+    pub(crate) at: DateTime<Utc>,
+    pub(crate) state: JobState,
+    pub(crate) source: TransitionSource,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
+    pub(crate) message: Option<String>,
+}
+
+impl Transition {
+    /// When.
+    pub fn at(&self) -> DateTime<Utc> {
+        self.at
+    }
+
+    /// The state entered.
+    pub fn state(&self) -> JobState {
+        self.state
+    }
+
+    /// Who.
+    pub fn source(&self) -> TransitionSource {
+        self.source
+    }
+
+    /// Why (the scheduler's own state, a reason); redacted.
+    pub fn message(&self) -> Option<&str> {
+        self.message.as_deref()
+    }
 }

@@ -18,100 +18,222 @@ use super::{BackendRef, JobId, TaskRecord, Transition, TransitionSource};
 /// dependencies, the nodes and the node exclusions; version 1 records read as they are.
 pub(crate) const SCHEMA_VERSION: u32 = 2;
 
-/// A job as slurm-run remembers it.
+/// A job as slurm-run remembers it: what was submitted, where it runs, every state it
+/// entered. Read it through its accessors, one per field (a record changes only
+/// through a [`RecordStore`](super::RecordStore), by [`Mark`](super::Mark)s the state
+/// machine checks). Stored as JSON, one file per record, the fields by these names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobRecord {
-    /// The version of the record format.
-    pub schema_version: u32,
-    /// The id (also the job's name on the scheduler).
-    pub id: JobId,
-    /// The spec's name.
-    pub name: String,
-    /// SHA-256 of the canonical spec ([`JobSpec::digest`]).
-    pub spec_digest: String,
-    /// The image as the spec asked for it (Pyxis form: a `.sqsh` path, or `registry#image:tag`), if any.
+    pub(crate) schema_version: u32,
+    pub(crate) id: JobId,
+    pub(crate) name: String,
+    pub(crate) spec_digest: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
+    pub(crate) image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) container_image: Option<String>,
+    #[serde(default)]
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) results_dir: RemotePath,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) backend_ref: Option<BackendRef>,
+    pub(crate) state: JobState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) err_class: Option<ErrorClass>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) retry_of: Option<JobId>,
+    pub(crate) attempt: u32,
+    pub(crate) submitted_at: DateTime<Utc>,
+    pub(crate) updated_at: DateTime<Utc>,
+    #[serde(default)]
+    pub(crate) history: Vec<Transition>,
+    #[serde(default)]
+    pub(crate) completion_check: CompletionCheck,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) after: Vec<Dependency>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) tasks: BTreeMap<u32, TaskRecord>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) nodes: Vec<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) node_fault: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) excluded_nodes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) spec: Option<JobSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) secret_names: Vec<String>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub(crate) secrets_staged: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) submit_attempts: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) candidates: Vec<BackendRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) unsettled: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) retried_as: Option<JobId>,
+}
+
+/// What a record says: one read accessor per field.
+impl JobRecord {
+    /// The version of the record format.
+    pub fn schema_version(&self) -> u32 {
+        self.schema_version
+    }
+
+    /// The id (also the job's name on the scheduler).
+    pub fn id(&self) -> &JobId {
+        &self.id
+    }
+
+    /// The spec's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// SHA-256 of the canonical spec ([`JobSpec::digest`]).
+    pub fn spec_digest(&self) -> &str {
+        &self.spec_digest
+    }
+
+    /// The image as the spec asked for it (Pyxis form: a `.sqsh` path, or `registry#image:tag`), if any.
+    pub fn image(&self) -> Option<&str> {
+        self.image.as_deref()
+    }
+
     /// What `srun --container-image=` received: the converted `.sqsh` of a registry
     /// image (a registry reference here means the pull happened on the GPUs: only with
     /// `allow_registry_image`). `None` in records written before it was kept.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub container_image: Option<String>,
+    pub fn container_image(&self) -> Option<&str> {
+        self.container_image.as_deref()
+    }
+
     /// The spec's labels.
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        &self.labels
+    }
+
     /// The job's results folder on the cluster.
-    pub results_dir: RemotePath,
+    pub fn results_dir(&self) -> &RemotePath {
+        &self.results_dir
+    }
+
     /// The scheduler's job, once submitted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backend_ref: Option<BackendRef>,
+    pub fn backend_ref(&self) -> Option<&BackendRef> {
+        self.backend_ref.as_ref()
+    }
+
     /// The current state.
-    pub state: JobState,
+    pub fn state(&self) -> JobState {
+        self.state
+    }
+
     /// Infra or program, for an ERROR.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub err_class: Option<ErrorClass>,
+    pub fn err_class(&self) -> Option<ErrorClass> {
+        self.err_class
+    }
+
     /// The record this one retries.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry_of: Option<JobId>,
+    pub fn retry_of(&self) -> Option<&JobId> {
+        self.retry_of.as_ref()
+    }
+
     /// 1 for the first submit, 2 for the first retry, ...
-    pub attempt: u32,
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
     /// When the record was opened.
-    pub submitted_at: DateTime<Utc>,
+    pub fn submitted_at(&self) -> DateTime<Utc> {
+        self.submitted_at
+    }
+
     /// When the record last changed.
-    pub updated_at: DateTime<Utc>,
+    pub fn updated_at(&self) -> DateTime<Utc> {
+        self.updated_at
+    }
+
     /// Every state entered, oldest first.
-    #[serde(default)]
-    pub history: Vec<Transition>,
+    pub fn history(&self) -> &[Transition] {
+        &self.history
+    }
+
     /// How a COMPLETED job is confirmed (from the spec).
-    #[serde(default)]
-    pub completion_check: CompletionCheck,
+    pub fn completion_check(&self) -> CompletionCheck {
+        self.completion_check
+    }
+
     /// The records this job waits for (each pointing at the parent's attempt it follows).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub after: Vec<Dependency>,
+    pub fn after(&self) -> &[Dependency] {
+        &self.after
+    }
+
     /// An array's tasks by index, one state each; the record's state is derived from
     /// them (an array ends when its last task ends). Empty for a single job.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub tasks: BTreeMap<u32, TaskRecord>,
+    pub fn tasks(&self) -> &BTreeMap<u32, TaskRecord> {
+        &self.tasks
+    }
+
     /// The nodes the job runs or ran on (a single job; an array's are per task).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub nodes: Vec<String>,
+    pub fn nodes(&self) -> &[String] {
+        &self.nodes
+    }
+
     /// Whether the job's failure is tied to its nodes (NODE_FAIL, an Xid, ...): a retry
     /// excludes them.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub node_fault: bool,
+    pub fn node_fault(&self) -> bool {
+        self.node_fault
+    }
+
     /// The nodes this attempt was kept off (earlier attempts' faulty nodes).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub excluded_nodes: Vec<String>,
+    pub fn excluded_nodes(&self) -> &[String] {
+        &self.excluded_nodes
+    }
+
     /// The spec as submitted, kept by the client: a retry submits this copy, never one
     /// read back from the cluster (which the job itself could rewrite). It holds secret
     /// names only, never values.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub spec: Option<JobSpec>,
+    pub fn spec(&self) -> Option<&JobSpec> {
+        self.spec.as_ref()
+    }
+
     /// The names of the secrets the job receives (never their values): what log
     /// redaction looks up in the viewer's environment.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub secret_names: Vec<String>,
+    pub fn secret_names(&self) -> &[String] {
+        &self.secret_names
+    }
+
     /// Whether a secrets sidecar may still be on the cluster's shared storage: set when
     /// one is staged, cleared once its removal is confirmed (the record has ended).
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub secrets_staged: bool,
+    pub fn secrets_staged(&self) -> bool {
+        self.secrets_staged
+    }
+
     /// How many times the scheduler was asked to take this job, each attempt counted
     /// before it is sent (`None`: a record of a backend that does not count them, or
     /// written before they were counted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub submit_attempts: Option<u32>,
+    pub fn submit_attempts(&self) -> Option<u32> {
+        self.submit_attempts
+    }
+
     /// The scheduler's jobs seen carrying this record's name while its submit was not
     /// settled (every one is kept, for a person and for the next settle).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub candidates: Vec<BackendRef>,
+    pub fn candidates(&self) -> &[BackendRef] {
+        &self.candidates
+    }
+
     /// While `SUBMITTING`: why the submit is not settled yet (the outcome was lost and
     /// the scheduler has not answered, or several jobs carry the name).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unsettled: Option<String>,
+    pub fn unsettled(&self) -> Option<&str> {
+        self.unsettled.as_deref()
+    }
+
     /// The record that retries this one: claimed once, under the record's lock, so two
     /// watchers (in one process or several) retry a failure once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retried_as: Option<JobId>,
+    pub fn retried_as(&self) -> Option<&JobId> {
+        self.retried_as.as_ref()
+    }
 }
 
 fn is_false(b: &bool) -> bool {

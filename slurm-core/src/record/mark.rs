@@ -88,146 +88,146 @@ impl Mark {
     }
 }
 
-/// Apply `mark` to `record` (shared by the stores). Returns whether anything changed.
-pub(crate) fn apply_mark(
-    record: &mut JobRecord,
-    mark: Mark,
-    redactor: Option<&SecretRegistry>,
-) -> Result<bool> {
-    if record.is_array() {
-        return apply_array_mark(record, mark, redactor);
-    }
-    if mark.err_class.is_some() && mark.state != JobState::Error {
-        return Err(Error::invalid(
-            "err_class",
-            format!(
-                "only an ERROR mark carries an error class, not {}",
-                mark.state
-            ),
-        ));
-    }
-    let outcome = JobState::check_transition_for(record.id.as_str(), record.state, mark.state)?;
-    let now = Utc::now();
-    match outcome {
-        TransitionOutcome::Apply => {
-            if record.state == JobState::Submitting {
-                // The submit is settled now (or ended): no note of why it was not.
-                record.unsettled = None;
-            }
-            record.state = mark.state;
-            if let Some(r) = mark.backend_ref {
-                record.backend_ref = Some(r);
-            }
-            if let Some(c) = mark.err_class {
-                record.err_class = Some(c);
-            }
-            if let Some(nodes) = mark.nodes.filter(|n| !n.is_empty()) {
-                record.nodes = nodes;
-            }
-            record.node_fault = mark.node_fault;
-            let message = mark
-                .message
-                .map(|m| redactor.map_or_else(|| m.clone(), |r| r.redact(&m)));
-            record.history.push(Transition {
-                at: now,
-                state: mark.state,
-                source: mark.source,
-                message,
-            });
-            record.updated_at = now;
-            Ok(true)
+/// How a mark applies: the rule every store keeps ([`RecordStore::mark`](super::RecordStore::mark)).
+impl JobRecord {
+    /// Apply `mark` to this record through the state machine, its message redacted with
+    /// `redactor`; returns whether anything changed. This is what a
+    /// [`RecordStore`](super::RecordStore) does to the stored record on
+    /// [`mark`](super::RecordStore::mark): a store written outside this crate calls it.
+    /// An illegal change is [`Error::InvalidTransition`] and changes nothing.
+    pub fn apply_mark(&mut self, mark: Mark, redactor: Option<&SecretRegistry>) -> Result<bool> {
+        if self.is_array() {
+            return self.apply_array_mark(mark, redactor);
         }
-        TransitionOutcome::NoOp => {
-            let mut changed = false;
-            if record.backend_ref.is_none() && mark.backend_ref.is_some() {
-                record.backend_ref = mark.backend_ref;
-                changed = true;
-            }
-            if record.err_class.is_none() && mark.err_class.is_some() {
-                record.err_class = mark.err_class;
-                changed = true;
-            }
-            if changed {
-                record.updated_at = now;
-            }
-            Ok(changed)
+        if mark.err_class.is_some() && mark.state != JobState::Error {
+            return Err(Error::invalid(
+                "err_class",
+                format!(
+                    "only an ERROR mark carries an error class, not {}",
+                    mark.state
+                ),
+            ));
         }
-        TransitionOutcome::Ignore => Ok(false),
-    }
-}
-
-/// [`apply_mark`] for an array: the task changes (or the mark's state for every task
-/// not ended), then the array's state derived from its tasks, through the state machine.
-fn apply_array_mark(
-    record: &mut JobRecord,
-    mark: Mark,
-    redactor: Option<&SecretRegistry>,
-) -> Result<bool> {
-    let now = Utc::now();
-    let redact = |m: String| redactor.map_or_else(|| m.clone(), |r| r.redact(&m));
-    let mut changed = false;
-    if mark.tasks.is_empty() {
-        let task_mark = TaskMark {
-            state: mark.state,
-            err_class: mark.err_class,
-            message: mark.message.clone().map(redact),
-            nodes: None,
-            node_fault: mark.node_fault,
-        };
-        for task in record.tasks.values_mut() {
-            if !task.state.is_terminal() {
-                changed |= tasks::apply_task(task, &task_mark, now);
-            }
-        }
-    } else {
-        for (index, task_mark) in mark.tasks {
-            if task_mark.err_class.is_some() && task_mark.state != JobState::Error {
-                return Err(Error::invalid(
-                    "err_class",
-                    format!("task {index}: only an ERROR carries an error class"),
-                ));
-            }
-            let mut task_mark = task_mark;
-            task_mark.message = task_mark.message.map(redact);
-            if let Some(task) = record.tasks.get_mut(&index) {
-                changed |= tasks::apply_task(task, &task_mark, now);
-            }
-        }
-    }
-    if record.backend_ref.is_none() && mark.backend_ref.is_some() {
-        record.backend_ref = mark.backend_ref;
-        changed = true;
-    }
-    let (state, class) = derive_state(&record.tasks);
-    match JobState::check_transition_for(record.id.as_str(), record.state, state)? {
-        TransitionOutcome::Apply => {
-            record.state = state;
-            record.err_class = class;
-            let summary = summary(&record.tasks);
-            let message = match mark.message {
-                Some(m) if state.is_terminal() || mark.source != TransitionSource::Poll => {
-                    format!("{}; {summary}", redact(m))
+        let outcome = JobState::check_transition_for(self.id.as_str(), self.state, mark.state)?;
+        let now = Utc::now();
+        match outcome {
+            TransitionOutcome::Apply => {
+                if self.state == JobState::Submitting {
+                    // The submit is settled now (or ended): no note of why it was not.
+                    self.unsettled = None;
                 }
-                _ => summary,
+                self.state = mark.state;
+                if let Some(r) = mark.backend_ref {
+                    self.backend_ref = Some(r);
+                }
+                if let Some(c) = mark.err_class {
+                    self.err_class = Some(c);
+                }
+                if let Some(nodes) = mark.nodes.filter(|n| !n.is_empty()) {
+                    self.nodes = nodes;
+                }
+                self.node_fault = mark.node_fault;
+                let message = mark
+                    .message
+                    .map(|m| redactor.map_or_else(|| m.clone(), |r| r.redact(&m)));
+                self.history.push(Transition {
+                    at: now,
+                    state: mark.state,
+                    source: mark.source,
+                    message,
+                });
+                self.updated_at = now;
+                Ok(true)
+            }
+            TransitionOutcome::NoOp => {
+                let mut changed = false;
+                if self.backend_ref.is_none() && mark.backend_ref.is_some() {
+                    self.backend_ref = mark.backend_ref;
+                    changed = true;
+                }
+                if self.err_class.is_none() && mark.err_class.is_some() {
+                    self.err_class = mark.err_class;
+                    changed = true;
+                }
+                if changed {
+                    self.updated_at = now;
+                }
+                Ok(changed)
+            }
+            TransitionOutcome::Ignore => Ok(false),
+        }
+    }
+
+    /// [`JobRecord::apply_mark`] for an array: the task changes (or the mark's state for
+    /// every task not ended), then the array's state derived from its tasks, through the
+    /// state machine.
+    fn apply_array_mark(&mut self, mark: Mark, redactor: Option<&SecretRegistry>) -> Result<bool> {
+        let now = Utc::now();
+        let redact = |m: String| redactor.map_or_else(|| m.clone(), |r| r.redact(&m));
+        let mut changed = false;
+        if mark.tasks.is_empty() {
+            let task_mark = TaskMark {
+                state: mark.state,
+                err_class: mark.err_class,
+                message: mark.message.clone().map(redact),
+                nodes: None,
+                node_fault: mark.node_fault,
             };
-            record.history.push(Transition {
-                at: now,
-                state,
-                source: mark.source,
-                message: Some(message),
-            });
+            for task in self.tasks.values_mut() {
+                if !task.state.is_terminal() {
+                    changed |= tasks::apply_task(task, &task_mark, now);
+                }
+            }
+        } else {
+            for (index, task_mark) in mark.tasks {
+                if task_mark.err_class.is_some() && task_mark.state != JobState::Error {
+                    return Err(Error::invalid(
+                        "err_class",
+                        format!("task {index}: only an ERROR carries an error class"),
+                    ));
+                }
+                let mut task_mark = task_mark;
+                task_mark.message = task_mark.message.map(redact);
+                if let Some(task) = self.tasks.get_mut(&index) {
+                    changed |= tasks::apply_task(task, &task_mark, now);
+                }
+            }
+        }
+        if self.backend_ref.is_none() && mark.backend_ref.is_some() {
+            self.backend_ref = mark.backend_ref;
             changed = true;
         }
-        TransitionOutcome::NoOp => {
-            if record.err_class != class {
-                record.err_class = class;
+        let (state, class) = derive_state(&self.tasks);
+        match JobState::check_transition_for(self.id.as_str(), self.state, state)? {
+            TransitionOutcome::Apply => {
+                self.state = state;
+                self.err_class = class;
+                let summary = summary(&self.tasks);
+                let message = match mark.message {
+                    Some(m) if state.is_terminal() || mark.source != TransitionSource::Poll => {
+                        format!("{}; {summary}", redact(m))
+                    }
+                    _ => summary,
+                };
+                self.history.push(Transition {
+                    at: now,
+                    state,
+                    source: mark.source,
+                    message: Some(message),
+                });
                 changed = true;
             }
+            TransitionOutcome::NoOp => {
+                if self.err_class != class {
+                    self.err_class = class;
+                    changed = true;
+                }
+            }
+            TransitionOutcome::Ignore => {}
         }
-        TransitionOutcome::Ignore => {}
+        if changed {
+            self.updated_at = now;
+        }
+        Ok(changed)
     }
-    if changed {
-        record.updated_at = now;
-    }
-    Ok(changed)
 }

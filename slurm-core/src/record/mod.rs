@@ -21,13 +21,11 @@ pub use history::{Transition, TransitionSource};
 pub use id::{BackendRef, JobId};
 pub use job_record::JobRecord;
 pub(crate) use job_record::SCHEMA_VERSION;
-pub(crate) use mark::apply_mark;
 pub use mark::Mark;
 pub use memory::MemoryRecordStore;
-pub(crate) use store::apply_update;
 pub(crate) use store::{claim_retry, RetryClaim};
 pub use store::{RecordStore, SubmitLease};
-pub use tasks::{state_groups, summary, TaskMark, TaskRecord};
+pub use tasks::{TaskMark, TaskRecord};
 
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,8 @@ use chrono::Utc;
 
 use crate::{Error, Result};
 
+use crate::redact::SecretRegistry;
+
 use super::{JobId, JobRecord, Mark, RecordFilter};
 
 /// Where records live. Synchronous (file I/O is short), object safe, shared by
@@ -116,31 +118,51 @@ pub fn claim_retry(store: &dyn RecordStore, previous: &JobId, next: &JobId) -> R
 #[allow(dead_code)]
 fn _record_store_is_object_safe(_: &dyn RecordStore) {}
 
-/// Run `change` on a copy of `record`, refusing changes to the id, state, history or schema.
-pub(crate) fn apply_update(
-    record: &JobRecord,
-    change: &mut dyn FnMut(&mut JobRecord) -> Result<()>,
-) -> Result<JobRecord> {
-    let mut next = record.clone();
-    change(&mut next)?;
-    if next.id != record.id {
-        return Err(Error::invalid(
-            "id",
-            "a record's id cannot change; open a new record",
-        ));
+/// The rules of [`RecordStore::open`] and [`RecordStore::update`], for every store (a
+/// store written outside this crate calls them; the state's rule is
+/// [`JobRecord::apply_mark`]).
+impl JobRecord {
+    /// Redact every message of the history with `registry` (what a store with a
+    /// redactor does to a record it opens).
+    pub fn redact_history(&mut self, registry: &SecretRegistry) {
+        for transition in &mut self.history {
+            if let Some(message) = &transition.message {
+                transition.message = Some(registry.redact(message));
+            }
+        }
     }
-    if next.state != record.state || next.history != record.history || next.tasks != record.tasks {
-        return Err(Error::invalid(
-            "state",
-            "update cannot change the state or history; use mark",
-        ));
+
+    /// Run `change` on a copy of this record, refusing changes to the id, state,
+    /// history, tasks or schema ([`Error::Invalid`]); the copy's `updated_at` is now.
+    pub fn apply_update(
+        &self,
+        change: &mut dyn FnMut(&mut JobRecord) -> Result<()>,
+    ) -> Result<JobRecord> {
+        let record = self;
+        let mut next = record.clone();
+        change(&mut next)?;
+        if next.id != record.id {
+            return Err(Error::invalid(
+                "id",
+                "a record's id cannot change; open a new record",
+            ));
+        }
+        if next.state != record.state
+            || next.history != record.history
+            || next.tasks != record.tasks
+        {
+            return Err(Error::invalid(
+                "state",
+                "update cannot change the state or history; use mark",
+            ));
+        }
+        if next.schema_version != record.schema_version {
+            return Err(Error::invalid(
+                "schema_version",
+                "update cannot change the schema version",
+            ));
+        }
+        next.updated_at = Utc::now();
+        Ok(next)
     }
-    if next.schema_version != record.schema_version {
-        return Err(Error::invalid(
-            "schema_version",
-            "update cannot change the schema version",
-        ));
-    }
-    next.updated_at = Utc::now();
-    Ok(next)
 }

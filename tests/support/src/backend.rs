@@ -111,7 +111,7 @@ pub async fn wait_until(
             tokio::time::Instant::now() < deadline,
             "{id} still {} ({:?}) after {seconds} s",
             status.state(),
-            status.native
+            status.native()
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -158,7 +158,8 @@ pub async fn staged_script(harness: &Harness, record: &slurm_core::JobRecord) ->
         harness,
         Command::new("cat").arg(format!(
             "{}/sbatch/job_{}.sbatch",
-            record.results_dir, record.id
+            record.results_dir(),
+            record.id()
         )),
     )
     .await
