@@ -44,7 +44,7 @@ use crate::Result;
 /// let transport = slurm_core::LocalTransport::new(); // on the login node itself
 /// let backend: Arc<dyn Backend> = Arc::new(SlurmBackend::new(transport, MyRenderer, store, config));
 /// let record = backend.submit(&JobSpec::new("hello", "nvidia-smi"), SubmitOptions::default()).await?;
-/// println!("{} is {}", record.id, record.state);
+/// println!("{} is {}", record.id(), record.state());
 /// # Ok(()) }
 /// ```
 pub struct SlurmBackend<T, R, S> {
