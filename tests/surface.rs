@@ -132,3 +132,22 @@ fn answer_types_are_read_through_accessors() {
         );
     }
 }
+#[test]
+fn the_facade_examples_use_only_what_the_facade_reexports() {
+    // slurmctl is left to its own change (it becomes examples/slurmctl/).
+    for example in ["quickstart", "orchestrator", "pipeline"] {
+        let path = workspace().join("examples").join(format!("{example}.rs"));
+        let text = read(&path);
+        for inner in [
+            "slurm_run::core",
+            "slurm_run::ssh",
+            "slurm_run::render",
+            "slurm_core",
+        ] {
+            assert!(
+                !text.contains(inner),
+                "examples/{example}.rs reaches `{inner}`: an example of the facade uses the names `slurm_run` re-exports (or its prelude)"
+            );
+        }
+    }
+}
