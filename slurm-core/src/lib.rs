@@ -51,8 +51,8 @@
 //!   ([`PROBE_LABEL`], [`PROBE_SHAPE_LABEL`], [`PROBE_VERDICT_LABEL`]).
 //! - **`testing`** (cargo feature `testing`): the Transport and Backend conformance suites
 //!   any implementation can run (`transport_conformance!`, `backend_conformance!`),
-//!   transports that count commands or inject faults, and the remote scripts' full texts
-//!   for linting.
+//!   transports that count commands or inject faults, records staged as a crash leaves
+//!   them (`RecordFixture`), and the remote scripts' full texts for linting.
 //!
 //! # Inside
 //! The rooms, and which way they lean: the domain (`spec`, `state`, `record`,
