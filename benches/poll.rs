@@ -11,9 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use slurm_core::backend::Backend;
-use slurm_core::slurm::SlurmJobId;
-use slurm_core::transport::{Command, Transport};
+use slurm_core::{Backend, Command, SlurmJobId, Transport};
 use slurm_run_testsupport::bench::cluster::{
     cancel_all, fresh_ssh, fresh_ssh_each, held_jobs, over_connection, track,
 };

@@ -17,14 +17,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use slurm_core::backend::{Backend, WatchEvent, WatchOptions};
-use slurm_core::record::{
-    BackendRef, JobId, JobRecord, Mark, RecordFilter, RecordStore, TransitionSource,
+use slurm_core::{
+    Backend, BackendRef, Command, FileRecordStore, JobId, JobRecord, JobSpec, JobState, Mark,
+    MemoryRecordStore, Output, RecordFilter, RecordStore, RemotePath, SlurmBackend, SlurmConfig,
+    TransitionSource, Transport, WatchEvent, WatchOptions,
 };
-use slurm_core::slurm::{SlurmBackend, SlurmConfig};
-use slurm_core::storage::RemotePath;
-use slurm_core::transport::{Command, Output, Transport};
-use slurm_core::{FileRecordStore, JobSpec, JobState, MemoryRecordStore};
 use slurm_render::HandlebarsRenderer;
 use slurm_run_testsupport::bench::heap::{self, Counting};
 use slurm_run_testsupport::bench::{memory_mib, ms, Area, Baseline, Row};
@@ -238,7 +235,7 @@ fn main() {
     let (first, took, peak) = measured(|| {
         rt.block_on(async {
             let live = backend.records(&RecordFilter::any().active()).unwrap();
-            let ids: Vec<JobId> = live.iter().map(|r| r.id.clone()).collect();
+            let ids: Vec<JobId> = live.iter().map(|r| r.id().clone()).collect();
             assert_eq!(ids.len(), LIVE);
             backend.status_many(&ids).await.unwrap()
         })
@@ -247,7 +244,7 @@ fn main() {
     // the others' start.
     let started_before = first
         .iter()
-        .filter(|s| s.record.state == JobState::Running)
+        .filter(|s| s.record().state() == JobState::Running)
         .count();
     drop(first);
     area.push(
@@ -273,7 +270,7 @@ fn main() {
         let (mut running, mut ended) = (0usize, 0usize);
         while let Some(event) = events.next().await {
             if let WatchEvent::Transition { status, .. } = event.expect("a watch event") {
-                match status.record.state {
+                match status.record().state() {
                     JobState::Running => running += 1,
                     JobState::Complete => ended += 1,
                     other => panic!("unexpected transition to {other:?}"),

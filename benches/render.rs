@@ -8,8 +8,7 @@
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
-use slurm_core::redact::SecretRegistry;
-use slurm_core::render::{EnvVar, Renderer, ScriptContext, TemplateKind};
+use slurm_core::{EnvVar, Renderer, ScriptContext, SecretRegistry, TemplateKind};
 use slurm_render::{scan_secrets, HandlebarsRenderer};
 use slurm_run_testsupport::bench::{results_dir, Area, Baseline, Row};
 

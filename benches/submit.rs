@@ -13,9 +13,7 @@
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use slurm_core::backend::{Backend, SubmitOptions};
-use slurm_core::slurm::SlurmJobId;
-use slurm_core::transport::{Command, Transport};
+use slurm_core::{Backend, Command, SlurmJobId, SubmitOptions, Transport};
 use slurm_run_testsupport::backend::{self, Harness};
 use slurm_run_testsupport::bench::cluster::{cancel_all, fresh_ssh, held_jobs, track};
 use slurm_run_testsupport::bench::{median, Area, Baseline, Row};
@@ -51,7 +49,7 @@ async fn submit_latency(h: &Harness, area: &mut Area, jobs: &mut Vec<SlurmJobId>
         .submit(&spec, SubmitOptions::default())
         .await
         .unwrap();
-    jobs.push(job_id(&warm.backend_ref.unwrap().native_id));
+    jobs.push(job_id(&warm.backend_ref().unwrap().native_id));
     let (mut library, mut bare, mut fresh) = (Vec::new(), Vec::new(), Vec::new());
     let line = format!(
         "sbatch --parsable --begin=now+1hour --output=/dev/null --job-name={FRESH_NAME} --wrap=true"
@@ -64,7 +62,7 @@ async fn submit_latency(h: &Harness, area: &mut Area, jobs: &mut Vec<SlurmJobId>
             .await
             .unwrap();
         library.push(start.elapsed());
-        jobs.push(job_id(&record.backend_ref.unwrap().native_id));
+        jobs.push(job_id(&record.backend_ref().unwrap().native_id));
         let start = Instant::now();
         let out = h.transport.run(&bare_sbatch()).await.unwrap();
         bare.push(start.elapsed());
@@ -93,7 +91,7 @@ async fn throughput(h: &Harness, area: &mut Area, jobs: &mut Vec<SlurmJobId>) {
     let library = start.elapsed();
     for record in submitted {
         let record = record.expect("submit");
-        jobs.push(job_id(&record.backend_ref.unwrap().native_id));
+        jobs.push(job_id(&record.backend_ref().unwrap().native_id));
     }
     let command = bare_sbatch();
     let start = Instant::now();
@@ -135,7 +133,7 @@ async fn cancel(h: &Harness) {
         let start = Instant::now();
         let cancelled = h.backend.cancel_many(&records).await.expect("cancel");
         library.push(start.elapsed());
-        assert!(cancelled.iter().all(|r| r.state.is_terminal()));
+        assert!(cancelled.iter().all(|r| r.state().is_terminal()));
         let command = Command::new("scancel").args(jobs[CANCELS..].iter().map(ToString::to_string));
         let start = Instant::now();
         let out = h.transport.run(&command).await.expect("bare scancel");

@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use slurm_core::transport::{Command, Transport};
+use slurm_core::{Command, Transport};
 use slurm_run_testsupport::bench::{median, Area, Baseline, Row};
 use slurm_run_testsupport::testbed::{testbed_env, Master, Testbed};
 use slurm_run_testsupport::transports::{openssh_builder, ssh2_builder};

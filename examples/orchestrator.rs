@@ -133,26 +133,25 @@ async fn run(opts: Opts) -> Result<ExitCode> {
     println!("\nresults:");
     let mut as_expected = true;
     for record in &finals {
-        let optional = record.labels.get("role").map(String::as_str) == Some("optional");
-        as_expected &=
-            record.state == JobState::Complete || (optional && record.state == JobState::Canceled);
+        let optional = record.labels().get("role").map(String::as_str) == Some("optional");
+        as_expected &= record.state() == JobState::Complete
+            || (optional && record.state() == JobState::Canceled);
         println!(
             "FINAL {} {} attempt={} retry_of={}",
-            record.id,
-            record.state,
-            record.attempt,
+            record.id(),
+            record.state(),
+            record.attempt(),
             record
-                .retry_of
-                .as_ref()
+                .retry_of()
                 .map(JobId::to_string)
                 .unwrap_or_else(|| "-".into())
         );
-        if record.state == JobState::Complete {
+        if record.state() == JobState::Complete {
             let tail = LogOptions {
                 tail: 1,
                 ..LogOptions::default()
             };
-            let last = orchestrator.backend.logs(&record.id, tail).await?;
+            let last = orchestrator.backend.logs(record.id(), tail).await?;
             println!("      log: {}", last.trim_end());
         }
     }
@@ -231,14 +230,14 @@ impl Orchestrator {
         )
         .await?;
         for record in &submitted {
-            println!("submitted {} ({})", record.id, record.state);
+            println!("submitted {} ({})", record.id(), record.state());
         }
 
-        let ids: Vec<JobId> = submitted.iter().map(|r| r.id.clone()).collect();
+        let ids: Vec<JobId> = submitted.iter().map(|r| r.id().clone()).collect();
         let optional: HashSet<JobId> = submitted
             .iter()
-            .filter(|r| r.labels.get("role").map(String::as_str) == Some("optional"))
-            .map(|r| r.id.clone())
+            .filter(|r| r.labels().get("role").map(String::as_str) == Some("optional"))
+            .map(|r| r.id().clone())
             .collect();
         // Each job is followed through its retries: first id -> latest id.
         let mut latest: HashMap<JobId, JobId> =
@@ -263,11 +262,12 @@ impl Orchestrator {
                 WatchEvent::Retried { previous, record } => {
                     println!(
                         "{elapsed:>6.1}s  {previous}  retried as {} (attempt {})",
-                        record.id, record.attempt
+                        record.id(),
+                        record.attempt()
                     );
                     if let Some(first) = first_of.get(&previous).cloned() {
-                        first_of.insert(record.id.clone(), first.clone());
-                        latest.insert(first, record.id.clone());
+                        first_of.insert(record.id().clone(), first.clone());
+                        latest.insert(first, record.id().clone());
                     }
                 }
             }
@@ -279,7 +279,8 @@ impl Orchestrator {
                     let record = self.backend.cancel(&latest[first]).await?;
                     println!(
                         "{elapsed:>6.1}s  {}  cancelled: no longer needed ({})",
-                        record.id, record.state
+                        record.id(),
+                        record.state()
                     );
                 }
             }
@@ -298,13 +299,13 @@ impl Orchestrator {
     ) -> Result<bool> {
         firsts.try_fold(true, |done, first| {
             let record = self.backend.record(&latest[first])?;
-            let retried = match (&self.watch.retry, record.err_class) {
-                (Some(policy), Some(class)) if record.state == JobState::Error => {
-                    policy.should_retry(class, record.attempt)
+            let retried = match (&self.watch.retry, record.err_class()) {
+                (Some(policy), Some(class)) if record.state() == JobState::Error => {
+                    policy.should_retry(class, record.attempt())
                 }
                 _ => false,
             };
-            Ok(done && record.state.is_terminal() && !retried)
+            Ok(done && record.state().is_terminal() && !retried)
         })
     }
 }

@@ -15,9 +15,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use futures::StreamExt;
-use slurm_run::core::record::state_groups;
-use slurm_run::core::spec::Scalar;
 use slurm_run::prelude::*;
+use slurm_run::Scalar;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -53,7 +52,7 @@ async fn run() -> Result<ExitCode> {
         )
         .await?;
     let after = |record: &JobRecord| SubmitOptions {
-        after: vec![Dependency::ok(record.id.clone())],
+        after: vec![Dependency::ok(record.id().clone())],
         ..SubmitOptions::default()
     };
     let evaluate = backend
@@ -85,13 +84,13 @@ async fn run() -> Result<ExitCode> {
     });
     let sweep = backend.submit(&sweep, after(&train)).await?;
     for record in [&train, &evaluate, &export, &sweep] {
-        println!("submitted {} ({})", record.id, record.state);
+        println!("submitted {} ({})", record.id(), record.state());
     }
 
     // 3. One watch for all of them.
     let ids: Vec<JobId> = [&train, &evaluate, &export, &sweep]
         .iter()
-        .map(|r| r.id.clone())
+        .map(|r| r.id().clone())
         .collect();
     let options = WatchOptions {
         interval: Duration::from_secs(1),
@@ -106,9 +105,9 @@ async fn run() -> Result<ExitCode> {
                 println!("{}: {from} -> {}", status.id(), status.state());
             }
             WatchEvent::Retried { previous, record } => {
-                println!("{previous}: retried as {}", record.id);
+                println!("{previous}: retried as {}", record.id());
                 for id in latest.iter_mut().filter(|id| **id == previous) {
-                    *id = record.id.clone();
+                    *id = record.id().clone();
                 }
             }
         }
@@ -118,12 +117,12 @@ async fn run() -> Result<ExitCode> {
     let mut ok = true;
     for id in &latest {
         let record = backend.record(id)?;
-        ok &= record.state == JobState::Complete;
-        println!("{id}: {}", record.state);
-        for (state, tasks) in state_groups(&record.tasks) {
+        ok &= record.state() == JobState::Complete;
+        println!("{id}: {}", record.state());
+        for (state, tasks) in record.task_groups() {
             println!("  tasks {tasks}: {state}");
         }
-        for task in record.tasks.keys() {
+        for task in record.tasks().keys() {
             let options = LogOptions {
                 task: Some(*task),
                 tail: 5,

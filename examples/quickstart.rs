@@ -108,13 +108,13 @@ async fn run() -> Result<ExitCode> {
     // 4. Submit exactly once.
     let record = backend.submit(&spec, SubmitOptions::default()).await?;
     let slurm_id = record
-        .backend_ref
+        .backend_ref()
         .as_ref()
         .map(|r| r.native_id.clone())
         .unwrap_or_default();
-    println!("\n== submitted {} as SLURM job {slurm_id}", record.id);
-    println!("   results: {}", record.results_dir);
-    if let Some(probe) = record.after.first() {
+    println!("\n== submitted {} as SLURM job {slurm_id}", record.id());
+    println!("   results: {}", record.results_dir());
+    if let Some(probe) = record.after().first() {
         println!(
             "   it waits on the cluster for NCCL probe {} (the submit did not)",
             probe.job
@@ -124,19 +124,19 @@ async fn run() -> Result<ExitCode> {
     // 5. Watch until it ends: a spinner on a terminal, one line per change otherwise.
     println!("\n== watch");
     let started = Instant::now();
-    let spinner = spinner(&format!("{} {}", record.id, record.state));
+    let spinner = spinner(&format!("{} {}", record.id(), record.state()));
     let options = WatchOptions {
         interval: Duration::from_secs(2),
         retry: Some(RetryPolicy::default()),
         ..WatchOptions::default()
     };
-    let mut id = record.id.clone();
+    let mut id = record.id().clone();
     let mut events = backend.watch(std::slice::from_ref(&id), options);
     while let Some(event) = events.next().await {
         let (line, now) = match event? {
             WatchEvent::Transition { from, status } => {
                 let reason = status
-                    .native
+                    .native()
                     .as_ref()
                     .and_then(|n| n.reason.clone())
                     .map(|r| format!(" ({r})"))
@@ -145,9 +145,9 @@ async fn run() -> Result<ExitCode> {
                 (format!("{from} -> {}{reason}", status.state()), now)
             }
             WatchEvent::Retried { previous, record } => {
-                id = record.id.clone();
+                id = record.id().clone();
                 let line = format!("{previous} failed on the cluster's side; retried as {id}");
-                (line, format!("{id} {}", record.state))
+                (line, format!("{id} {}", record.state()))
             }
         };
         let line = format!("   [{:>5.1}s] {line}", started.elapsed().as_secs_f64());
@@ -165,7 +165,7 @@ async fn run() -> Result<ExitCode> {
     let record = backend.record(&id)?;
     println!(
         "   {} after {:.1}s",
-        record.state,
+        record.state(),
         started.elapsed().as_secs_f64()
     );
 
@@ -184,7 +184,7 @@ async fn run() -> Result<ExitCode> {
         Ok(text) => print!("{text}"),
         Err(error) => println!("   (no log: {error})"),
     }
-    if record.state != JobState::Complete {
+    if record.state() != JobState::Complete {
         if let Ok(text) = backend
             .logs(
                 &id,
@@ -205,7 +205,7 @@ async fn run() -> Result<ExitCode> {
         "{}",
         serde_json::to_string_pretty(&record).expect("a record serialises")
     );
-    Ok(if record.state == JobState::Complete {
+    Ok(if record.state() == JobState::Complete {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -7,10 +7,10 @@
 //! [`LocalTransport`] on the login node itself) and a
 //! pluggable renderer (how the batch script is written: [`HandlebarsRenderer`]).
 //!
-//! This facade only re-exports the workspace crates: [`core`] (the domain and the
-//! `Backend`, `Transport`, `Renderer` and `RecordStore` seams), [`ssh`] (the SSH
-//! transports) and [`render`] (the sbatch templates), plus the names most programs
-//! need at the top level and in [`prelude`].
+//! This facade only re-exports: the names programs use, at the top level, the few most
+//! programs need in [`prelude`], and the workspace crates whole: [`core`] (the domain and
+//! the `Backend`, `Transport`, `Renderer` and `RecordStore` seams, every name at its
+//! root), [`ssh`] (the SSH transports) and [`render`] (the sbatch templates and the lint).
 //!
 //! # Embedding
 //! ```no_run
@@ -31,13 +31,13 @@
 //! spec.gpus_per_node = Some(1);
 //! let record = backend.submit(&spec, SubmitOptions::default()).await?;
 //! let options = WatchOptions { interval: Duration::from_secs(5), ..WatchOptions::default() };
-//! let mut events = backend.watch(&[record.id.clone()], options);
+//! let mut events = backend.watch(&[record.id().clone()], options);
 //! while let Some(event) = events.next().await {
 //!     if let WatchEvent::Transition { status, .. } = event? {
 //!         println!("{} is {}", status.id(), status.state());
 //!     }
 //! }
-//! println!("{}", backend.logs(&record.id, LogOptions::default()).await?);
+//! println!("{}", backend.logs(record.id(), LogOptions::default()).await?);
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]
@@ -46,7 +46,7 @@ pub use slurm_core as core;
 pub use slurm_render as render;
 pub use slurm_ssh as ssh;
 
-pub use slurm_core::{CheckKind, Error, ErrorKind, Result};
+pub use slurm_core::{CheckKind, Error, ErrorClass, ErrorKind, Result};
 
 // The seams: where commands run, how scripts are written, where records live, what runs jobs.
 pub use slurm_core::{Backend, BackendExt, RecordStore, Renderer, Transport};
@@ -55,22 +55,27 @@ pub use slurm_core::{
     FileRecordStore, LocalBackend, LocalTransport, MemoryRecordStore, SlurmBackend,
 };
 pub use slurm_render::HandlebarsRenderer;
-pub use slurm_ssh::{OpenSshTransport, Ssh2Transport};
-// What goes in and what comes out.
-pub use slurm_core::backend::{
-    JobStatus, LogOptions, LogStream, PreflightReport, SubmitOptions, WatchEvent, WatchOptions,
+pub use slurm_ssh::{
+    OpenSshTransport, OpenSshTransportBuilder, Ssh2Transport, Ssh2TransportBuilder,
 };
-pub use slurm_core::classify::{ErrorClass, RetryPolicy};
-pub use slurm_core::record::RecordFilter;
-pub use slurm_core::slurm::{SlurmConfig, SlurmSubmitOptions};
-pub use slurm_core::spec::{ArraySpec, Dependency, DependencyCondition, Sweep, TaskSet};
-pub use slurm_core::{JobId, JobRecord, JobSpec, JobState};
+// What goes in: the spec, the options, the configuration.
+pub use slurm_core::{default_state_dir, SlurmConfig, SlurmSubmitOptions, PROBE_LABEL};
+pub use slurm_core::{
+    ArraySpec, Dependency, DependencyCondition, JobSpec, NcclProbe, Scalar, Sweep, TaskSet,
+    WallTime,
+};
+pub use slurm_core::{LogOptions, LogStream, RetryPolicy, SubmitOptions, WatchOptions};
+// What comes out: records, their states, the answers.
+pub use slurm_core::{
+    JobId, JobRecord, JobState, JobStatus, NativeStatus, PreflightCheck, PreflightReport,
+    RecordFilter, WatchEvent,
+};
 
 /// The names a program embedding slurm-run usually needs: `use slurm_run::prelude::*;`.
 ///
 /// ```
 /// use slurm_run::prelude::*;
-/// use slurm_run::core::spec::SpecDefaults;
+/// use slurm_run::core::SpecDefaults;
 ///
 /// # fn main() -> slurm_run::Result<()> {
 /// // A spec as a user writes it; the defaults and the partition's limits resolve it.
@@ -95,16 +100,11 @@ pub use slurm_core::{JobId, JobRecord, JobSpec, JobState};
 /// # Ok(()) }
 /// ```
 pub mod prelude {
-    pub use slurm_core::backend::{
-        JobStatus, LogOptions, LogStream, PreflightReport, SubmitOptions, WatchEvent, WatchOptions,
-    };
-    pub use slurm_core::classify::RetryPolicy;
-    pub use slurm_core::record::RecordFilter;
-    pub use slurm_core::slurm::SlurmConfig;
-    pub use slurm_core::spec::{ArraySpec, Dependency, NcclProbe, Sweep, TaskSet, WallTime};
     pub use slurm_core::{
-        Backend, BackendExt, Error, ErrorKind, FileRecordStore, JobId, JobRecord, JobSpec,
-        JobState, LocalBackend, RecordStore, Renderer, Result, SlurmBackend, Transport,
+        ArraySpec, Backend, BackendExt, Dependency, Error, ErrorKind, FileRecordStore, JobId,
+        JobRecord, JobSpec, JobState, JobStatus, LocalBackend, LogOptions, LogStream, NcclProbe,
+        PreflightReport, RecordFilter, RecordStore, Renderer, Result, RetryPolicy, SlurmBackend,
+        SlurmConfig, SubmitOptions, Sweep, TaskSet, Transport, WallTime, WatchEvent, WatchOptions,
     };
     pub use slurm_render::HandlebarsRenderer;
     pub use slurm_ssh::{Ssh2Transport, Ssh2TransportBuilder};

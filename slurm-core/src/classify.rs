@@ -49,7 +49,7 @@ impl std::fmt::Display for ErrorClass {
 /// How a job that did not complete ended, in words any scheduler maps to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Ending {
+pub(crate) enum Ending {
     /// The job's program failed (a non-zero exit, a signal), or the scheduler says
     /// only that it failed: the logs decide.
     Failed {
@@ -72,16 +72,16 @@ pub enum Ending {
 
 /// The exit status of `timeout` when it killed the command: the job's own child
 /// timeout fired (a program error, never retried), not a crash.
-pub const CHILD_TIMEOUT_EXIT: i32 = 124;
+pub(crate) const CHILD_TIMEOUT_EXIT: i32 = 124;
 
 /// What a record says of a command killed by its own child timeout.
-pub const CHILD_TIMEOUT_NOTE: &str = "killed by its own time limit (the child timeout fired: `timeout` exit 124), not a crash; raise `child_timeout` or `time` if the command needs longer";
+pub(crate) const CHILD_TIMEOUT_NOTE: &str = "killed by its own time limit (the child timeout fired: `timeout` exit 124), not a crash; raise `child_timeout` or `time` if the command needs longer";
 
 /// How many trailing lines of the logs are read.
-pub const LOG_TAIL_LINES: usize = 500;
+pub(crate) const LOG_TAIL_LINES: usize = 500;
 
 /// Patterns (case-insensitive) of a program's own failure; they win over infra noise.
-pub const PROGRAM_PATTERNS: &[&str] = &[
+pub(crate) const PROGRAM_PATTERNS: &[&str] = &[
     r"device-side assert",
     r"illegal memory access",
     r"CUBLAS_STATUS_",
@@ -106,7 +106,7 @@ pub const PROGRAM_PATTERNS: &[&str] = &[
 ];
 
 /// Patterns (case-insensitive) of an infrastructure failure (FACTS.md plus the issue's list).
-pub const INFRA_PATTERNS: &[&str] = &[
+pub(crate) const INFRA_PATTERNS: &[&str] = &[
     r"NVIDIA driver.*too old",
     r"CUDA driver version is insufficient",
     r"no CUDA-capable device",
@@ -135,7 +135,7 @@ pub const INFRA_PATTERNS: &[&str] = &[
 
 /// Patterns (case-insensitive) of an infra failure tied to the node it ran on (a GPU,
 /// its driver, the node's memory or its network card): a retry avoids that node.
-pub const NODE_PATTERNS: &[&str] = &[
+pub(crate) const NODE_PATTERNS: &[&str] = &[
     r"NVIDIA driver.*too old",
     r"no CUDA-capable device",
     r"CUDA initialization.*error",
@@ -153,14 +153,7 @@ pub const NODE_PATTERNS: &[&str] = &[
 
 /// Whether an infra failure is tied to its node (so a retry should exclude it): a node
 /// or boot failure, or a log tail naming a node's GPU, driver, memory or link.
-///
-/// ```
-/// use slurm_core::classify::{is_node_fault, Ending};
-/// assert!(is_node_fault(Ending::NodeFailure, ""));
-/// assert!(is_node_fault(Ending::Failed { exit_code: Some(1) }, "NVRM: Xid 79"));
-/// assert!(!is_node_fault(Ending::Failed { exit_code: Some(1) }, "NCCL error: remote peer"));
-/// ```
-pub fn is_node_fault(ending: Ending, log_tail: &str) -> bool {
+pub(crate) fn is_node_fault(ending: Ending, log_tail: &str) -> bool {
     static SET: OnceLock<RegexSet> = OnceLock::new();
     match ending {
         Ending::NodeFailure | Ending::BootFailure => true,
@@ -175,7 +168,7 @@ pub fn is_node_fault(ending: Ending, log_tail: &str) -> bool {
 }
 
 /// The pattern marking a Python traceback.
-pub const TRACEBACK_PATTERN: &str = r"Traceback \(most recent call last\)";
+pub(crate) const TRACEBACK_PATTERN: &str = r"Traceback \(most recent call last\)";
 
 fn program_set() -> &'static RegexSet {
     static SET: OnceLock<RegexSet> = OnceLock::new();
@@ -215,15 +208,7 @@ fn tail(text: &str) -> &str {
 /// Decide whether a failed job failed for infrastructure or program reasons
 /// (the rules are in the module docs). `log_tail` is the end of main.out and
 /// main.err together; only its last [`LOG_TAIL_LINES`] lines are read.
-///
-/// ```
-/// use slurm_core::classify::{classify_failure, Ending, ErrorClass};
-/// let failed = Ending::Failed { exit_code: Some(1) };
-/// assert_eq!(classify_failure(failed, "NCCL error: unhandled system error"), ErrorClass::Infra);
-/// assert_eq!(classify_failure(failed, "Traceback (most recent call last):\nKeyError: 'lr'"), ErrorClass::Program);
-/// assert_eq!(classify_failure(Ending::NodeFailure, "KeyError: 'lr'"), ErrorClass::Infra);
-/// ```
-pub fn classify_failure(ending: Ending, log_tail: &str) -> ErrorClass {
+pub(crate) fn classify_failure(ending: Ending, log_tail: &str) -> ErrorClass {
     let exit_code = match ending {
         Ending::NodeFailure | Ending::BootFailure | Ending::Preempted => return ErrorClass::Infra,
         Ending::TimeLimit | Ending::OutOfMemory | Ending::Deadline => return ErrorClass::Program,
@@ -258,7 +243,7 @@ pub struct RetryPolicy {
 }
 
 /// The reference's retry budget.
-pub const DEFAULT_RETRY_BUDGET: u32 = 10;
+pub(crate) const DEFAULT_RETRY_BUDGET: u32 = 10;
 
 impl Default for RetryPolicy {
     fn default() -> Self {
@@ -290,6 +275,36 @@ impl RetryPolicy {
 mod tests {
     use super::ErrorClass::{Infra, Program};
     use super::*;
+
+    #[test]
+    fn failures_classified_by_ending_and_log() {
+        let failed = Ending::Failed { exit_code: Some(1) };
+        assert_eq!(
+            classify_failure(failed, "NCCL error: unhandled system error"),
+            ErrorClass::Infra
+        );
+        assert_eq!(
+            classify_failure(failed, "Traceback (most recent call last):\nKeyError: 'lr'"),
+            ErrorClass::Program
+        );
+        assert_eq!(
+            classify_failure(Ending::NodeFailure, "KeyError: 'lr'"),
+            ErrorClass::Infra
+        );
+    }
+
+    #[test]
+    fn node_faults_by_ending_and_log() {
+        assert!(is_node_fault(Ending::NodeFailure, ""));
+        assert!(is_node_fault(
+            Ending::Failed { exit_code: Some(1) },
+            "NVRM: Xid 79"
+        ));
+        assert!(!is_node_fault(
+            Ending::Failed { exit_code: Some(1) },
+            "NCCL error: remote peer"
+        ));
+    }
 
     /// The ending a SLURM state names (the mapping proper is tested in the slurm room).
     fn st(state: &str, exit_code: Option<i32>) -> Ending {

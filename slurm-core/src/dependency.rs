@@ -1,24 +1,182 @@
 //! Job dependencies, in scheduler-neutral words: a job names the records it waits for and
-//! the condition ([`Dependency`], written `ID[:ok|any|notok|start]`, defined with the
-//! spec); a parent's latest attempt (its retries followed) decides whether the condition
-//! is met, pending, or can never be met ([`Verdict`]).
+//! the condition ([`Dependency`], written `ID[:ok|any|notok|start]`); a parent's state
+//! means, for its dependant, that the condition holds, waits, or can never hold
+//! ([`DependencyVerdict`]); and a parent is read at its latest attempt (its retries
+//! followed), so the dependants of a job retried after an infra failure wait for the
+//! retry instead of failing.
 //!
 //! The scheduler enforces the wait (SLURM: `--dependency`; `LocalBackend`: its own
-//! queue); a client never waits. A parent that was retried after an infra failure is
-//! followed to its newest attempt, so its dependants wait for the retry instead of failing.
+//! queue); a client never waits. Both backends check a submit's parents, end a dependant
+//! that can never run, and re-point the dependants of a retry with the functions here.
 
 use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
 
 use crate::record::{JobId, JobRecord, RecordFilter, RecordStore};
 use crate::state::JobState;
 use crate::{Error, Result};
 
-pub use crate::spec::{Dependency, DependencyCondition, Verdict};
+/// When a dependant may start, in terms of its parent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DependencyCondition {
+    /// After the parent completed successfully (the default).
+    Ok,
+    /// After the parent ended, however it ended.
+    Any,
+    /// After the parent failed (ERROR or CANCELED).
+    NotOk,
+    /// After the parent started (or ended).
+    Start,
+}
+
+impl DependencyCondition {
+    /// `ok`, `any`, `notok` or `start`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DependencyCondition::Ok => "ok",
+            DependencyCondition::Any => "any",
+            DependencyCondition::NotOk => "notok",
+            DependencyCondition::Start => "start",
+        }
+    }
+
+    /// What a parent in `state` means for a dependant with this condition.
+    ///
+    /// ```
+    /// use slurm_core::{DependencyCondition, DependencyVerdict};
+    /// use slurm_core::JobState;
+    /// assert_eq!(DependencyCondition::Ok.verdict(JobState::Complete), DependencyVerdict::Satisfied);
+    /// assert!(matches!(DependencyCondition::Ok.verdict(JobState::Error), DependencyVerdict::Never(_)));
+    /// assert_eq!(DependencyCondition::NotOk.verdict(JobState::Running), DependencyVerdict::Waiting);
+    /// ```
+    pub fn verdict(self, state: JobState) -> DependencyVerdict {
+        use DependencyCondition::*;
+        use JobState::*;
+        match (self, state) {
+            (Ok, Complete) | (Any, Complete | Error | Canceled) => DependencyVerdict::Satisfied,
+            (NotOk, Error | Canceled) => DependencyVerdict::Satisfied,
+            (Start, Running | Complete | Error | Canceled) => DependencyVerdict::Satisfied,
+            (Ok, Error | Canceled) => DependencyVerdict::Never(format!("it ended {state}, not COMPLETE")),
+            (NotOk, Complete) => {
+                DependencyVerdict::Never("it completed, and the dependant waits for a failure".into())
+            }
+            _ => DependencyVerdict::Waiting,
+        }
+    }
+}
+
+impl fmt::Display for DependencyCondition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for DependencyCondition {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "ok" | "afterok" => Ok(DependencyCondition::Ok),
+            "any" | "afterany" => Ok(DependencyCondition::Any),
+            "notok" | "afternotok" => Ok(DependencyCondition::NotOk),
+            "start" | "after" => Ok(DependencyCondition::Start),
+            other => Err(Error::invalid(
+                "after",
+                format!(
+                    "`{}` is not a condition; use ok, any, notok or start",
+                    crate::names::short(other)
+                ),
+            )),
+        }
+    }
+}
+
+/// What a dependency says now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DependencyVerdict {
+    /// The parent has not reached the condition yet.
+    Waiting,
+    /// The condition holds.
+    Satisfied,
+    /// The condition can never hold; why.
+    Never(String),
+}
+
+/// "Run after record `job` under `condition`". Written `ID` (after success) or
+/// `ID:ok`, `ID:any`, `ID:notok`, `ID:start` in specs and on the command line.
+///
+/// ```
+/// use slurm_core::{Dependency, DependencyCondition};
+/// let d: Dependency = "train-a1b2c3:any".parse().unwrap();
+/// assert_eq!(d.condition, DependencyCondition::Any);
+/// assert_eq!(d.to_string(), "train-a1b2c3:any");
+/// assert_eq!("train-a1b2c3".parse::<Dependency>().unwrap().condition, DependencyCondition::Ok);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Dependency {
+    /// The parent record (a later attempt of it counts: see `latest_attempts`).
+    pub job: JobId,
+    /// When the dependant may start.
+    pub condition: DependencyCondition,
+}
+
+impl Dependency {
+    /// Run after `job` completes successfully.
+    pub fn ok(job: JobId) -> Self {
+        Dependency {
+            job,
+            condition: DependencyCondition::Ok,
+        }
+    }
+}
+
+impl fmt::Display for Dependency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.job, self.condition)
+    }
+}
+
+impl FromStr for Dependency {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let (job, condition) = match s.trim().split_once(':') {
+            Some((job, condition)) => (job, condition.parse()?),
+            None => (s.trim(), DependencyCondition::Ok),
+        };
+        let job = JobId::parse(job).map_err(|_| {
+            Error::invalid(
+                "after",
+                format!(
+                    "`{}` does not name a record; write ID or ID:ok|any|notok|start (the record id, e.g. train-a1b2c3)",
+                    crate::names::short(s)
+                ),
+            )
+        })?;
+        Ok(Dependency { job, condition })
+    }
+}
+
+impl Serialize for Dependency {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Dependency {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
 
 /// The newest attempt of each of `ids`: the record itself, or the last record of its
 /// retry chain (`retry_of` links followed forward; among two retries of one record the
 /// newer). One listing of the store for all of them.
-pub fn latest_attempts(
+pub(crate) fn latest_attempts(
     store: &dyn RecordStore,
     ids: &[JobId],
 ) -> Result<HashMap<JobId, JobRecord>> {
@@ -62,28 +220,28 @@ pub fn latest_attempts(
 
 /// One dependency of a job, resolved against the parent's latest attempt.
 #[derive(Debug, Clone)]
-pub struct ResolvedDependency {
+pub(crate) struct ResolvedDependency {
     /// The dependency as written (its parent may have been retried since).
-    pub dependency: Dependency,
+    pub(crate) dependency: Dependency,
     /// The parent's latest attempt.
-    pub parent: JobRecord,
+    pub(crate) parent: JobRecord,
     /// What it says now.
-    pub verdict: Verdict,
+    pub(crate) verdict: DependencyVerdict,
 }
 
 impl ResolvedDependency {
     /// The dependency on the latest attempt (what the scheduler should wait for).
-    pub fn current(&self) -> Dependency {
+    pub(crate) fn current(&self) -> Dependency {
         Dependency {
             job: self.parent.id.clone(),
             condition: self.dependency.condition,
         }
     }
 
-    /// Why the dependency can never be met, naming the parent: `None` unless [`Verdict::Never`].
-    pub fn never_message(&self) -> Option<String> {
+    /// Why the dependency can never be met, naming the parent: `None` unless [`DependencyVerdict::Never`].
+    pub(crate) fn never_message(&self) -> Option<String> {
         match &self.verdict {
-            Verdict::Never(why) => Some(format!(
+            DependencyVerdict::Never(why) => Some(format!(
                 "its dependency on {} ({}) can never be satisfied: {why}",
                 self.parent.id, self.dependency.condition
             )),
@@ -93,7 +251,7 @@ impl ResolvedDependency {
 }
 
 /// Resolve `deps` against the store: each parent's latest attempt and the verdict.
-pub fn resolve_dependencies(
+pub(crate) fn resolve_dependencies(
     store: &dyn RecordStore,
     deps: &[Dependency],
 ) -> Result<Vec<ResolvedDependency>> {
@@ -116,7 +274,7 @@ pub fn resolve_dependencies(
 /// Check the parents of a job about to be submitted: each must be accepted by its
 /// scheduler (a SUBMITTING parent is an error) and able to meet its condition (one that
 /// never can is an error naming it). Returns the dependencies still to wait for.
-pub fn check_before_submit(
+pub(crate) fn check_before_submit(
     store: &dyn RecordStore,
     deps: &[Dependency],
 ) -> Result<Vec<ResolvedDependency>> {
@@ -138,7 +296,7 @@ pub fn check_before_submit(
                 format!("{message}; drop the dependency or submit the parent again"),
             ));
         }
-        if resolved.verdict == Verdict::Waiting {
+        if resolved.verdict == DependencyVerdict::Waiting {
             waiting.push(resolved);
         }
     }
@@ -149,7 +307,7 @@ pub fn check_before_submit(
 /// never meet the condition and that parent's end was already known before this poll
 /// (`known_ended`). One poll of grace lets a watch retry an infra failure first, so the
 /// dependant follows the retry instead of failing.
-pub fn never_satisfied(
+pub(crate) fn never_satisfied(
     resolved: &[ResolvedDependency],
     known_ended: &HashSet<JobId>,
 ) -> Option<String> {
@@ -162,7 +320,7 @@ pub fn never_satisfied(
 /// After `previous` was retried as `retry`: every dependant not yet ended that waits for
 /// `previous` waits for `retry` instead (its record's `after` is updated). Returns the
 /// dependants changed, so a scheduler can be told too.
-pub fn follow_retry(
+pub(crate) fn follow_retry(
     store: &dyn RecordStore,
     previous: &JobId,
     retry: &JobId,
@@ -188,6 +346,7 @@ pub fn follow_retry(
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use crate::record::{BackendRef, Mark, MemoryRecordStore, TransitionSource};
     use crate::spec::JobSpec;
     use crate::storage::RemotePath;
@@ -201,7 +360,7 @@ mod tests {
         )
         .unwrap();
         if let Some(previous) = retry_of {
-            record = record.retry_of(previous);
+            record = record.retrying(previous);
         }
         store.open(&record).unwrap();
         store
@@ -263,5 +422,51 @@ mod tests {
             &[Dependency::ok(JobId::parse("nope-000000").unwrap())]
         )
         .is_err());
+    }
+
+
+    #[test]
+    fn every_condition_against_every_state() {
+        use DependencyCondition::*;
+        for state in crate::state::ALL_STATES {
+            let v = |c: DependencyCondition| c.verdict(state);
+            match state {
+                JobState::Complete => {
+                    assert_eq!(v(Ok), DependencyVerdict::Satisfied);
+                    assert_eq!(v(Any), DependencyVerdict::Satisfied);
+                    assert!(matches!(v(NotOk), DependencyVerdict::Never(_)));
+                    assert_eq!(v(Start), DependencyVerdict::Satisfied);
+                }
+                JobState::Error | JobState::Canceled => {
+                    assert!(matches!(v(Ok), DependencyVerdict::Never(_)));
+                    assert_eq!(v(Any), DependencyVerdict::Satisfied);
+                    assert_eq!(v(NotOk), DependencyVerdict::Satisfied);
+                    assert_eq!(v(Start), DependencyVerdict::Satisfied);
+                }
+                JobState::Running => {
+                    assert_eq!(v(Start), DependencyVerdict::Satisfied);
+                    assert_eq!(v(Ok), DependencyVerdict::Waiting);
+                }
+                _ => {
+                    for c in [Ok, Any, NotOk, Start] {
+                        assert_eq!(v(c), DependencyVerdict::Waiting, "{c} {state}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_written_form_round_trips_and_bad_ones_name_the_field() {
+        for text in ["a-1:ok", "a-1:any", "a-1:notok", "a-1:start"] {
+            let d: Dependency = text.parse().unwrap();
+            assert_eq!(d.to_string(), text);
+            let json = serde_json::to_string(&d).unwrap();
+            assert_eq!(serde_json::from_str::<Dependency>(&json).unwrap(), d);
+        }
+        for bad in ["", "../x", "a-1:sometimes", "a b"] {
+            let error = bad.parse::<Dependency>().unwrap_err();
+            assert!(error.to_string().contains("after"), "{error}");
+        }
     }
 }

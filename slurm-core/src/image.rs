@@ -14,7 +14,7 @@ use crate::{Error, Result};
 
 /// Where a registry image is pulled from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum ImageScheme {
+pub(crate) enum ImageScheme {
     /// A registry (`docker://`, the default).
     Docker,
     /// The local docker daemon (`dockerd://`).
@@ -24,7 +24,7 @@ pub enum ImageScheme {
 /// A parsed container image reference.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub enum ImageRef {
+pub(crate) enum ImageRef {
     /// A squashfs file on the cluster (absolute path).
     Sqsh(String),
     /// A registry image.
@@ -48,15 +48,7 @@ fn is_image_char(c: char) -> bool {
 
 impl ImageRef {
     /// Parse any accepted form (see the module docs).
-    ///
-    /// ```
-    /// use slurm_core::image::ImageRef;
-    /// let img = ImageRef::parse("nvcr.io/nvidia/pytorch:24.01-py3").unwrap();
-    /// assert_eq!(img.pyxis(), "nvcr.io#nvidia/pytorch:24.01-py3");
-    /// assert_eq!(img.cache_file_name().unwrap(), "nvcr.io_nvidia_pytorch_24.01-py3.sqsh");
-    /// assert!(ImageRef::parse("/lustre/images/pt.sqsh").unwrap().is_sqsh());
-    /// ```
-    pub fn parse(text: &str) -> Result<Self> {
+    pub(crate) fn parse(text: &str) -> Result<Self> {
         let t = text.trim();
         if t.is_empty() {
             return Err(invalid(
@@ -138,19 +130,19 @@ impl ImageRef {
     }
 
     /// Whether this is a squashfs file (no pull needed).
-    pub fn is_sqsh(&self) -> bool {
+    pub(crate) fn is_sqsh(&self) -> bool {
         matches!(self, ImageRef::Sqsh(_))
     }
 
     /// Whether this is a registry image (Pyxis would pull it inside the allocation).
-    pub fn is_registry(&self) -> bool {
+    pub(crate) fn is_registry(&self) -> bool {
         !self.is_sqsh()
     }
 
     /// The form passed to `srun --container-image=`: the path of a `.sqsh`, or
     /// `registry#image:tag` (`dockerd://` kept). In an `#SBATCH` line `#` must be
     /// written `\#`; the renderer does that.
-    pub fn pyxis(&self) -> String {
+    pub(crate) fn pyxis(&self) -> String {
         match self {
             ImageRef::Sqsh(path) => path.clone(),
             ImageRef::Registry {
@@ -171,7 +163,7 @@ impl ImageRef {
     }
 
     /// The URI for `enroot import` (`docker://registry#image:tag`); `None` for a `.sqsh`.
-    pub fn import_uri(&self) -> Option<String> {
+    pub(crate) fn import_uri(&self) -> Option<String> {
         match self {
             ImageRef::Sqsh(_) => None,
             ImageRef::Registry { scheme, .. } => match scheme {
@@ -182,7 +174,7 @@ impl ImageRef {
     }
 
     /// The registry host, if any.
-    pub fn registry(&self) -> Option<&str> {
+    pub(crate) fn registry(&self) -> Option<&str> {
         match self {
             ImageRef::Registry { registry, .. } => registry.as_deref(),
             ImageRef::Sqsh(_) => None,
@@ -190,7 +182,7 @@ impl ImageRef {
     }
 
     /// The tag (`24.01-py3`), if the reference names one (not for digests or files).
-    pub fn tag(&self) -> Option<&str> {
+    pub(crate) fn tag(&self) -> Option<&str> {
         match self {
             ImageRef::Registry { image, .. } => {
                 if image.contains('@') {
@@ -204,7 +196,7 @@ impl ImageRef {
     }
 
     /// Whether the reference floats: tag `latest`, or no tag and no digest.
-    pub fn is_latest(&self) -> bool {
+    pub(crate) fn is_latest(&self) -> bool {
         match self {
             ImageRef::Registry { image, .. } => {
                 !image.contains('@') && self.tag().is_none_or(|t| t == "latest")
@@ -216,7 +208,7 @@ impl ImageRef {
     /// The file name of the converted image in the cache: the Pyxis form with
     /// `/`, `:`, `#` (and any other unsafe character) replaced by `_`, plus
     /// `.sqsh`. `None` for a `.sqsh` file.
-    pub fn cache_file_name(&self) -> Option<String> {
+    pub(crate) fn cache_file_name(&self) -> Option<String> {
         match self {
             ImageRef::Sqsh(_) => None,
             ImageRef::Registry { .. } => {
@@ -241,7 +233,11 @@ impl ImageRef {
 /// Refuse a registry image for a GPU job unless the caller opted in: Pyxis would
 /// pull and convert it on idle, billed GPUs. Convert it to a `.sqsh` on a CPU
 /// partition first.
-pub fn check_gpu_image(image: &ImageRef, gpus: u32, allow_registry_image: bool) -> Result<()> {
+pub(crate) fn check_gpu_image(
+    image: &ImageRef,
+    gpus: u32,
+    allow_registry_image: bool,
+) -> Result<()> {
     if image.is_registry() && gpus > 0 && !allow_registry_image {
         return Err(invalid(format!(
             "registry image `{}` would be pulled inside the GPU allocation; convert it to a .sqsh on a CPU partition first (stage it) and use that path, or set allow_registry_image: true",
@@ -280,6 +276,17 @@ impl From<ImageRef> for String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parse_gives_the_pyxis_form_and_cache_name() {
+        let img = ImageRef::parse("nvcr.io/nvidia/pytorch:24.01-py3").unwrap();
+        assert_eq!(img.pyxis(), "nvcr.io#nvidia/pytorch:24.01-py3");
+        assert_eq!(
+            img.cache_file_name().unwrap(),
+            "nvcr.io_nvidia_pytorch_24.01-py3.sqsh"
+        );
+        assert!(ImageRef::parse("/lustre/images/pt.sqsh").unwrap().is_sqsh());
+    }
 
     #[test]
     fn each_accepted_form() {

@@ -8,46 +8,128 @@
 //! Keeping this crate free of I/O libraries keeps the logic testable without a cluster
 //! and lets callers swap transports and renderers.
 //!
-//! The rooms, and which way they lean:
-//! - the domain: [`spec`], [`state`], [`record`], [`dependency`], [`classify`], [`redact`], [`image`],
-//!   [`storage`], [`render`], [`transport`]; none of them names a scheduler;
-//! - [`backend`]: the [`Backend`] trait, its options and answers, [`BackendExt`], the
-//!   generic watch, and [`LocalBackend`] (jobs as local processes);
-//! - [`slurm`]: everything SLURM, behind [`SlurmBackend`];
-//! - [`nccl`]: the NCCL probe and the per-cluster knob cache;
-//! - `testing` (cargo feature `testing`): the Transport and Backend conformance suites
-//!   any implementation can run, and fault-injecting transports.
+//! # The public surface
+//! The modules are private: the names re-exported here, at the crate root, are the whole
+//! API, with `testing` behind a cargo feature. By what they are for:
 //!
-//! `slurm` and `nccl` import the domain, never the reverse, and no two modules import
-//! each other.
+//! - **Errors**: [`Error`], one enum (match on [`ErrorKind`]; [`Error::is_transient`],
+//!   [`Error::may_have_run`]), [`CheckKind`], [`Result`]; [`ErrorClass`] (infra or
+//!   program: why a job failed).
+//! - **The job spec**: [`JobSpec`] (YAML or JSON, unknown keys refused) and what it holds:
+//!   [`WallTime`], [`CompletionCheck`], [`NcclProbe`], [`Dependency`] with its
+//!   [`DependencyCondition`] and [`DependencyVerdict`], [`ArraySpec`], [`TaskSet`], [`Sweep`] of
+//!   [`Scalar`]s; [`SpecDefaults`] and [`Limits`] resolve it to [`Resources`];
+//!   [`validate_sbatch_line`].
+//! - **Records**: [`JobRecord`], a job as slurm-run remembers it, read through one
+//!   accessor per field ([`JobRecord::id`], [`JobRecord::state`],
+//!   [`JobRecord::backend_ref`], ...): [`JobId`], [`BackendRef`], [`JobState`], its
+//!   history of [`Transition`]s (each by a [`TransitionSource`]), why a submit is not
+//!   settled yet ([`Unsettled`], [`UnsettledKind`]), an array's
+//!   [`TaskRecord`]s ([`JobRecord::task_groups`]), the results folder's [`RemotePath`].
+//! - **The `Backend` seam**, what orchestrators hold as `Arc<dyn Backend>`: [`Backend`],
+//!   [`BackendExt`]; its options [`SubmitOptions`], [`WatchOptions`] (with a
+//!   [`RetryPolicy`]), [`LogOptions`] and [`LogStream`]; its answers [`JobStatus`] (read
+//!   through its accessors, with [`NativeStatus`]), [`WatchEvent`], [`PreflightReport`]
+//!   of [`PreflightCheck`]s.
+//! - **The `Transport` seam**, where commands run: [`Transport`], [`Command`], [`Output`],
+//!   [`shell_quote`] (the one quoting function), [`round_trip`] (several commands in one),
+//!   [`LocalTransport`].
+//! - **The `Renderer` seam**, how the batch script is written: [`Renderer`],
+//!   [`ScriptContext`] (with [`EnvVar`], [`ArrayContext`]), [`TemplateKind`],
+//!   [`LintFinding`]; the secrets a script must not hold: [`SecretRegistry`],
+//!   [`is_secret_name`], [`REDACTED`], [`MIN_SECRET_LEN`].
+//! - **The `RecordStore` seam**, where records live: [`RecordStore`], the [`Mark`] (and
+//!   [`TaskMark`]) it applies by the rules every store keeps ([`JobRecord::apply_mark`],
+//!   [`JobRecord::apply_update`], [`JobRecord::redact_history`]), [`SubmitLease`],
+//!   [`RecordFilter`]; [`FileRecordStore`], [`MemoryRecordStore`].
+//! - **The two backends and their configurations**: [`LocalBackend`] (jobs as local
+//!   processes); [`SlurmBackend`] with its [`SlurmConfig`] ([`SlurmConfig::builder`] gives
+//!   a [`SlurmConfigBuilder`]; [`default_state_dir`]; [`SETTLE_AFTER`]), [`SlurmSubmitOptions`] and
+//!   [`SlurmJobId`]; enroot's registry credentials ([`CredentialsStatus`],
+//!   [`credential_machines`]); the NCCL probe ([`ProbeOptions`], [`ProbeReport`] of
+//!   [`ProbeAttempt`]s and their [`ProbeOutcome`]), its per-cluster knob cache
+//!   ([`ClusterKnobs`], [`ShapeKnobs`], [`KnobSet`]) and the labels of a probe's record
+//!   ([`PROBE_LABEL`], [`PROBE_SHAPE_LABEL`], [`PROBE_VERDICT_LABEL`]).
+//! - **`testing`** (cargo feature `testing`): the Transport and Backend conformance suites
+//!   any implementation can run (`transport_conformance!`, `backend_conformance!`),
+//!   transports that count commands or inject faults, records staged as a crash leaves
+//!   them (`RecordFixture`), and the remote scripts' full texts for linting.
+//!
+//! # Inside
+//! The rooms, and which way they lean: the domain (`spec`, `state`, `record`,
+//! `dependency`, `classify`, `redact`, `image`, `storage`, `render`, `transport`) names no
+//! scheduler; `backend` holds the [`Backend`] trait, its options and answers, the generic
+//! watch and [`LocalBackend`]; `slurm` is everything SLURM, behind [`SlurmBackend`];
+//! `nccl` is the NCCL probe and the per-cluster knob cache. `slurm` and `nccl` import the
+//! domain, never the reverse, and no two modules import each other
+//! (`slurm-core/tests/rooms.rs` checks it).
 #![deny(missing_docs)]
-#![warn(unreachable_pub)]
+#![deny(unreachable_pub)]
 
-pub mod backend;
-pub mod classify;
-pub mod dependency;
+mod backend;
+mod classify;
+mod dependency;
 mod error;
-pub mod image;
+mod image;
 mod names;
-pub mod nccl;
-pub mod record;
-pub mod redact;
-pub mod render;
+mod nccl;
+mod record;
+mod redact;
+mod render;
 mod retry;
-pub mod slurm;
-pub mod spec;
-pub mod state;
-pub mod storage;
+mod slurm;
+mod spec;
+mod state;
+mod storage;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
-pub mod transport;
+mod transport;
 
+// Errors.
+pub use classify::ErrorClass;
 pub use error::{CheckKind, Error, ErrorKind, Result};
 
-pub use backend::{Backend, BackendExt, LocalBackend};
-pub use record::{FileRecordStore, JobId, JobRecord, MemoryRecordStore, RecordStore};
-pub use render::Renderer;
-pub use slurm::{SlurmBackend, SlurmConfig};
-pub use spec::JobSpec;
+// The job spec.
+pub use dependency::{Dependency, DependencyCondition, DependencyVerdict};
+pub use spec::{
+    validate_sbatch_line, ArraySpec, CompletionCheck, JobSpec, Limits, NcclProbe, Resources,
+    Scalar, SpecDefaults, Sweep, TaskSet, WallTime,
+};
+pub use storage::RemotePath;
+
+// Records.
+pub use record::{
+    BackendRef, JobId, JobRecord, TaskRecord, Transition, TransitionSource, Unsettled,
+    UnsettledKind,
+};
 pub use state::JobState;
-pub use transport::{LocalTransport, Transport};
+
+// The Backend seam: what runs jobs, its options and answers.
+pub use backend::{
+    Backend, BackendExt, JobStatus, LogOptions, LogStream, NativeStatus, PreflightCheck,
+    PreflightReport, SubmitOptions, WatchEvent, WatchOptions,
+};
+pub use classify::RetryPolicy;
+
+// The Transport seam: where commands run.
+pub use transport::{round_trip, shell_quote, Command, LocalTransport, Output, Transport};
+
+// The Renderer seam: how the batch script is written, and the secrets it must not hold.
+pub use redact::{is_secret_name, SecretRegistry, MIN_SECRET_LEN, REDACTED};
+pub use render::{ArrayContext, EnvVar, LintFinding, Renderer, ScriptContext, TemplateKind};
+
+// The RecordStore seam: where records live.
+pub use record::{
+    FileRecordStore, Mark, MemoryRecordStore, RecordFilter, RecordStore, SubmitLease, TaskMark,
+};
+
+// The two backends and their configurations.
+pub use backend::LocalBackend;
+pub use nccl::{
+    ClusterKnobs, KnobSet, ProbeAttempt, ProbeOptions, ProbeOutcome, ProbeReport, ShapeKnobs,
+    PROBE_LABEL, PROBE_SHAPE_LABEL, PROBE_VERDICT_LABEL,
+};
+pub use slurm::{
+    credential_machines, default_state_dir, CredentialsStatus, SlurmBackend, SlurmConfig,
+    SlurmConfigBuilder, SlurmJobId, SlurmSubmitOptions, SETTLE_AFTER,
+};

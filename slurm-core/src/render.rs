@@ -27,7 +27,7 @@ impl TemplateKind {
     }
 
     /// The template a job with `nodes` nodes uses.
-    pub fn for_nodes(nodes: u32) -> Self {
+    pub(crate) fn for_nodes(nodes: u32) -> Self {
         if nodes > 1 {
             TemplateKind::MultiNode
         } else {

@@ -51,17 +51,18 @@ use crate::storage::{MountSpec, StorageUri};
 use crate::{Error, Result};
 
 mod array;
-mod depend;
 mod probe;
 mod validate;
 mod wall_time;
 
 use crate::names::{validate_safe_name, validate_shell_name};
-pub use array::{ArrayPlan, ArraySpec, Scalar, Sweep, TaskSet, MAX_TASKS};
-pub use depend::{Dependency, DependencyCondition, Verdict};
+pub(crate) use array::{ArrayPlan, MAX_TASKS};
+pub use array::{ArraySpec, Scalar, Sweep, TaskSet};
+use crate::dependency::Dependency;
 pub use probe::NcclProbe;
+pub(crate) use validate::normalise_sbatch_line;
+pub use validate::validate_sbatch_line;
 pub(crate) use validate::{first_duplicate, validate_memory, validate_partition};
-pub use validate::{normalise_sbatch_line, validate_sbatch_line};
 pub use wall_time::WallTime;
 
 /// How slurm-run decides that a COMPLETED job really succeeded.
@@ -462,15 +463,7 @@ impl JobSpec {
     /// The tasks of an array or sweep (`None` for a single job): `array.size` or
     /// `array.indices`, or one task per sweep point; with a sweep, `array` may pick some
     /// of its points (`indices`) and set `max_parallel`.
-    ///
-    /// ```
-    /// use slurm_core::JobSpec;
-    /// let spec = JobSpec::from_yaml_str("name: s\ncommand: echo $LR\nsweep: {LR: [0.1, 0.01]}\narray: {max_parallel: 1}\n").unwrap();
-    /// let plan = spec.array_plan().unwrap().unwrap();
-    /// assert_eq!((plan.indices.to_string(), plan.max_parallel), ("0-1".to_string(), Some(1)));
-    /// assert_eq!(spec.sweep_point(1).unwrap()["LR"], "0.01");
-    /// ```
-    pub fn array_plan(&self) -> Result<Option<ArrayPlan>> {
+    pub(crate) fn array_plan(&self) -> Result<Option<ArrayPlan>> {
         let points = self.sweep.as_ref().map(|s| s.points().len());
         let Some(array) = self
             .array
@@ -536,7 +529,7 @@ impl JobSpec {
     }
 
     /// This spec waiting also for `after` (a submit's options beside the spec's own).
-    pub fn with_after(&self, after: &[Dependency]) -> JobSpec {
+    pub(crate) fn with_after(&self, after: &[Dependency]) -> JobSpec {
         let mut spec = self.clone();
         for dependency in after {
             if !spec.after.contains(dependency) {
@@ -548,7 +541,7 @@ impl JobSpec {
 
     /// This spec narrowed to the array tasks `indices` (a retry of the failed tasks
     /// of an array: the same sweep values for the same indices).
-    pub fn for_tasks(&self, indices: TaskSet) -> JobSpec {
+    pub(crate) fn for_tasks(&self, indices: TaskSet) -> JobSpec {
         let mut spec = self.clone();
         let max_parallel = spec.array.as_ref().and_then(|a| a.max_parallel);
         spec.array = Some(ArraySpec {
@@ -561,7 +554,7 @@ impl JobSpec {
 
     /// The parameter values task `index` of a sweep gets (`None` without a sweep or
     /// for an index past its points).
-    pub fn sweep_point(&self, index: u32) -> Option<BTreeMap<String, String>> {
+    pub(crate) fn sweep_point(&self, index: u32) -> Option<BTreeMap<String, String>> {
         self.sweep
             .as_ref()?
             .points()
@@ -570,17 +563,17 @@ impl JobSpec {
     }
 
     /// The parsed image, if any.
-    pub fn image_ref(&self) -> Result<Option<ImageRef>> {
+    pub(crate) fn image_ref(&self) -> Result<Option<ImageRef>> {
         self.image.as_deref().map(ImageRef::parse).transpose()
     }
 
     /// The parsed mounts.
-    pub fn mount_specs(&self) -> Result<Vec<MountSpec>> {
+    pub(crate) fn mount_specs(&self) -> Result<Vec<MountSpec>> {
         self.mounts.iter().map(|m| MountSpec::parse(m)).collect()
     }
 
     /// The parsed datasets.
-    pub fn dataset_uris(&self) -> Result<Vec<StorageUri>> {
+    pub(crate) fn dataset_uris(&self) -> Result<Vec<StorageUri>> {
         self.datasets
             .iter()
             .map(|d| StorageUri::parse_for("datasets", d))
@@ -589,7 +582,7 @@ impl JobSpec {
 
     /// The label the record id is minted from: `arch-action` when both labels
     /// are set, else the name.
-    pub fn id_label(&self) -> String {
+    pub(crate) fn id_label(&self) -> String {
         match (self.labels.get("arch"), self.labels.get("action")) {
             (Some(arch), Some(action)) => format!("{arch}-{action}"),
             _ => self.name.clone(),

@@ -74,7 +74,7 @@ pub enum JobState {
 
 /// What [`JobState::check_transition`] decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TransitionOutcome {
+pub(crate) enum TransitionOutcome {
     /// The record takes the new state.
     Apply,
     /// The same state again: nothing changes.
@@ -84,7 +84,7 @@ pub enum TransitionOutcome {
 }
 
 /// Every state, in declaration order.
-pub const ALL_STATES: [JobState; 8] = [
+pub(crate) const ALL_STATES: [JobState; 8] = [
     JobState::Submitting,
     JobState::Pending,
     JobState::Running,
@@ -99,7 +99,7 @@ pub const ALL_STATES: [JobState; 8] = [
 /// state, the states it may move to. Same-state pairs are no-ops and
 /// UNKNOWN over a terminal state is ignored; both are handled by
 /// [`JobState::check_transition`], not listed here.
-pub const TRANSITIONS: &[(JobState, &[JobState])] = {
+pub(crate) const TRANSITIONS: &[(JobState, &[JobState])] = {
     use JobState::*;
     &[
         (
@@ -148,7 +148,7 @@ impl JobState {
     }
 
     /// The states `self` may legally move to (from [`TRANSITIONS`]).
-    pub fn successors(self) -> &'static [JobState] {
+    pub(crate) fn successors(self) -> &'static [JobState] {
         TRANSITIONS
             .iter()
             .find(|(from, _)| *from == self)
@@ -158,19 +158,12 @@ impl JobState {
 
     /// Decide a change from `from` to `to`: apply, no-op, ignore, or
     /// [`Error::InvalidTransition`] (with an empty id; see [`JobState::check_transition_for`]).
-    ///
-    /// ```
-    /// use slurm_core::state::{JobState, TransitionOutcome};
-    /// assert_eq!(JobState::check_transition(JobState::Running, JobState::Pending).unwrap(), TransitionOutcome::Apply);
-    /// assert_eq!(JobState::check_transition(JobState::Error, JobState::Unknown).unwrap(), TransitionOutcome::Ignore);
-    /// assert!(JobState::check_transition(JobState::Complete, JobState::Running).is_err());
-    /// ```
-    pub fn check_transition(from: JobState, to: JobState) -> Result<TransitionOutcome> {
+    pub(crate) fn check_transition(from: JobState, to: JobState) -> Result<TransitionOutcome> {
         Self::check_transition_for("", from, to)
     }
 
     /// [`JobState::check_transition`] for the record `id` (named in the error).
-    pub fn check_transition_for(
+    pub(crate) fn check_transition_for(
         id: &str,
         from: JobState,
         to: JobState,
@@ -222,6 +215,19 @@ mod tests {
     use super::JobState::*;
     use super::TransitionOutcome::*;
     use super::*;
+
+    #[test]
+    fn check_transition_decides_each_kind() {
+        assert_eq!(
+            JobState::check_transition(JobState::Running, JobState::Pending).unwrap(),
+            TransitionOutcome::Apply
+        );
+        assert_eq!(
+            JobState::check_transition(JobState::Error, JobState::Unknown).unwrap(),
+            TransitionOutcome::Ignore
+        );
+        assert!(JobState::check_transition(JobState::Complete, JobState::Running).is_err());
+    }
 
     /// The expected outcome of every (from, to) pair, written out independently of [`TRANSITIONS`].
     fn expected(from: JobState, to: JobState) -> Option<TransitionOutcome> {

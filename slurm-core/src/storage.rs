@@ -19,7 +19,7 @@ pub struct RemotePath(String);
 
 impl RemotePath {
     /// Parse and normalise an absolute path; `field` names the spec field in errors.
-    pub fn parse_for(field: &str, text: &str) -> Result<Self> {
+    pub(crate) fn parse_for(field: &str, text: &str) -> Result<Self> {
         if !text.starts_with('/') {
             return Err(Error::invalid(
                 field,
@@ -48,7 +48,7 @@ impl RemotePath {
         Ok(RemotePath(format!("/{}", parts.join("/"))))
     }
 
-    /// [`RemotePath::parse_for`] with the field name `path`.
+    /// Parse and normalise an absolute path (errors name the field `path`).
     pub fn parse(text: &str) -> Result<Self> {
         Self::parse_for("path", text)
     }
@@ -90,7 +90,7 @@ impl From<RemotePath> for String {
 
 /// A storage location given by a user: a URI or an absolute cluster path.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum StorageUri {
+pub(crate) enum StorageUri {
     /// `lustre:///abs/path`.
     Lustre(RemotePath),
     /// `slurm:///abs/path` (or `slurm://abs/path`, read as `/abs/path`).
@@ -101,7 +101,7 @@ pub enum StorageUri {
 
 impl StorageUri {
     /// Parse a URI or path; `field` names the spec field in errors.
-    pub fn parse_for(field: &str, text: &str) -> Result<Self> {
+    pub(crate) fn parse_for(field: &str, text: &str) -> Result<Self> {
         let t = text.trim();
         if t.is_empty() {
             return Err(Error::invalid(
@@ -156,12 +156,13 @@ impl StorageUri {
     }
 
     /// [`StorageUri::parse_for`] with the field name `storage uri`.
-    pub fn parse(text: &str) -> Result<Self> {
+    #[cfg(test)]
+    pub(crate) fn parse(text: &str) -> Result<Self> {
         Self::parse_for("storage uri", text)
     }
 
     /// The absolute cluster path this location names.
-    pub fn resolve(&self) -> RemotePath {
+    pub(crate) fn resolve(&self) -> RemotePath {
         match self {
             StorageUri::Lustre(p) | StorageUri::Slurm(p) | StorageUri::Path(p) => p.clone(),
         }
@@ -181,18 +182,18 @@ impl fmt::Display for StorageUri {
 /// One container mount, `SRC[:DST[:FLAGS]]` with SRC a URI or absolute path,
 /// resolved to absolute cluster paths.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct MountSpec {
+pub(crate) struct MountSpec {
     /// The cluster path mounted.
-    pub source: RemotePath,
+    pub(crate) source: RemotePath,
     /// Where it appears in the container (defaults to the source path).
-    pub target: RemotePath,
+    pub(crate) target: RemotePath,
     /// Pyxis mount flags (`ro`, `rw`, ...), if any.
-    pub flags: Option<String>,
+    pub(crate) flags: Option<String>,
 }
 
 impl MountSpec {
     /// Parse `SRC[:DST[:FLAGS]]`, e.g. `lustre:///data/train:/data:ro`.
-    pub fn parse(text: &str) -> Result<Self> {
+    pub(crate) fn parse(text: &str) -> Result<Self> {
         const FIELD: &str = "mounts";
         let t = text.trim();
         // A URI source keeps the `:` of its scheme.
@@ -239,7 +240,7 @@ impl MountSpec {
     }
 
     /// The Pyxis form, `SRC:DST[:FLAGS]`.
-    pub fn to_pyxis(&self) -> String {
+    pub(crate) fn to_pyxis(&self) -> String {
         match &self.flags {
             Some(f) => format!("{}:{}:{f}", self.source, self.target),
             None => format!("{}:{}", self.source, self.target),

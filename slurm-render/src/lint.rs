@@ -1,33 +1,12 @@
 //! The lint a batch script must pass before submit: a secret scan (never reporting values) and `bash -n`.
 //!
-//! [`scan_secrets`] looks for, line by line:
-//!
-//! | rule | what |
-//! |---|---|
-//! | [`REGISTERED_SECRET`] | a value registered in the [`SecretRegistry`] |
-//! | [`PRIVATE_KEY`] | a `-----BEGIN … PRIVATE KEY-----` block |
-//! | [`SECRET_ASSIGNMENT`] | a secret-named variable given a literal: `X=lit`, `export X='lit'`, `-e X=lit`, `--export=ALL,X=lit`, `${X:-lit}` |
-//! | [`CREDENTIAL_FLAG`] | `--password`, `--passwd`, `--token`, `--api-key`, `--secret` with a literal |
-//! | [`LOGIN_PASSWORD`] | `-p VALUE` after `login` on a line (`docker login -u me -p …`) |
-//! | [`TOKEN_PREFIX`] | a known token shape: `nvapi-`, `hf_`, `ghp_`, `github_pat_`, `AKIA` + 16, `xox[baprs]-`, `sk-` |
-//! | [`PRESIGNED_URL`] | presigned URL parameters (`X-Amz-Signature`, `X-Amz-Credential`, `X-Amz-Security-Token`, `X-Goog-*`) |
-//! | [`URL_PASSWORD`] | a password in URL userinfo (`https://user:pw@host`) |
-//! | [`JSON_CREDENTIAL`] | a secret-named JSON key with a non-empty string value |
-//!
-//! A name is secret-named when one of its word parts (split at `_`, `-`, `.` and camel
-//! case) is SECRET, PASSWORD, PASSWD, TOKEN, CREDENTIAL or APIKEY, or two adjacent parts
-//! are API KEY, ACCESS KEY or NGC KEY: `HF_TOKEN` and `apiKey` are, `TOKENIZERS_PARALLELISM`
-//! and `max_new_tokens` are not. References (`$HF_TOKEN`, `${HF_TOKEN}`, `"$(cat f)"`),
-//! empty values, `--password-stdin`, port maps (`-p 8080:8080`) and names without a
-//! value (`--export=ALL,HF_TOKEN`) pass. [`check_syntax`] adds [`BASH_SYNTAX`] findings.
+//! The rules, and what each finds, are listed with their names in [`crate::rules`].
 
 use std::collections::BTreeSet;
 use std::sync::LazyLock;
 
 use regex::Regex;
-use slurm_core::redact::SecretRegistry;
-use slurm_core::render::LintFinding;
-use slurm_core::{Error, Result};
+use slurm_core::{Error, LintFinding, Result, SecretRegistry};
 
 /// Rule: a value registered as a secret appears in the script.
 pub const REGISTERED_SECRET: &str = "registered-secret";
@@ -90,7 +69,7 @@ static JSON_KEY_RE: LazyLock<Regex> =
     LazyLock::new(|| re(r#"\\?"([A-Za-z_][A-Za-z0-9_.-]*)\\?"\s*:\s*\\?"([^"\\]*)"#));
 static BASH_LINE_RE: LazyLock<Regex> = LazyLock::new(|| re(r"line ([0-9]+):"));
 
-pub use slurm_core::redact::is_secret_name;
+use slurm_core::is_secret_name;
 
 /// The value starting at the beginning of `rest` (right after `=`), unquoted.
 fn value_after(rest: &str) -> &str {
@@ -147,7 +126,7 @@ fn line_of(text: &str, offset: usize) -> usize {
 }
 
 /// Scan `script` for secrets: the values in `secrets` and the literal-credential rules
-/// of the module docs. Findings name the line, the rule and the variable, never a value.
+/// listed in [`crate::rules`]. Findings name the line, the rule and the variable, never a value.
 pub fn scan_secrets(script: &str, secrets: &SecretRegistry) -> Vec<LintFinding> {
     let mut found = Findings::default();
     for (name, value) in secrets.entries() {

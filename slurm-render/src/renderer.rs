@@ -8,21 +8,20 @@ use handlebars::{
     PathAndJson, RenderContext, RenderError, RenderErrorReason, Renderable, ScopedJson,
 };
 use serde_json::Value as Json;
-use slurm_core::redact::SecretRegistry;
-use slurm_core::render::{Renderer, ScriptContext, TemplateKind};
-use slurm_core::transport::shell_quote;
-use slurm_core::{Error, Result};
+use slurm_core::{
+    shell_quote, Error, Renderer, Result, ScriptContext, SecretRegistry, TemplateKind,
+};
 
 use crate::validate::{is_identifier, validate_context};
 
 /// The built-in `singlenode` template.
-pub const SINGLENODE_TEMPLATE: &str = include_str!("../templates/singlenode.sbatch.hbs");
+pub(crate) const SINGLENODE_TEMPLATE: &str = include_str!("../templates/singlenode.sbatch.hbs");
 
 /// The built-in `multinode` template (a strict superset of `singlenode`).
-pub const MULTINODE_TEMPLATE: &str = include_str!("../templates/multinode.sbatch.hbs");
+pub(crate) const MULTINODE_TEMPLATE: &str = include_str!("../templates/multinode.sbatch.hbs");
 
 /// The file name suffix of a template in a user template directory: `<kind>.sbatch.hbs`.
-pub const TEMPLATE_SUFFIX: &str = ".sbatch.hbs";
+pub(crate) const TEMPLATE_SUFFIX: &str = ".sbatch.hbs";
 
 const KINDS: [TemplateKind; 2] = [TemplateKind::SingleNode, TemplateKind::MultiNode];
 

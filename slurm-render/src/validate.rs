@@ -3,8 +3,7 @@
 use std::sync::LazyLock;
 
 use regex::Regex;
-use slurm_core::render::{ScriptContext, TemplateKind};
-use slurm_core::{Error, Result};
+use slurm_core::{Error, Result, ScriptContext, TemplateKind};
 
 static JOB_NAME: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[A-Za-z0-9][A-Za-z0-9._-]*$").expect("valid regex"));
@@ -42,7 +41,7 @@ pub(crate) fn is_identifier(name: &str) -> bool {
 /// identifiers and directive values in Slurm's forms, absolute paths, no control
 /// characters where a line could be broken, no NUL anywhere, and a child timeout
 /// strictly below the wall time.
-pub fn validate_context(kind: TemplateKind, context: &ScriptContext) -> Result<()> {
+pub(crate) fn validate_context(kind: TemplateKind, context: &ScriptContext) -> Result<()> {
     let c = context;
     if !JOB_NAME.is_match(&c.job_name) {
         return Err(Error::invalid(
@@ -192,7 +191,7 @@ pub fn validate_context(kind: TemplateKind, context: &ScriptContext) -> Result<(
         }
     }
     for line in &c.extra_sbatch {
-        slurm_core::spec::validate_sbatch_line(line)?;
+        slurm_core::validate_sbatch_line(line)?;
     }
     let only = |field: &str, value: &str, allowed: &dyn Fn(char) -> bool, form: &str| {
         if value.is_empty() || !value.chars().all(allowed) {

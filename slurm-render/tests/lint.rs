@@ -1,10 +1,8 @@
 //! Tests of the secret scan (each rule both ways, properties) and of the `bash -n` check.
 
 use proptest::prelude::*;
-use slurm_core::redact::SecretRegistry;
-use slurm_core::render::LintFinding;
-use slurm_core::ErrorKind;
-use slurm_render::lint::{self, is_secret_name};
+use slurm_core::{is_secret_name, ErrorKind, LintFinding, SecretRegistry};
+use slurm_render::rules as rule;
 use slurm_render::{check_syntax, lint_script, scan_secrets};
 
 fn scan(text: &str) -> Vec<LintFinding> {
@@ -67,46 +65,46 @@ fn secret_names_are_whole_word_parts() {
 
 #[test]
 fn secret_assignment_literal_forms_are_flagged() {
-    flagged("HF_TOKEN=abc123", lint::SECRET_ASSIGNMENT, "HF_TOKEN");
+    flagged("HF_TOKEN=abc123", rule::SECRET_ASSIGNMENT, "HF_TOKEN");
     flagged(
         "export HF_TOKEN='abc123'",
-        lint::SECRET_ASSIGNMENT,
+        rule::SECRET_ASSIGNMENT,
         "HF_TOKEN",
     );
     flagged(
         "export HF_TOKEN=\"abc 123\"",
-        lint::SECRET_ASSIGNMENT,
+        rule::SECRET_ASSIGNMENT,
         "HF_TOKEN",
     );
     flagged(
         "export A=1 NGC_API_KEY=zzz",
-        lint::SECRET_ASSIGNMENT,
+        rule::SECRET_ASSIGNMENT,
         "NGC_API_KEY",
     );
     flagged(
         "docker run -e DB_PASSWORD=hunter2 img",
-        lint::SECRET_ASSIGNMENT,
+        rule::SECRET_ASSIGNMENT,
         "DB_PASSWORD",
     );
     flagged(
         "srun --export=ALL,HF_TOKEN=abc123 cmd",
-        lint::SECRET_ASSIGNMENT,
+        rule::SECRET_ASSIGNMENT,
         "HF_TOKEN",
     );
     flagged(
         "echo \"${HF_TOKEN:-abc123}\"",
-        lint::SECRET_ASSIGNMENT,
+        rule::SECRET_ASSIGNMENT,
         "HF_TOKEN",
     );
     flagged(
         "x=${WANDB_API_KEY=abc}",
-        lint::SECRET_ASSIGNMENT,
+        rule::SECRET_ASSIGNMENT,
         "WANDB_API_KEY",
     );
-    flagged("local apiKey=xyz; run", lint::SECRET_ASSIGNMENT, "apiKey");
+    flagged("local apiKey=xyz; run", rule::SECRET_ASSIGNMENT, "apiKey");
     flagged(
         "true && HF_TOKEN=abc cmd",
-        lint::SECRET_ASSIGNMENT,
+        rule::SECRET_ASSIGNMENT,
         "HF_TOKEN",
     );
 }
@@ -132,22 +130,22 @@ fn secret_references_and_empty_values_pass() {
 fn credential_flags_with_literals_are_flagged() {
     flagged(
         "tool --password hunter2",
-        lint::CREDENTIAL_FLAG,
+        rule::CREDENTIAL_FLAG,
         "--password",
     );
     flagged(
         "tool --password='hunter2'",
-        lint::CREDENTIAL_FLAG,
+        rule::CREDENTIAL_FLAG,
         "--password",
     );
     flagged(
         "ngc config set --api-key abcd",
-        lint::CREDENTIAL_FLAG,
+        rule::CREDENTIAL_FLAG,
         "--api-key",
     );
     flagged(
         "hf auth login --token xyz",
-        lint::CREDENTIAL_FLAG,
+        rule::CREDENTIAL_FLAG,
         "--token",
     );
     passes("echo \"$KEY\" | docker login --password-stdin -u me nvcr.io");
@@ -160,10 +158,10 @@ fn credential_flags_with_literals_are_flagged() {
 fn login_dash_p_is_flagged_but_port_maps_pass() {
     flagged(
         "docker login -u me -p hunter2 nvcr.io",
-        lint::LOGIN_PASSWORD,
+        rule::LOGIN_PASSWORD,
         "-p",
     );
-    flagged("docker login -phunter2 nvcr.io", lint::LOGIN_PASSWORD, "-p");
+    flagged("docker login -phunter2 nvcr.io", rule::LOGIN_PASSWORD, "-p");
     passes("docker login -u me -p \"$NGC_KEY\" nvcr.io");
     passes("docker run -p 8080:8080 img");
     passes("docker login -p 8080:8080");
@@ -191,7 +189,7 @@ fn token_prefixes_are_flagged() {
         ("echo sk-AbCdEfGhIjKlMnOpQrStUvWx", "sk-"),
     ];
     for (text, prefix) in cases {
-        flagged(text, lint::TOKEN_PREFIX, prefix);
+        flagged(text, rule::TOKEN_PREFIX, prefix);
     }
     passes("python -c 'from huggingface_hub import hf_hub_download'");
     passes("echo task-manager disk-usage risk-free");
@@ -203,23 +201,23 @@ fn token_prefixes_are_flagged() {
 fn presigned_urls_and_url_passwords_are_flagged() {
     flagged(
         "curl 'https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4&X-Amz-Credential=AKI%2F&X-Amz-Signature=abcd'",
-        lint::PRESIGNED_URL,
+        rule::PRESIGNED_URL,
         "X-Amz-Signature",
     );
     flagged(
         "wget 'https://h/o?x-amz-security-token=zzz'",
-        lint::PRESIGNED_URL,
+        rule::PRESIGNED_URL,
         "x-amz-security-token",
     );
     passes("echo X-Amz-Signature=");
     flagged(
         "git clone https://me:hunter2@git.example.com/r.git",
-        lint::URL_PASSWORD,
+        rule::URL_PASSWORD,
         "https:// userinfo",
     );
     flagged(
         "DB=postgres://u:p4ss@db:5432/x",
-        lint::URL_PASSWORD,
+        rule::URL_PASSWORD,
         "postgres:// userinfo",
     );
     passes("git clone https://me:$GIT_PASSWORD@git.example.com/r.git");
@@ -232,17 +230,17 @@ fn presigned_urls_and_url_passwords_are_flagged() {
 fn json_credentials_are_flagged() {
     flagged(
         r#"echo '{"token": "abc"}' > cfg.json"#,
-        lint::JSON_CREDENTIAL,
+        rule::JSON_CREDENTIAL,
         "token",
     );
     flagged(
         r#"echo "{\"apiKey\": \"abc\"}""#,
-        lint::JSON_CREDENTIAL,
+        rule::JSON_CREDENTIAL,
         "apiKey",
     );
     flagged(
         r#"  "aws_secret_access_key":"x","#,
-        lint::JSON_CREDENTIAL,
+        rule::JSON_CREDENTIAL,
         "aws_secret_access_key",
     );
     passes(r#"echo '{"token": ""}'"#);
@@ -258,7 +256,7 @@ fn private_keys_and_registered_values_are_flagged_by_line() {
     assert_eq!(found.len(), 1);
     assert_eq!(
         (found[0].line, found[0].rule.as_str()),
-        (3, lint::PRIVATE_KEY)
+        (3, rule::PRIVATE_KEY)
     );
     passes("-----BEGIN PUBLIC KEY-----");
     passes("-----BEGIN CERTIFICATE-----");
@@ -278,7 +276,7 @@ fn bash_syntax_errors_name_the_line_and_not_the_text() {
     assert!(!found.is_empty());
     assert!(found
         .iter()
-        .all(|f| f.rule == lint::BASH_SYNTAX && f.variable.is_none()));
+        .all(|f| f.rule == rule::BASH_SYNTAX && f.variable.is_none()));
     assert_eq!(found[0].line, 3);
     let unterminated = check_syntax("echo 'hunter2-unclosed\n").unwrap();
     assert_eq!(unterminated.len(), 1);
@@ -354,7 +352,7 @@ proptest! {
         let text = format!("{}{}\n", "echo x\n".repeat(line - 1), form(&name, &value, which));
         let found = scan(&text);
         prop_assert!(
-            found.iter().any(|f| f.line == line && f.rule == lint::SECRET_ASSIGNMENT && f.variable.as_deref() == Some(name.as_str())),
+            found.iter().any(|f| f.line == line && f.rule == rule::SECRET_ASSIGNMENT && f.variable.as_deref() == Some(name.as_str())),
             "{text:?}: {found:?}"
         );
         let err = lint_script(&text, &SecretRegistry::new()).unwrap_err().to_string();
@@ -388,6 +386,6 @@ proptest! {
         let mut secrets = SecretRegistry::new();
         secrets.register("S", value.clone());
         let found = scan_secrets(&format!("{prefix}{value}{suffix}"), &secrets);
-        prop_assert!(found.iter().any(|f| f.rule == lint::REGISTERED_SECRET && f.variable.as_deref() == Some("S")));
+        prop_assert!(found.iter().any(|f| f.rule == rule::REGISTERED_SECRET && f.variable.as_deref() == Some("S")));
     }
 }

@@ -1,9 +1,14 @@
 //! Snapshot and behaviour tests of `HandlebarsRenderer`: both templates, user templates, strictness, `bash -n`.
 
-use slurm_core::redact::SecretRegistry;
-use slurm_core::render::{ArrayContext, EnvVar, Renderer, ScriptContext, TemplateKind};
-use slurm_core::ErrorKind;
-use slurm_render::{check_syntax, example_context, HandlebarsRenderer};
+use slurm_core::{
+    ArrayContext, EnvVar, ErrorKind, Renderer, ScriptContext, SecretRegistry, TemplateKind,
+};
+use slurm_render::{check_syntax, HandlebarsRenderer};
+
+/// A small, valid single-node context: the base the cases below change.
+fn example_context() -> ScriptContext {
+    include!("fixtures/example_context.rs")
+}
 
 fn env(name: &str, value: &str) -> EnvVar {
     EnvVar {

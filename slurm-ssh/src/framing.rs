@@ -48,8 +48,7 @@
 use std::time::Duration;
 
 use memchr::memmem;
-use slurm_core::transport::{shell_quote, Command, Output};
-use slurm_core::{Error, Result};
+use slurm_core::{shell_quote, Command, Error, Output, Result};
 
 /// The shell function and set-up run once per shell. `__sr_um` keeps the user's
 /// umask for the commands; the set-up itself runs with 077.

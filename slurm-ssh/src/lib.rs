@@ -1,6 +1,6 @@
 //! SSH transports for slurm-run.
 //!
-//! Every command slurm-run sends to a cluster goes through a [`Transport`](slurm_core::transport::Transport).
+//! Every command slurm-run sends to a cluster goes through a [`Transport`](slurm_core::Transport).
 //! This crate provides two that reach a login node over SSH, built on the same idea:
 //!
 //! * **One long-lived shell per session, not a new one per command.** sshd runs every

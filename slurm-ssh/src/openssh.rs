@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use slurm_core::transport::{Command, Output, Transport};
-use slurm_core::{Error, ErrorKind, Result};
+use slurm_core::{Command, Error, ErrorKind, Output, Result, Transport};
 
 use crate::hosts::HostSpec;
 use crate::process::{ProcessShellConfig, ProcessShellTransport};

@@ -16,8 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use slurm_core::transport::{Command, Output, Transport};
-use slurm_core::{Error, Result};
+use slurm_core::{Command, Error, Output, Result, Transport};
 use tokio::sync::oneshot;
 
 use crate::framing::{Orphan, ShellEvent, ShellProtocol, SHELL_START_TIMEOUT};

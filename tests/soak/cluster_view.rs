@@ -4,8 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use slurm_core::transport::{Command, Transport};
-use slurm_core::JobRecord;
+use slurm_core::{Command, JobRecord, Transport};
 use slurm_run_testsupport::Harness;
 
 use crate::load::slurm_id;
@@ -112,19 +111,16 @@ pub async fn settled(
     prefix: &str,
     limit: Duration,
 ) -> ClusterView {
-    let names: Vec<String> = records.iter().map(|r| r.id.to_string()).collect();
+    let names: Vec<String> = records.iter().map(|r| r.id().to_string()).collect();
     let deadline = Instant::now() + limit;
     loop {
         match query(h, start, &names, prefix).await {
             Ok(view) => {
-                let settled = records
-                    .iter()
-                    .filter_map(|r| r.backend_ref.as_ref())
-                    .all(|b| {
-                        view.sacct_state
-                            .get(&slurm_id(b))
-                            .is_some_and(|s| !matches!(s.as_str(), "PENDING" | "RUNNING"))
-                    });
+                let settled = records.iter().filter_map(|r| r.backend_ref()).all(|b| {
+                    view.sacct_state
+                        .get(&slurm_id(b))
+                        .is_some_and(|s| !matches!(s.as_str(), "PENDING" | "RUNNING"))
+                });
                 if settled || Instant::now() >= deadline {
                     return view;
                 }

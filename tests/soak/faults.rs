@@ -9,12 +9,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rand::Rng;
-use slurm_core::backend::{Backend, SubmitOptions};
-use slurm_core::record::{JobRecord, RecordFilter, RecordStore};
-use slurm_core::slurm::{SlurmBackend, SlurmConfig};
-use slurm_core::testing::{Fault, FaultTransport};
-use slurm_core::transport::{Command, Output, Transport};
-use slurm_core::{FileRecordStore, JobId, JobState};
+use slurm_core::testing::{Fault, FaultTransport, RecordFixture};
+use slurm_core::{
+    Backend, Command, FileRecordStore, JobId, JobRecord, JobState, Output, RecordFilter,
+    RecordStore, SlurmBackend, SlurmConfig, SubmitOptions, Transport,
+};
 use slurm_render::HandlebarsRenderer;
 use slurm_run_testsupport::examples::{example, run};
 use slurm_run_testsupport::transports::ssh2;
@@ -130,18 +129,18 @@ async fn the_controller_stopped_during_a_submit_and_during_its_settle() {
         .expect("the submit rides out the outage");
     println!(
         "submit during the outage: {} after {:.0} s, attempt {:?}",
-        record.state,
+        record.state(),
         started.elapsed().as_secs_f64(),
-        record.submit_attempts
+        record.submit_attempts()
     );
     back.join().unwrap();
-    assert_eq!(record.state, JobState::Pending);
+    assert_eq!(record.state(), JobState::Pending);
     assert_eq!(
-        record.submit_attempts,
+        record.submit_attempts(),
         Some(2),
         "the first sbatch never reached the controller; a second one was sent only once the scheduler said so"
     );
-    let jobs = jobs_named(backend.transport(), record.id.as_str()).await;
+    let jobs = jobs_named(backend.transport(), record.id().as_str()).await;
     assert_eq!(jobs.len(), 1, "{jobs:?}");
 
     // During the settle of a submit whose answer was lost after sbatch ran: the hook
@@ -169,7 +168,7 @@ async fn the_controller_stopped_during_a_submit_and_during_its_settle() {
         )
         .await
         .expect("settled from the attempt's own answer");
-    assert_eq!(lost.state, JobState::Pending);
+    assert_eq!(lost.state(), JobState::Pending);
     // While the controller is down, a status of a record whose attempt left no
     // answer stays SUBMITTING: could-not-ask is never "no job".
     let status = backend.status(&unknown).await.unwrap();
@@ -177,7 +176,7 @@ async fn the_controller_stopped_during_a_submit_and_during_its_settle() {
         status.state(),
         JobState::Submitting,
         "{:?}",
-        status.record.unsettled
+        status.record().unsettled()
     );
     assert!(stopped.lock().unwrap().is_some(), "the hook ran");
     if let Some(wait) = OUTAGE.checked_sub(down_since.elapsed()) {
@@ -194,7 +193,7 @@ async fn the_controller_stopped_during_a_submit_and_during_its_settle() {
         status.state(),
         JobState::NotSubmitted,
         "{:?}",
-        status.record.unsettled
+        status.record().unsettled()
     );
     assert_eq!(
         jobs_named(backend.transport(), unknown.as_str())
@@ -202,10 +201,10 @@ async fn the_controller_stopped_during_a_submit_and_during_its_settle() {
             .len(),
         0
     );
-    let jobs = jobs_named(backend.transport(), lost.id.as_str()).await;
+    let jobs = jobs_named(backend.transport(), lost.id().as_str()).await;
     assert_eq!(
         jobs.into_iter().collect::<Vec<_>>(),
-        vec![lost.backend_ref.unwrap().native_id],
+        vec![lost.backend_ref().unwrap().native_id.clone()],
         "exactly the adopted job"
     );
 }
@@ -218,10 +217,12 @@ async fn unknown_attempt<T: Transport + 'static>(
 ) -> JobId {
     let spec = small_spec("ctld-unknown", "true");
     let id = JobId::mint_for(&spec);
-    let root = slurm_core::storage::RemotePath::parse(tb.get("SLURM_BASE_RESULTS_DIR")).unwrap();
-    let mut record = JobRecord::new(id.clone(), &spec, root.join(id.as_str()).unwrap()).unwrap();
-    record.submit_attempts = Some(1);
-    record.submitted_at -= chrono::Duration::seconds(30);
+    let root = slurm_core::RemotePath::parse(tb.get("SLURM_BASE_RESULTS_DIR")).unwrap();
+    let record = JobRecord::new(id.clone(), &spec, root.join(id.as_str()).unwrap()).unwrap();
+    let record = RecordFixture::new(record)
+        .submit_attempts(1)
+        .submitted_ago(Duration::from_secs(30))
+        .into_record();
     backend.store().open(&record).unwrap();
     backend
         .transport()
@@ -230,7 +231,7 @@ async fn unknown_attempt<T: Transport + 'static>(
                 .arg("-c")
                 .arg(r#"mkdir -p "$1/.sbatch-1" && : > "$1/.sbatch-1/out" && echo 'sbatch: error: Batch job submission failed: Socket timed out on send/recv operation' > "$1/.sbatch-1/err" && echo 1 > "$1/.sbatch-1/rc""#)
                 .arg("fake-attempt")
-                .arg(record.results_dir.as_str()),
+                .arg(record.results_dir().as_str()),
         )
         .await
         .unwrap();
@@ -357,30 +358,30 @@ async fn clients_killed_at_random_points_then_one_status_settles_every_record() 
     let store = FileRecordStore::new(state.path()).unwrap();
     let records = store.list(&RecordFilter::any()).unwrap();
     let before: BTreeMap<JobState, usize> = records.iter().fold(BTreeMap::new(), |mut m, r| {
-        *m.entry(r.state).or_default() += 1;
+        *m.entry(r.state()).or_default() += 1;
         m
     });
     println!("{} records before the status: {before:?}", records.len());
-    let ids: Vec<String> = records.iter().map(|r| r.id.to_string()).collect();
+    let ids: Vec<String> = records.iter().map(|r| r.id().to_string()).collect();
     let mut args = vec!["--json", "status"];
     args.extend(ids.iter().map(String::as_str));
     run(&ctl, &args, &env, Duration::from_secs(300)).expect_code(0);
 
     let records = store.list(&RecordFilter::any()).unwrap();
     let after: BTreeMap<JobState, usize> = records.iter().fold(BTreeMap::new(), |mut m, r| {
-        *m.entry(r.state).or_default() += 1;
+        *m.entry(r.state()).or_default() += 1;
         m
     });
     println!("after one status: {after:?}");
     let left: Vec<&JobRecord> = records
         .iter()
-        .filter(|r| r.state == JobState::Submitting)
+        .filter(|r| r.state() == JobState::Submitting)
         .collect();
     assert!(
         left.is_empty(),
         "left SUBMITTING: {:?}",
         left.iter()
-            .map(|r| (&r.id, &r.unsettled))
+            .map(|r| (r.id(), r.unsettled()))
             .collect::<Vec<_>>()
     );
 
@@ -407,27 +408,30 @@ async fn clients_killed_at_random_points_then_one_status_settles_every_record() 
     }
     let duplicates: Vec<_> = by_name.iter().filter(|(_, jobs)| jobs.len() > 1).collect();
     assert!(duplicates.is_empty(), "duplicate job names: {duplicates:?}");
-    let known: BTreeSet<&str> = records.iter().map(|r| r.id.as_str()).collect();
+    let known: BTreeSet<&str> = records.iter().map(|r| r.id().as_str()).collect();
     let orphans: Vec<_> = by_name
         .keys()
         .filter(|n| !known.contains(n.as_str()))
         .collect();
     assert!(orphans.is_empty(), "jobs without a record: {orphans:?}");
     for record in &records {
-        let jobs = by_name.get(record.id.as_str()).cloned().unwrap_or_default();
-        match &record.backend_ref {
+        let jobs = by_name
+            .get(record.id().as_str())
+            .cloned()
+            .unwrap_or_default();
+        match &record.backend_ref() {
             Some(job) => assert_eq!(
                 jobs.into_iter().collect::<Vec<_>>(),
                 vec![job.native_id.clone()],
                 "{} ({})",
-                record.id,
-                record.state
+                record.id(),
+                record.state()
             ),
             None => assert!(
                 jobs.is_empty(),
                 "{} ({}) has no job, yet {jobs:?} carry its name",
-                record.id,
-                record.state
+                record.id(),
+                record.state()
             ),
         }
     }

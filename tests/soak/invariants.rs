@@ -5,8 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use slurm_core::backend::Backend;
-use slurm_core::{ErrorKind, JobRecord, JobState};
+use slurm_core::{Backend, ErrorKind, JobRecord, JobState};
 use slurm_run_testsupport::Harness;
 
 use crate::chaos::ChaosLog;
@@ -92,31 +91,33 @@ pub fn exactly_once(v: &mut Verdicts, records: &[JobRecord], view: &ClusterView,
     for record in records {
         let jobs = view
             .by_name
-            .get(record.id.as_str())
+            .get(record.id().as_str())
             .cloned()
             .unwrap_or_default();
-        match &record.backend_ref {
+        match &record.backend_ref() {
             Some(b) => {
                 if jobs.len() == 1 && jobs.contains(&slurm_id(b)) {
                     exactly_once += 1;
                 } else {
                     not_once.push(format!(
                         "{} holds {} but jobs named so: {jobs:?}",
-                        record.id, b.native_id
+                        record.id(),
+                        b.native_id
                     ));
                 }
             }
-            None if record.state == JobState::Submitting => {
-                ambiguous_with_jobs.push(format!("{}: jobs {jobs:?}", record.id));
+            None if record.state() == JobState::Submitting => {
+                ambiguous_with_jobs.push(format!("{}: jobs {jobs:?}", record.id()));
             }
             None if !jobs.is_empty() => jobs_for_failed.push(format!(
                 "{} ({}) failed to submit yet jobs {jobs:?} carry its name",
-                record.id, record.state
+                record.id(),
+                record.state()
             )),
             None => {}
         }
     }
-    let with_ref = records.iter().filter(|r| r.backend_ref.is_some()).count();
+    let with_ref = records.iter().filter(|r| r.backend_ref().is_some()).count();
     v.check(
         not_once.is_empty(),
         "exactly one SLURM job per record with a SLURM id (squeue --name + sacct --name)",
@@ -129,7 +130,7 @@ pub fn exactly_once(v: &mut Verdicts, records: &[JobRecord], view: &ClusterView,
             "{} failed records checked{}{}",
             records
                 .iter()
-                .filter(|r| r.backend_ref.is_none() && r.state != JobState::Submitting)
+                .filter(|r| r.backend_ref().is_none() && r.state() != JobState::Submitting)
                 .count(),
             listed(&jobs_for_failed),
             ambiguous_with_jobs
@@ -140,7 +141,7 @@ pub fn exactly_once(v: &mut Verdicts, records: &[JobRecord], view: &ClusterView,
     );
     let held: HashMap<u64, &str> = records
         .iter()
-        .filter_map(|r| Some((slurm_id(r.backend_ref.as_ref()?), r.id.as_str())))
+        .filter_map(|r| Some((slurm_id(r.backend_ref()?), r.id().as_str())))
         .collect();
     let unaccounted: Vec<String> = view
         .prefixed
@@ -174,28 +175,29 @@ pub fn records_agree_with_sacct(
         .iter()
         .map(|o| (o.name.as_str(), o.expect_failure))
         .collect();
-    let with_ref = records.iter().filter(|r| r.backend_ref.is_some()).count();
+    let with_ref = records.iter().filter(|r| r.backend_ref().is_some()).count();
     let mut consistent = 0;
     let mut inconsistent = Vec::new();
-    for record in records.iter().filter(|r| r.backend_ref.is_some()) {
-        let id = slurm_id(record.backend_ref.as_ref().expect("filtered"));
-        let current = h.backend.record(&record.id).expect("record");
+    for record in records.iter().filter(|r| r.backend_ref().is_some()) {
+        let id = slurm_id(record.backend_ref().expect("filtered"));
+        let current = h.backend.record(record.id()).expect("record");
         let sacct = view.sacct_state.get(&id).map(String::as_str);
-        let fits = match (current.state, sacct) {
+        let fits = match (current.state(), sacct) {
             (JobState::Complete, Some("COMPLETED")) => true,
             (JobState::Error, Some(s)) => s == "FAILED",
             _ => false,
         };
-        let wanted = match expected.get(current.name.as_str()) {
+        let wanted = match expected.get(current.name()) {
             Some(true) => JobState::Error,
             _ => JobState::Complete,
         };
-        if fits && current.state == wanted {
+        if fits && current.state() == wanted {
             consistent += 1;
         } else {
             inconsistent.push(format!(
                 "{} ({id}): record {}, sacct {sacct:?}, expected {wanted}",
-                current.id, current.state
+                current.id(),
+                current.state()
             ));
         }
     }
@@ -213,7 +215,7 @@ pub fn records_agree_with_sacct(
 /// record's end was reported (none abandoned at the drain limit), and no watch ended on
 /// an error under connection loss (transient errors only back off).
 pub fn one_terminal_report_per_job(v: &mut Verdicts, records: &[JobRecord], watch: &WatchLog) {
-    let with_ref = records.iter().filter(|r| r.backend_ref.is_some()).count();
+    let with_ref = records.iter().filter(|r| r.backend_ref().is_some()).count();
     let duplicates: Vec<String> = watch
         .terminal_reports
         .iter()
@@ -222,7 +224,7 @@ pub fn one_terminal_report_per_job(v: &mut Verdicts, records: &[JobRecord], watc
         .collect();
     let unreported = records
         .iter()
-        .filter(|r| r.backend_ref.is_some() && !watch.terminal_reports.contains_key(&r.id))
+        .filter(|r| r.backend_ref().is_some() && !watch.terminal_reports.contains_key(r.id()))
         .count();
     v.check(
         duplicates.is_empty(),

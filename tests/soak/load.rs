@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use rand::Rng;
-use slurm_core::backend::{Backend, SubmitOptions, WatchEvent, WatchOptions};
-use slurm_core::{ErrorKind, JobId};
+use slurm_core::{Backend, ErrorKind, JobId, SubmitOptions, WatchEvent, WatchOptions};
 use slurm_run_testsupport::{small_spec, Harness};
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio::task::JoinHandle;
@@ -21,7 +20,7 @@ pub const CONCURRENCY: usize = 8;
 const FAILING_SHARE: f64 = 0.2;
 
 /// The SLURM job id a record holds.
-pub fn slurm_id(backend_ref: &slurm_core::record::BackendRef) -> u64 {
+pub fn slurm_id(backend_ref: &slurm_core::BackendRef) -> u64 {
     backend_ref.native_id.parse().expect("a SLURM job id")
 }
 
@@ -94,14 +93,14 @@ async fn follow(
         ids.retain(|id| {
             h.backend
                 .record(id)
-                .map(|r| !r.state.is_terminal())
+                .map(|r| !r.state().is_terminal())
                 .unwrap_or(true)
         });
         {
             let mut slots = slots.lock().expect("slots lock");
             for id in &ids {
                 // Ended without a reported transition (counted by the checks): free its slot.
-                if h.backend.record(id).is_ok_and(|r| r.state.is_terminal()) {
+                if h.backend.record(id).is_ok_and(|r| r.state().is_terminal()) {
                     slots.remove(id);
                 }
             }
@@ -251,9 +250,9 @@ pub async fn submit_all(
                         slots
                             .lock()
                             .expect("slots lock")
-                            .insert(record.id.clone(), slot);
-                        let _ = tx.send(record.id.clone());
-                        Ok((record.id.clone(), record.backend_ref.map(|r| slurm_id(&r))))
+                            .insert(record.id().clone(), slot);
+                        let _ = tx.send(record.id().clone());
+                        Ok((record.id().clone(), record.backend_ref().map(slurm_id)))
                     }
                     Err(error) => Err((error.kind(), error.to_string())),
                 };

@@ -23,9 +23,7 @@ mod load;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use slurm_core::backend::Backend;
-use slurm_core::record::RecordFilter;
-use slurm_core::transport::{Command, Transport};
+use slurm_core::{Backend, Command, RecordFilter, Transport};
 use slurm_run_testsupport::{cluster, harness, Harness};
 
 use chaos::Chaos;

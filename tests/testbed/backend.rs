@@ -6,14 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use futures::StreamExt;
-use slurm_core::backend::{
-    Backend, LogOptions, LogStream, SubmitOptions, WatchEvent, WatchOptions,
-};
-use slurm_core::classify::{ErrorClass, RetryPolicy};
-use slurm_core::record::JobId;
 use slurm_core::testing::Fault;
-use slurm_core::transport::Command;
-use slurm_core::{ErrorKind, JobState};
+use slurm_core::{
+    Backend, Command, ErrorClass, ErrorKind, JobId, JobState, LogOptions, LogStream, RetryPolicy,
+    SubmitOptions, WatchEvent, WatchOptions,
+};
 use slurm_run_testsupport::backend::{harness, jobs_named, remote, small_spec, wait_terminal};
 use slurm_run_testsupport::bench::cluster::{cancel_all, held_jobs, track};
 use slurm_run_testsupport::cluster;
@@ -59,7 +56,7 @@ async fn preflight_passes_and_names_each_failure_with_a_remedy() {
 
     // A wall time above the partition's MaxTime is refused before anything is staged.
     let mut long = small_spec("toolong", "true");
-    long.time = Some(slurm_core::spec::WallTime::from_hours(5));
+    long.time = Some(slurm_core::WallTime::from_hours(5));
     let err = h
         .backend
         .submit(&long, SubmitOptions::default())
@@ -83,20 +80,20 @@ async fn a_single_node_job_completes_and_its_logs_read_back() {
         .submit(&spec, SubmitOptions::default())
         .await
         .unwrap();
-    assert_eq!(record.state, JobState::Pending);
-    assert!(record.backend_ref.is_some());
-    let status = wait_terminal(&h.backend, &record.id, 120).await;
+    assert_eq!(record.state(), JobState::Pending);
+    assert!(record.backend_ref().is_some());
+    let status = wait_terminal(&h.backend, record.id(), 120).await;
     assert_eq!(status.state(), JobState::Complete, "{status:?}");
     let out = h
         .backend
-        .logs(&record.id, LogOptions::default())
+        .logs(record.id(), LogOptions::default())
         .await
         .unwrap();
     assert!(out.contains("hello-from-n"), "{out:?}");
     let err = h
         .backend
         .logs(
-            &record.id,
+            record.id(),
             LogOptions {
                 stream: LogStream::Err,
                 tail: 5,
@@ -106,26 +103,28 @@ async fn a_single_node_job_completes_and_its_logs_read_back() {
         .await
         .unwrap();
     assert!(err.contains("to-stderr"), "{err:?}");
-    let states: Vec<JobState> = status.record.history.iter().map(|t| t.state).collect();
+    let states: Vec<JobState> = status
+        .record()
+        .history()
+        .iter()
+        .map(|t| t.state())
+        .collect();
     assert_eq!(states.first(), Some(&JobState::Submitting));
     assert_eq!(states.last(), Some(&JobState::Complete));
     // The reference's layout on shared storage.
     let layout = remote(
         &h,
-        Command::new("find").arg(record.results_dir.as_str()).args([
-            "-maxdepth",
-            "3",
-            "-type",
-            "f",
-        ]),
+        Command::new("find")
+            .arg(record.results_dir().as_str())
+            .args(["-maxdepth", "3", "-type", "f"]),
     )
     .await;
-    let slurm_id = record.backend_ref.unwrap().native_id;
+    let slurm_id = record.backend_ref().unwrap().native_id.clone();
     for part in [
         "specs/spec.json".to_string(),
-        format!("sbatch/job_{}.sbatch", record.id),
-        format!("logs/{}-{slurm_id}/main.out", record.id),
-        format!("logs/{}-{slurm_id}/main.err", record.id),
+        format!("sbatch/job_{}.sbatch", record.id()),
+        format!("logs/{}-{slurm_id}/main.out", record.id()),
+        format!("logs/{}-{slurm_id}/main.err", record.id()),
     ] {
         assert!(layout.contains(&part), "{part} missing from {layout}");
     }
@@ -145,11 +144,11 @@ async fn a_two_node_job_shows_both_ranks_in_its_log() {
         .submit(&spec, SubmitOptions::default())
         .await
         .unwrap();
-    let status = wait_terminal(&h.backend, &record.id, 120).await;
+    let status = wait_terminal(&h.backend, record.id(), 120).await;
     assert_eq!(status.state(), JobState::Complete, "{status:?}");
     let out = h
         .backend
-        .logs(&record.id, LogOptions::default())
+        .logs(record.id(), LogOptions::default())
         .await
         .unwrap();
     let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("rank=")).collect();
@@ -189,35 +188,35 @@ async fn failures_are_classed_program_or_infra_from_the_logs() {
         .submit(&infra, SubmitOptions::default())
         .await
         .unwrap();
-    let status = wait_terminal(&h.backend, &program.id, 120).await;
+    let status = wait_terminal(&h.backend, program.id(), 120).await;
     assert_eq!(status.state(), JobState::Error);
     assert_eq!(
         status.err_class(),
         Some(ErrorClass::Program),
         "{:?}",
-        status.record.history
+        status.record().history()
     );
-    let status = wait_terminal(&h.backend, &infra.id, 120).await;
+    let status = wait_terminal(&h.backend, infra.id(), 120).await;
     assert_eq!(status.state(), JobState::Error);
     assert_eq!(
         status.err_class(),
         Some(ErrorClass::Infra),
         "{:?}",
-        status.record.history
+        status.record().history()
     );
 
     // A job depending on the failed one can never start: ERROR, not pending forever.
     let mut dependent = small_spec("dependent", "true");
-    let failed_id = program.backend_ref.unwrap().native_id;
+    let failed_id = program.backend_ref().unwrap().native_id.clone();
     dependent.extra_sbatch = vec![format!("--dependency=afterok:{failed_id}")];
     let dependent = h
         .backend
         .submit(&dependent, SubmitOptions::default())
         .await
         .unwrap();
-    let status = wait_terminal(&h.backend, &dependent.id, 60).await;
+    let status = wait_terminal(&h.backend, dependent.id(), 60).await;
     assert_eq!(status.state(), JobState::Error);
-    let message = status.record.last_message().to_string();
+    let message = status.record().last_message().to_string();
     assert!(message.contains("DependencyNeverSatisfied"), "{message}");
     remote(&h, Command::new("scancel").arg(status.native_id().unwrap())).await;
 }
@@ -234,11 +233,17 @@ async fn a_submit_cut_after_sbatch_is_reconciled_to_exactly_one_job() {
         .submit(&small_spec("cut", "sleep 2"), SubmitOptions::default())
         .await
         .unwrap();
-    let adopted = record.history.last().unwrap().message.clone().unwrap();
+    let adopted = record
+        .history()
+        .last()
+        .unwrap()
+        .message()
+        .unwrap()
+        .to_string();
     assert!(adopted.contains("adopted"), "{adopted}");
-    let jobs = jobs_named(&h, record.id.as_str()).await;
-    assert_eq!(jobs.len(), 1, "jobs named {}: {jobs:?}", record.id);
-    assert_eq!(jobs[0], record.backend_ref.unwrap().native_id);
+    let jobs = jobs_named(&h, record.id().as_str()).await;
+    assert_eq!(jobs.len(), 1, "jobs named {}: {jobs:?}", record.id());
+    assert_eq!(jobs[0], record.backend_ref().unwrap().native_id);
 
     // An empty sbatch answer is reconciled the same way.
     h.transport.inner().arm("submit ", Fault::EmptyStdout);
@@ -247,8 +252,8 @@ async fn a_submit_cut_after_sbatch_is_reconciled_to_exactly_one_job() {
         .submit(&small_spec("empty", "true"), SubmitOptions::default())
         .await
         .unwrap();
-    assert_eq!(jobs_named(&h, record.id.as_str()).await.len(), 1);
-    assert_eq!(record.state, JobState::Pending);
+    assert_eq!(jobs_named(&h, record.id().as_str()).await.len(), 1);
+    assert_eq!(record.state(), JobState::Pending);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -269,7 +274,7 @@ async fn fifty_jobs_are_watched_with_one_remote_command_per_cycle() {
     let records = futures::future::join_all(submits).await;
     // One preflight (shared by the concurrent first submits), then one round trip per submit.
     assert_eq!(h.transport.count(), 51, "{:?}", h.transport.labels());
-    let ids: Vec<_> = records.iter().map(|r| r.id.clone()).collect();
+    let ids: Vec<_> = records.iter().map(|r| r.id().clone()).collect();
     h.transport.reset();
     let options = WatchOptions {
         interval: Duration::from_millis(500),
@@ -318,13 +323,14 @@ async fn secrets_reach_the_job_through_a_shredded_sidecar_and_nowhere_else() {
         ..SubmitOptions::default()
     };
     let record = h.backend.submit(&spec, options).await.unwrap();
-    let status = wait_terminal(&h.backend, &record.id, 120).await;
+    let status = wait_terminal(&h.backend, record.id(), 120).await;
     assert_eq!(status.state(), JobState::Complete);
     let script = remote(
         &h,
         Command::new("cat").arg(format!(
             "{}/sbatch/job_{}.sbatch",
-            record.results_dir, record.id
+            record.results_dir(),
+            record.id()
         )),
     )
     .await;
@@ -332,7 +338,7 @@ async fn secrets_reach_the_job_through_a_shredded_sidecar_and_nowhere_else() {
         script.contains("source") && !script.contains(secret),
         "the script sources, never holds, the secret"
     );
-    let sidecar = format!("{}/env/job_{}.env", record.results_dir, record.id);
+    let sidecar = format!("{}/env/job_{}.env", record.results_dir(), record.id());
     let gone = remote(
         &h,
         Command::new("bash")
@@ -349,7 +355,7 @@ async fn secrets_reach_the_job_through_a_shredded_sidecar_and_nowhere_else() {
             .arg("-c")
             .arg("cat \"$1\"/logs/*/main.out")
             .arg("x")
-            .arg(record.results_dir.as_str()),
+            .arg(record.results_dir().as_str()),
     )
     .await;
     assert!(
@@ -359,14 +365,14 @@ async fn secrets_reach_the_job_through_a_shredded_sidecar_and_nowhere_else() {
     std::env::set_var("SLURM_RUN_TEST_TOKEN", secret);
     let shown = h
         .backend
-        .logs(&record.id, LogOptions::default())
+        .logs(record.id(), LogOptions::default())
         .await
         .unwrap();
     assert!(
         !shown.contains(secret) && shown.contains("leak=[REDACTED]"),
         "{shown}"
     );
-    let json = serde_json::to_string(&h.backend.record(&record.id).unwrap()).unwrap();
+    let json = serde_json::to_string(&h.backend.record(record.id()).unwrap()).unwrap();
     assert!(!json.contains(secret));
 }
 
@@ -382,7 +388,7 @@ async fn follow_streams_the_log_until_the_job_ends_and_infra_failures_are_retrie
         .unwrap();
     let mut chunks = h
         .backend
-        .follow_logs(&record.id, LogStream::Out, Duration::from_millis(300));
+        .follow_logs(record.id(), LogStream::Out, Duration::from_millis(300));
     let mut text = String::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     while let Some(chunk) = tokio::time::timeout_at(deadline, chunks.next())
@@ -419,7 +425,7 @@ async fn follow_streams_the_log_until_the_job_ends_and_infra_failures_are_retrie
         retry: Some(RetryPolicy::default()),
         ..WatchOptions::default()
     };
-    let mut events = h.backend.watch(std::slice::from_ref(&first.id), options);
+    let mut events = h.backend.watch(std::slice::from_ref(first.id()), options);
     let mut retried = None;
     let mut last = None;
     while let Some(event) =
@@ -429,7 +435,7 @@ async fn follow_streams_the_log_until_the_job_ends_and_infra_failures_are_retrie
     {
         match event.unwrap() {
             WatchEvent::Retried { previous, record } => {
-                assert_eq!(previous, first.id);
+                assert_eq!(&previous, first.id());
                 retried = Some(record);
             }
             WatchEvent::Transition { status, .. } => last = Some(status),
@@ -443,15 +449,15 @@ async fn follow_streams_the_log_until_the_job_ends_and_infra_failures_are_retrie
     )
     .await;
     let retried = retried.expect("the infra failure was retried");
-    assert_eq!(retried.retry_of.as_ref(), Some(&first.id));
-    assert_eq!(retried.attempt, 2);
-    let failed = h.backend.record(&first.id).unwrap();
+    assert_eq!(retried.retry_of().as_ref(), Some(&first.id()));
+    assert_eq!(retried.attempt(), 2);
+    let failed = h.backend.record(first.id()).unwrap();
     assert_eq!(
-        (failed.state, failed.err_class),
+        (failed.state(), failed.err_class()),
         (JobState::Error, Some(ErrorClass::Infra))
     );
     let last = last.unwrap();
-    assert_eq!(last.id(), &retried.id);
+    assert_eq!(last.id(), retried.id());
     assert_eq!(last.state(), JobState::Complete);
 }
 
@@ -468,13 +474,14 @@ async fn cancel_many_sends_one_scancel_for_every_job_and_polls_them_together() {
                 .submit(&spec, SubmitOptions::default())
                 .await
                 .unwrap()
-                .id,
+                .id()
+                .clone(),
         );
     }
     h.transport.reset();
     let records = h.backend.cancel_many(&ids).await.unwrap();
     assert!(
-        records.iter().all(|r| r.state == JobState::Canceled),
+        records.iter().all(|r| r.state() == JobState::Canceled),
         "{records:?}"
     );
     let labels = h.transport.labels();
@@ -491,7 +498,7 @@ async fn cancel_many_sends_one_scancel_for_every_job_and_polls_them_together() {
     assert!(polls >= 1, "the 5 jobs are polled together: {labels:?}");
     // Each job is gone from the queue, CANCELLED by the scheduler.
     for record in &records {
-        let native = record.backend_ref.as_ref().unwrap().native_id.clone();
+        let native = record.backend_ref().unwrap().native_id.clone();
         let state = remote(
             &h,
             Command::new("squeue")
@@ -541,7 +548,7 @@ async fn a_poll_of_many_jobs_lists_the_users_own_and_answers_for_each_tracked_on
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    let answered: Vec<&JobId> = statuses.iter().map(|s| &s.record.id).collect();
+    let answered: Vec<&JobId> = statuses.iter().map(|s| s.record().id()).collect();
     assert_eq!(
         answered,
         records.iter().collect::<Vec<_>>(),

@@ -5,9 +5,8 @@ use std::any::Any;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use slurm_core::backend::Backend;
 use slurm_core::testing::backend_suite::BackendFixture;
-use slurm_core::JobSpec;
+use slurm_core::{Backend, JobSpec};
 use slurm_run_testsupport::backend::{harness, small_spec, Harness};
 use slurm_run_testsupport::cluster;
 

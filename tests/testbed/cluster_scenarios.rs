@@ -3,9 +3,7 @@
 //! and running jobs, and a node failure seen as NODE_FAIL (ERROR, infra) or as a Slurm
 //! requeue.
 
-use slurm_core::backend::{Backend, SubmitOptions};
-use slurm_core::classify::ErrorClass;
-use slurm_core::JobState;
+use slurm_core::{Backend, ErrorClass, JobState, SubmitOptions};
 use slurm_run_testsupport::backend::{down_node, harness, small_spec, wait_state, wait_terminal};
 use slurm_run_testsupport::cluster;
 
@@ -23,16 +21,13 @@ async fn pending_and_running_jobs_are_cancelled() {
         .await
         .unwrap();
     // Should the test fail, the blocker must not hold the test bed for the tests after it.
-    let _blocker_guard = CancelOnDrop(
-        &h.testbed,
-        blocker.backend_ref.as_ref().unwrap().native_id.clone(),
-    );
-    let running = wait_state(&h.backend, &blocker.id, JobState::Running, 120).await;
+    let _blocker_guard = CancelOnDrop(&h.testbed, blocker.backend_ref().unwrap().native_id.clone());
+    let running = wait_state(&h.backend, blocker.id(), JobState::Running, 120).await;
     assert!(running
-        .record
-        .history
+        .record()
+        .history()
         .iter()
-        .any(|t| t.state == JobState::Running));
+        .any(|t| t.state() == JobState::Running));
 
     // Behind it, a job asking for 8 GPUs pends (Resources or Priority).
     let mut waiting = small_spec("waiting", "true");
@@ -42,9 +37,9 @@ async fn pending_and_running_jobs_are_cancelled() {
         .submit(&waiting, SubmitOptions::default())
         .await
         .unwrap();
-    let pending = wait_state(&h.backend, &waiting.id, JobState::Pending, 30).await;
+    let pending = wait_state(&h.backend, waiting.id(), JobState::Pending, 30).await;
     let reason = pending
-        .native
+        .native()
         .as_ref()
         .and_then(|n| n.reason.clone())
         .unwrap_or_default();
@@ -54,18 +49,18 @@ async fn pending_and_running_jobs_are_cancelled() {
             .any(|r| reason.contains(r)),
         "pending reason {reason:?}"
     );
-    let cancelled = h.backend.cancel(&waiting.id).await.unwrap();
-    assert_eq!(cancelled.state, JobState::Canceled);
+    let cancelled = h.backend.cancel(waiting.id()).await.unwrap();
+    assert_eq!(cancelled.state(), JobState::Canceled);
 
     // The running blocker: sacct says `CANCELLED by <uid>`.
-    let cancelled = h.backend.cancel(&blocker.id).await.unwrap();
-    assert_eq!(cancelled.state, JobState::Canceled);
+    let cancelled = h.backend.cancel(blocker.id()).await.unwrap();
+    assert_eq!(cancelled.state(), JobState::Canceled);
     let message = cancelled.last_message().to_string();
     assert!(message.starts_with("CANCELLED"), "{message}");
 
     // Cancelling a finished job changes nothing and succeeds.
-    let again = h.backend.cancel(&blocker.id).await.unwrap();
-    assert_eq!(again.history.len(), cancelled.history.len());
+    let again = h.backend.cancel(blocker.id()).await.unwrap();
+    assert_eq!(again.history().len(), cancelled.history().len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,39 +83,39 @@ async fn a_node_failure_is_infra_or_a_requeue() {
         .submit(&requeued, SubmitOptions::default())
         .await
         .unwrap();
-    wait_state(&h.backend, &plain.id, JobState::Running, 120).await;
-    wait_state(&h.backend, &requeued.id, JobState::Running, 120).await;
+    wait_state(&h.backend, plain.id(), JobState::Running, 120).await;
+    wait_state(&h.backend, requeued.id(), JobState::Running, 120).await;
 
     let _resume = down_node(&h.testbed, "n2", "slurm-run-test");
 
-    let failed = wait_terminal(&h.backend, &plain.id, 120).await;
-    assert_eq!(failed.state(), JobState::Error, "{:?}", failed.native);
+    let failed = wait_terminal(&h.backend, plain.id(), 120).await;
+    assert_eq!(failed.state(), JobState::Error, "{:?}", failed.native());
     assert_eq!(failed.err_class(), Some(ErrorClass::Infra));
     assert!(
         failed
-            .native
+            .native()
             .as_ref()
             .unwrap()
             .state
             .starts_with("NODE_FAIL"),
         "{:?}",
-        failed.native
+        failed.native()
     );
 
     // With --requeue, Slurm puts the job back in the queue: RUNNING -> PENDING on the
     // same record, the node failure noted in the transition.
-    let back = wait_state(&h.backend, &requeued.id, JobState::Pending, 120).await;
-    let message = back.record.last_message().to_string();
+    let back = wait_state(&h.backend, requeued.id(), JobState::Pending, 120).await;
+    let message = back.record().last_message().to_string();
     assert!(message.contains("NODE_FAIL"), "{message}");
-    let states: Vec<JobState> = back.record.history.iter().map(|t| t.state).collect();
+    let states: Vec<JobState> = back.record().history().iter().map(|t| t.state()).collect();
     assert!(
         states
             .windows(2)
             .any(|w| w == [JobState::Running, JobState::Pending]),
         "{states:?}"
     );
-    let cancelled = h.backend.cancel(&requeued.id).await.unwrap();
-    assert_eq!(cancelled.state, JobState::Canceled);
+    let cancelled = h.backend.cancel(requeued.id()).await.unwrap();
+    assert_eq!(cancelled.state(), JobState::Canceled);
 }
 
 /// Cancels a SLURM job of the test bed when dropped (a failed test included).

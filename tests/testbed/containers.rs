@@ -8,12 +8,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use slurm_core::backend::{Backend, LogOptions, SubmitOptions};
-use slurm_core::nccl::NcclProbe;
-use slurm_core::slurm::SlurmSubmitOptions;
-use slurm_core::spec::CompletionCheck;
-use slurm_core::transport::Command;
-use slurm_core::{CheckKind, Error, ErrorKind, JobRecord, JobSpec, JobState};
+use slurm_core::{
+    Backend, CheckKind, Command, CompletionCheck, Error, ErrorKind, JobRecord, JobSpec, JobState,
+    LogOptions, NcclProbe, SlurmSubmitOptions, SubmitOptions,
+};
 use slurm_run_testsupport::backend::{
     harness, harness_in, jobs_named, registry_image, registry_password, remote, small_spec,
     wait_terminal, with_credentials, Harness,
@@ -49,17 +47,17 @@ async fn run_to_end(h: &Harness, spec: &JobSpec) -> JobRecord {
         .submit(spec, SubmitOptions::default())
         .await
         .unwrap_or_else(|e| panic!("submit {}: {e}", spec.name));
-    let status = wait_terminal(&h.backend, &record.id, 180).await;
-    status.record
+    let status = wait_terminal(&h.backend, record.id(), 180).await;
+    status.into_record()
 }
 
 /// The PENDING transition's message (what the submit says it did with the image).
 fn submit_message(record: &JobRecord) -> String {
     record
-        .history
+        .history()
         .iter()
-        .find(|t| t.state == JobState::Pending)
-        .and_then(|t| t.message.clone())
+        .find(|t| t.state() == JobState::Pending)
+        .and_then(|t| t.message().map(str::to_string))
         .unwrap_or_default()
 }
 
@@ -109,7 +107,7 @@ async fn identity(h: &Harness, path: &str) -> String {
 
 async fn logs(h: &Harness, record: &JobRecord) -> String {
     h.backend
-        .logs(&record.id, LogOptions::default())
+        .logs(record.id(), LogOptions::default())
         .await
         .unwrap()
 }
@@ -228,13 +226,13 @@ async fn no_credentials_fail_before_anything_is_queued_and_a_wrong_password_is_n
     // The record keeps why, without the secret.
     let records = h.backend.records(&Default::default()).unwrap();
     assert_eq!(records.len(), 1);
-    assert_eq!(records[0].state, JobState::Error);
+    assert_eq!(records[0].state(), JobState::Error);
     let json = serde_json::to_string(&records[0]).unwrap();
     assert!(
         json.contains("refused or was unreachable") && !json.contains(wrong),
         "{json}"
     );
-    assert!(jobs_named(&h, records[0].id.as_str()).await.is_empty());
+    assert!(jobs_named(&h, records[0].id().as_str()).await.is_empty());
 
     h.backend.remove_credentials(&registry).await.unwrap();
     remove_root(&h).await;
@@ -296,22 +294,19 @@ async fn slurmctl_credentials_then_conversion_on_the_cpu_partition_then_a_contai
     let image = tiny(&h, "1");
     let spec = image_spec("first", &image, "cat /etc/slurm-run-image; pwd");
     let record = run_to_end(&h, &spec).await;
-    assert_eq!(record.state, JobState::Complete, "{record:?}");
+    assert_eq!(record.state(), JobState::Complete, "{record:?}");
     let job = conversion_job(&record)
         .unwrap_or_else(|| panic!("no conversion: {}", submit_message(&record)));
     assert_eq!(partition_of(&h, &job).await, "slurm-run-convert|cpu_long");
     let out = logs(&h, &record).await;
     assert!(out.contains("slurm-run/tiny:1"), "{out}");
     assert!(
-        out.contains(record.results_dir.as_str()),
+        out.contains(record.results_dir().as_str()),
         "the working directory: {out}"
     );
     // The record keeps what was asked and the .sqsh that ran.
-    assert_eq!(
-        record.image.as_deref(),
-        Some(image.replacen('/', "#", 1).as_str())
-    );
-    let sqsh = record.container_image.clone().unwrap();
+    assert_eq!(record.image(), Some(image.replacen('/', "#", 1).as_str()));
+    let sqsh = record.container_image().unwrap().to_string();
     assert!(
         sqsh.ends_with(".sqsh") && sqsh.contains("/images/"),
         "{sqsh}"
@@ -320,9 +315,9 @@ async fn slurmctl_credentials_then_conversion_on_the_cpu_partition_then_a_contai
 
     // A second submit of the same image converts nothing.
     let again = run_to_end(&h, &image_spec("again", &image, "cat /etc/slurm-run-image")).await;
-    assert_eq!(again.state, JobState::Complete);
+    assert_eq!(again.state(), JobState::Complete);
     assert_eq!(conversion_job(&again), None, "{}", submit_message(&again));
-    assert_eq!(again.container_image.as_deref(), Some(sqsh.as_str()));
+    assert_eq!(again.container_image(), Some(sqsh.as_str()));
     assert_eq!(identity(&h, &sqsh).await, before);
     // No local file slurmctl wrote (its record folder) holds the secret.
     let written: String = std::fs::read_dir(state.path())
@@ -386,11 +381,13 @@ async fn a_two_node_container_job_sees_its_world_on_both_nodes() {
         ..SlurmSubmitOptions::default()
     };
     let record = h.backend.submit_with(&spec, options, slurm).await.unwrap();
-    let record = wait_terminal(&h.backend, &record.id, 180).await.record;
-    assert_eq!(record.state, JobState::Complete, "{record:?}");
+    let record = wait_terminal(&h.backend, record.id(), 180)
+        .await
+        .into_record();
+    assert_eq!(record.state(), JobState::Complete, "{record:?}");
     let out = logs(&h, &record).await;
     let digest = sha2_digest::hex16(secret);
-    let dir = record.results_dir.as_str();
+    let dir = record.results_dir().as_str();
     for rank in ["0", "1"] {
         let expected = format!(
             "rank={rank} world=2 master=n1:29500 image=slurm-run/tiny:1 knob=1 data=mounted-data pwd={dir} file=from-a-supporting-file spec={{ token={digest}"
@@ -438,7 +435,7 @@ async fn status_json_written_inside_the_container_completes_the_job() {
     );
     spec.completion_check = CompletionCheck::StatusJson;
     let record = run_to_end(&h, &spec).await;
-    assert_eq!(record.state, JobState::Complete, "{record:?}");
+    assert_eq!(record.state(), JobState::Complete, "{record:?}");
     // Relative to the working directory too: it is the job folder.
     let mut failing = image_spec(
         "statusjson-bad",
@@ -447,10 +444,10 @@ async fn status_json_written_inside_the_container_completes_the_job() {
     );
     failing.completion_check = CompletionCheck::StatusJson;
     let record = run_to_end(&h, &failing).await;
-    assert_eq!(record.state, JobState::Error, "{record:?}");
+    assert_eq!(record.state(), JobState::Error, "{record:?}");
     let status = remote(
         &h,
-        Command::new("cat").arg(record.results_dir.join("status.json").unwrap().as_str()),
+        Command::new("cat").arg(record.results_dir().join("status.json").unwrap().as_str()),
     )
     .await;
     assert!(status.contains("FAILED"), "{status}");
@@ -467,7 +464,7 @@ async fn two_concurrent_first_submits_convert_once() {
     let b = image_spec("concurrent-b", &image, "cat /etc/slurm-run-image");
     let (ra, rb) = tokio::join!(run_to_end(&h, &a), run_to_end(&h, &b));
     assert_eq!(
-        (ra.state, rb.state),
+        (ra.state(), rb.state()),
         (JobState::Complete, JobState::Complete)
     );
     let converted: Vec<String> = [&ra, &rb]
@@ -485,7 +482,7 @@ async fn two_concurrent_first_submits_convert_once() {
         partition_of(&h, &converted[0]).await,
         "slurm-run-convert|cpu_long"
     );
-    assert_eq!(ra.container_image, rb.container_image);
+    assert_eq!(ra.container_image(), rb.container_image());
     remove_root(&h).await;
 }
 
@@ -504,7 +501,7 @@ async fn latest_is_converted_again_only_on_request() {
         submit_message(&first)
     );
     assert!(logs(&h, &first).await.contains("slurm-run/tiny:latest"));
-    let sqsh = first.container_image.clone().unwrap();
+    let sqsh = first.container_image().unwrap().to_string();
     let made = identity(&h, &sqsh).await;
 
     let reused = run_to_end(&h, &image_spec("latest-2", &image, command)).await;
@@ -514,7 +511,7 @@ async fn latest_is_converted_again_only_on_request() {
     let mut again = image_spec("latest-3", &image, command);
     again.force_reconvert_latest = true;
     let again = run_to_end(&h, &again).await;
-    assert_eq!(again.state, JobState::Complete);
+    assert_eq!(again.state(), JobState::Complete);
     let job = conversion_job(&again).unwrap_or_else(|| panic!("{}", submit_message(&again)));
     assert_eq!(partition_of(&h, &job).await, "slurm-run-convert|cpu_long");
     assert_ne!(
@@ -559,8 +556,8 @@ async fn a_direct_sqsh_runs_and_a_truncated_one_is_refused() {
         &image_spec("direct", &whole, "cat /etc/slurm-run-image"),
     )
     .await;
-    assert_eq!(record.state, JobState::Complete);
-    assert_eq!(record.container_image.as_deref(), Some(whole.as_str()));
+    assert_eq!(record.state(), JobState::Complete);
+    assert_eq!(record.container_image(), Some(whole.as_str()));
     assert!(logs(&h, &record).await.contains("slurm-run/tiny:1"));
 
     let err = h.backend.stage_image(&cut).await.unwrap_err();
@@ -574,10 +571,10 @@ async fn a_direct_sqsh_runs_and_a_truncated_one_is_refused() {
     assert_eq!(err.kind(), ErrorKind::Invalid, "{err}");
     assert!(err.to_string().contains("truncated"), "{err}");
     let records = h.backend.records(&Default::default()).unwrap();
-    let refused = records.iter().find(|r| r.name == "truncated").unwrap();
-    assert_eq!(refused.state, JobState::Error);
+    let refused = records.iter().find(|r| r.name() == "truncated").unwrap();
+    assert_eq!(refused.state(), JobState::Error);
     assert!(
-        jobs_named(&h, refused.id.as_str()).await.is_empty(),
+        jobs_named(&h, refused.id().as_str()).await.is_empty(),
         "nothing was queued"
     );
     remote(&h, Command::new("rm").args(["-rf", "--"]).arg(&dir)).await;
@@ -617,7 +614,7 @@ async fn a_stale_temp_folder_left_under_the_same_job_id_breaks_no_conversion() {
     )
     .await;
     drop(planted);
-    assert_eq!(record.state, JobState::Complete, "{:?}", record.history);
+    assert_eq!(record.state(), JobState::Complete, "{:?}", record.history());
     assert!(
         conversion_job(&record).is_some(),
         "{}",

@@ -11,12 +11,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::StreamExt;
-use slurm_core::backend::{Backend, SubmitOptions, WatchEvent, WatchOptions};
-use slurm_core::classify::{ErrorClass, RetryPolicy};
-use slurm_core::record::{JobRecord, RecordFilter, RecordStore};
-use slurm_core::testing::Fault;
-use slurm_core::transport::Command;
-use slurm_core::{JobSpec, JobState};
+use slurm_core::testing::{Fault, RecordFixture};
+use slurm_core::{
+    Backend, Command, ErrorClass, JobRecord, JobSpec, JobState, RecordFilter, RecordStore,
+    RetryPolicy, SubmitOptions, WatchEvent, WatchOptions,
+};
 use slurm_run_testsupport::backend::{
     admin, down_node, harness, jobs_named, remote, small_spec, wait_state, wait_terminal, Harness,
 };
@@ -55,8 +54,8 @@ fn digest(canary: &str) -> String {
 /// the login node, holds the secret; the record knows its sidecar is gone.
 async fn assert_no_secret_left(h: &Harness, id: &slurm_core::JobId, canary: &str) {
     // A status removes the sidecar of an ended job (and confirms it).
-    let record = h.backend.status(id).await.unwrap().record;
-    assert!(record.state.is_terminal(), "{id} is {}", record.state);
+    let record = h.backend.status(id).await.unwrap().into_record();
+    assert!(record.state().is_terminal(), "{id} is {}", record.state());
     let found = remote(
         h,
         Command::new("bash")
@@ -64,7 +63,7 @@ async fn assert_no_secret_left(h: &Harness, id: &slurm_core::JobId, canary: &str
             .arg(r#"grep -rlF -e "$1" -- "$2" "${TMPDIR:-/tmp}"/slurm-run-* 2>/dev/null; exit 0"#)
             .arg("canary-grep")
             .arg(canary)
-            .arg(record.results_dir.as_str()),
+            .arg(record.results_dir().as_str()),
     )
     .await;
     assert_eq!(
@@ -73,18 +72,18 @@ async fn assert_no_secret_left(h: &Harness, id: &slurm_core::JobId, canary: &str
         "the secret of {id} is still at rest in: {found}"
     );
     assert!(
-        !record.secrets_staged,
+        !record.secrets_staged(),
         "{id}: the sidecar's removal was not confirmed"
     );
 }
 
 /// The lines of a job's main.out.
 async fn main_out(h: &Harness, record: &JobRecord) -> String {
-    let native = record.backend_ref.as_ref().unwrap().native_id.clone();
+    let native = record.backend_ref().unwrap().native_id.clone();
     let path = format!(
         "{}/logs/{}-{native}/main.out",
-        record.results_dir.as_str(),
-        record.id
+        record.results_dir().as_str(),
+        record.id()
     );
     remote(h, Command::new("cat").arg(path)).await
 }
@@ -105,21 +104,21 @@ async fn secrets_are_gone_after_a_refusal_a_cancel_a_dependency_and_a_completion
         .records(&RecordFilter::any())
         .unwrap()
         .into_iter()
-        .find(|r| r.name == "refused")
+        .find(|r| r.name() == "refused")
         .unwrap();
-    assert_eq!(record.state, JobState::Error);
-    assert_no_secret_left(&h, &record.id, &secret).await;
+    assert_eq!(record.state(), JobState::Error);
+    assert_no_secret_left(&h, record.id(), &secret).await;
 
     // Cancelled while pending (it never ran, so the job never removed it itself).
     let (mut later, options) = with_canary(small_spec("later", "true"), &secret);
     later.extra_sbatch = vec!["--begin=now+1hour".into()];
     let later = h.backend.submit(&later, options).await.unwrap();
-    wait_state(&h.backend, &later.id, JobState::Pending, 30).await;
+    wait_state(&h.backend, later.id(), JobState::Pending, 30).await;
     assert_eq!(
-        h.backend.cancel(&later.id).await.unwrap().state,
+        h.backend.cancel(later.id()).await.unwrap().state(),
         JobState::Canceled
     );
-    assert_no_secret_left(&h, &later.id, &secret).await;
+    assert_no_secret_left(&h, later.id(), &secret).await;
 
     // A dependency that can never be satisfied: ERROR while the job still pends.
     let failed = h
@@ -127,34 +126,34 @@ async fn secrets_are_gone_after_a_refusal_a_cancel_a_dependency_and_a_completion
         .submit(&small_spec("deps-fail", "exit 3"), SubmitOptions::default())
         .await
         .unwrap();
-    wait_terminal(&h.backend, &failed.id, 120).await;
+    wait_terminal(&h.backend, failed.id(), 120).await;
     let (mut dependent, options) = with_canary(small_spec("deps-never", "true"), &secret);
     dependent.extra_sbatch = vec![format!(
         "--dependency=afterok:{}",
-        failed.backend_ref.unwrap().native_id
+        failed.backend_ref().unwrap().native_id
     )];
     let dependent = h.backend.submit(&dependent, options).await.unwrap();
-    let status = wait_terminal(&h.backend, &dependent.id, 60).await;
+    let status = wait_terminal(&h.backend, dependent.id(), 60).await;
     assert_eq!(status.state(), JobState::Error);
-    assert_no_secret_left(&h, &dependent.id, &secret).await;
+    assert_no_secret_left(&h, dependent.id(), &secret).await;
     remote(&h, Command::new("scancel").arg(status.native_id().unwrap())).await;
 
     // A completed job that used its secret.
     let (done, options) = with_canary(small_spec("used", &print_secret_digest("true")), &secret);
     let done = h.backend.submit(&done, options).await.unwrap();
-    let status = wait_terminal(&h.backend, &done.id, 120).await;
-    assert_eq!(status.state(), JobState::Complete, "{:?}", status.native);
-    let out = main_out(&h, &status.record).await;
+    let status = wait_terminal(&h.backend, done.id(), 120).await;
+    assert_eq!(status.state(), JobState::Complete, "{:?}", status.native());
+    let out = main_out(&h, status.record()).await;
     assert!(
         out.contains(&digest(&secret)),
         "the job had its secret: {out}"
     );
-    assert_no_secret_left(&h, &done.id, &secret).await;
+    assert_no_secret_left(&h, done.id(), &secret).await;
 }
 
 /// Start a requeued job now rather than after Slurm's requeue delay (two minutes).
 fn start_now(h: &Harness, record: &JobRecord) {
-    let native = record.backend_ref.as_ref().unwrap().native_id.clone();
+    let native = record.backend_ref().unwrap().native_id.clone();
     let _ = std::process::Command::new("scontrol")
         .args(["update", &format!("jobid={native}"), "starttime=now"])
         .env("SLURM_CONF", h.testbed.dir().join("etc/slurm.conf"))
@@ -174,7 +173,7 @@ async fn a_requeued_run_still_gets_its_secrets_and_a_node_failure_leaves_none() 
     );
     requeued.requeue = Some(true);
     let requeued = h.backend.submit(&requeued, options).await.unwrap();
-    let running = wait_state(&h.backend, &requeued.id, JobState::Running, 120).await;
+    let running = wait_state(&h.backend, requeued.id(), JobState::Running, 120).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     admin(
         &h.testbed,
@@ -182,15 +181,15 @@ async fn a_requeued_run_still_gets_its_secrets_and_a_node_failure_leaves_none() 
         &["requeue", running.native_id().unwrap()],
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
-    start_now(&h, &running.record);
-    let status = wait_terminal(&h.backend, &requeued.id, 180).await;
+    start_now(&h, running.record());
+    let status = wait_terminal(&h.backend, requeued.id(), 180).await;
     assert_eq!(
         status.state(),
         JobState::Complete,
         "{:?}",
-        status.record.history
+        status.record().history()
     );
-    let out = main_out(&h, &status.record).await;
+    let out = main_out(&h, status.record()).await;
     let runs: Vec<&str> = out.lines().filter(|l| l.starts_with("run ")).collect();
     assert_eq!(runs.len(), 2, "two runs: {out}");
     assert!(
@@ -198,7 +197,7 @@ async fn a_requeued_run_still_gets_its_secrets_and_a_node_failure_leaves_none() 
         "every run had its secret: {out}"
     );
     assert!(runs[1].starts_with("run 1 "), "{out}");
-    assert_no_secret_left(&h, &requeued.id, &secret).await;
+    assert_no_secret_left(&h, requeued.id(), &secret).await;
 
     // A node failure: without requeue the job ends ERROR and its sidecar goes; with
     // requeue, the next run gets its secret.
@@ -213,33 +212,33 @@ async fn a_requeued_run_still_gets_its_secrets_and_a_node_failure_leaves_none() 
     again.extra_sbatch = vec!["--nodelist=n2".into()];
     again.requeue = Some(true);
     let again = h.backend.submit(&again, options).await.unwrap();
-    wait_state(&h.backend, &lost.id, JobState::Running, 120).await;
-    let again_running = wait_state(&h.backend, &again.id, JobState::Running, 120).await;
+    wait_state(&h.backend, lost.id(), JobState::Running, 120).await;
+    let again_running = wait_state(&h.backend, again.id(), JobState::Running, 120).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     {
         let _resume = down_node(&h.testbed, "n2", "slurm-run-secrets-test");
-        let failed = wait_terminal(&h.backend, &lost.id, 120).await;
+        let failed = wait_terminal(&h.backend, lost.id(), 120).await;
         assert_eq!(failed.state(), JobState::Error);
         assert_eq!(failed.err_class(), Some(ErrorClass::Infra));
-        assert_no_secret_left(&h, &lost.id, &secret).await;
-        wait_state(&h.backend, &again.id, JobState::Pending, 120).await;
+        assert_no_secret_left(&h, lost.id(), &secret).await;
+        wait_state(&h.backend, again.id(), JobState::Pending, 120).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    start_now(&h, &again_running.record);
-    let status = wait_terminal(&h.backend, &again.id, 180).await;
+    start_now(&h, again_running.record());
+    let status = wait_terminal(&h.backend, again.id(), 180).await;
     assert_eq!(
         status.state(),
         JobState::Complete,
         "{:?}",
-        status.record.history
+        status.record().history()
     );
-    let out = main_out(&h, &status.record).await;
+    let out = main_out(&h, status.record()).await;
     assert!(
         out.lines()
             .any(|l| l.starts_with("run 1 ") && l.ends_with(&digest(&secret))),
         "the requeued run had its secret: {out}"
     );
-    assert_no_secret_left(&h, &again.id, &secret).await;
+    assert_no_secret_left(&h, again.id(), &secret).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -263,17 +262,18 @@ async fn with_slurmdbd_stopped_submits_work_and_unknown_outcomes_wait_for_it() {
         .submit(&small_spec("dbd-down", "sleep 5"), SubmitOptions::default())
         .await
         .unwrap();
-    assert_eq!(adopted.state, JobState::Pending);
+    assert_eq!(adopted.state(), JobState::Pending);
 
     // A record whose attempt ended without an answer (sbatch timed out): squeue
     // answers "no job" but sacct cannot; could-not-ask is never "no job".
     let spec = small_spec("dbd-unknown", "true");
     let id = slurm_core::JobId::mint_for(&spec);
-    let root =
-        slurm_core::storage::RemotePath::parse(h.testbed.get("SLURM_BASE_RESULTS_DIR")).unwrap();
-    let mut record = JobRecord::new(id.clone(), &spec, root.join(id.as_str()).unwrap()).unwrap();
-    record.submit_attempts = Some(1);
-    record.submitted_at -= chrono::Duration::seconds(30);
+    let root = slurm_core::RemotePath::parse(h.testbed.get("SLURM_BASE_RESULTS_DIR")).unwrap();
+    let record = JobRecord::new(id.clone(), &spec, root.join(id.as_str()).unwrap()).unwrap();
+    let record = RecordFixture::new(record)
+        .submit_attempts(1)
+        .submitted_ago(Duration::from_secs(30))
+        .into_record();
     h.backend.store().open(&record).unwrap();
     remote(
         &h,
@@ -281,16 +281,15 @@ async fn with_slurmdbd_stopped_submits_work_and_unknown_outcomes_wait_for_it() {
             .arg("-c")
             .arg(r#"mkdir -p "$1/.sbatch-1" && : > "$1/.sbatch-1/out" && echo 'sbatch: error: Batch job submission failed: Socket timed out on send/recv operation' > "$1/.sbatch-1/err" && echo 1 > "$1/.sbatch-1/rc""#)
             .arg("fake-attempt")
-            .arg(record.results_dir.as_str()),
+            .arg(record.results_dir().as_str()),
     )
     .await;
     let status = h.backend.status(&id).await.unwrap();
     assert_eq!(status.state(), JobState::Submitting);
     let note = status
-        .record
-        .unsettled
-        .as_ref()
-        .map(|u| u.why.clone())
+        .record()
+        .unsettled()
+        .map(ToString::to_string)
         .unwrap_or_default();
     assert!(note.contains("sacct"), "{note}");
 
@@ -301,12 +300,12 @@ async fn with_slurmdbd_stopped_submits_work_and_unknown_outcomes_wait_for_it() {
         status.state(),
         JobState::NotSubmitted,
         "{:?}",
-        status.record.unsettled
+        status.record().unsettled()
     );
     assert_eq!(jobs_named(&h, id.as_str()).await.len(), 0);
-    let done = wait_terminal(&h.backend, &adopted.id, 120).await;
-    assert_eq!(done.state(), JobState::Complete, "{:?}", done.native);
-    assert_eq!(jobs_named(&h, adopted.id.as_str()).await.len(), 1);
+    let done = wait_terminal(&h.backend, adopted.id(), 120).await;
+    assert_eq!(done.state(), JobState::Complete, "{:?}", done.native());
+    assert_eq!(jobs_named(&h, adopted.id().as_str()).await.len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -346,7 +345,7 @@ async fn a_job_that_rewrites_its_spec_is_retried_with_the_spec_the_client_kept()
         }),
         ..WatchOptions::default()
     };
-    let mut events = h.backend.watch(std::slice::from_ref(&first.id), options);
+    let mut events = h.backend.watch(std::slice::from_ref(first.id()), options);
     let mut retries = Vec::new();
     while let Some(event) = tokio::time::timeout(Duration::from_secs(300), events.next())
         .await
@@ -358,14 +357,14 @@ async fn a_job_that_rewrites_its_spec_is_retried_with_the_spec_the_client_kept()
     }
     assert_eq!(retries.len(), 1);
     let retry = &retries[0];
-    assert_eq!(retry.spec_digest, first.spec_digest, "the kept spec");
+    assert_eq!(retry.spec_digest(), first.spec_digest(), "the kept spec");
     let staged = remote(
         &h,
         Command::new("bash")
             .arg("-c")
             .arg(r#"cd "$1" && find . -type f ! -path './logs/*' ! -path './.sbatch-*' | sort; grep -rlF -e "$2" . ; exit 0"#)
             .arg("staged")
-            .arg(retry.results_dir.as_str())
+            .arg(retry.results_dir().as_str())
             .arg(&key_canary),
     )
     .await;
@@ -378,8 +377,8 @@ async fn a_job_that_rewrites_its_spec_is_retried_with_the_spec_the_client_kept()
         !staged.contains("./env/"),
         "an environment secret was staged: {staged}"
     );
-    let first = h.backend.record(&first.id).unwrap();
-    assert_eq!(first.retried_as.as_ref(), Some(&retry.id));
+    let first = h.backend.record(first.id()).unwrap();
+    assert_eq!(first.retried_as().as_ref(), Some(&retry.id()));
 }
 
 /// The test bed's environment for slurmctl, with a record folder.
@@ -435,11 +434,13 @@ async fn two_slurmctl_watchers_retry_an_infra_failure_once() {
         .list(&RecordFilter::any())
         .unwrap()
         .into_iter()
-        .filter(|r| r.retry_of.as_ref() == Some(&first.id) && r.state != JobState::NotSubmitted)
+        .filter(|r| {
+            r.retry_of().as_ref() == Some(&first.id()) && r.state() != JobState::NotSubmitted
+        })
         .collect();
     assert_eq!(retries.len(), 1, "{retries:?}");
-    assert_eq!(first.retried_as.as_ref(), Some(&retries[0].id));
-    assert_eq!(jobs_named(&h, retries[0].id.as_str()).await.len(), 1);
+    assert_eq!(first.retried_as().as_ref(), Some(&retries[0].id()));
+    assert_eq!(jobs_named(&h, retries[0].id().as_str()).await.len(), 1);
     assert_eq!(jobs_named(&h, &id).await.len(), 1);
 }
 
@@ -455,23 +456,23 @@ async fn a_poll_of_twenty_thousand_ids_works() {
         .await
         .unwrap();
     let real_id: u64 = real
-        .backend_ref
+        .backend_ref()
         .as_ref()
         .unwrap()
         .native_id
         .parse()
         .unwrap();
-    wait_terminal(&h.backend, &real.id, 120).await;
-    let mut ids: Vec<slurm_core::slurm::SlurmJobId> = (9_000_000..9_019_999)
-        .map(|n| slurm_core::slurm::SlurmJobId::new(n).unwrap())
+    wait_terminal(&h.backend, real.id(), 120).await;
+    let mut ids: Vec<slurm_core::SlurmJobId> = (9_000_000..9_019_999)
+        .map(|n| slurm_core::SlurmJobId::new(n).unwrap())
         .collect();
-    ids.push(slurm_core::slurm::SlurmJobId::new(real_id).unwrap());
+    ids.push(slurm_core::SlurmJobId::new(real_id).unwrap());
     let command = slurm_core::testing::poll_command(&ids).unwrap();
     let started = std::time::Instant::now();
-    let output = slurm_core::transport::Transport::run(&h.transport, &command)
+    let output = slurm_core::Transport::run(&h.transport, &command)
         .await
         .expect("the poll runs");
-    let parts = slurm_core::transport::round_trip::split(&output, 2).unwrap();
+    let parts = slurm_core::round_trip::split(&output, 2).unwrap();
     assert!(parts[0].success(), "squeue: {}", parts[0].stderr_text());
     assert!(parts[1].success(), "sacct: {}", parts[1].stderr_text());
     assert!(
@@ -491,20 +492,24 @@ async fn slurmctl_shows_an_unsettled_submit_plainly() {
     let _cluster = cluster::shared().await;
     let state = tempfile::tempdir().unwrap();
     let store = slurm_core::FileRecordStore::new(state.path()).unwrap();
-    let root = slurm_core::storage::RemotePath::parse("/shared/results").unwrap();
+    let root = slurm_core::RemotePath::parse("/shared/results").unwrap();
     let spec = small_spec("orphaned", "true");
     let orphan = slurm_core::JobId::mint_for(&spec);
-    let mut record =
+    let record =
         JobRecord::new(orphan.clone(), &spec, root.join(orphan.as_str()).unwrap()).unwrap();
-    record.submitted_at -= chrono::Duration::minutes(3);
+    let record = RecordFixture::new(record)
+        .submitted_ago(Duration::from_secs(180))
+        .into_record();
     store.open(&record).unwrap();
     let waiting = slurm_core::JobId::mint_for(&spec);
-    let mut record =
+    let record =
         JobRecord::new(waiting.clone(), &spec, root.join(waiting.as_str()).unwrap()).unwrap();
-    record.unsettled = Some(slurm_core::record::Unsettled::unanswered(
-        "the scheduler could not be asked: sacct: Problem talking to the database",
-    ));
-    record.candidates = vec![slurm_core::record::BackendRef::new("4711")];
+    let record = RecordFixture::new(record)
+        .unsettled(
+            "the scheduler could not be asked: sacct: Problem talking to the database",
+            vec![slurm_core::BackendRef::new("4711")],
+        )
+        .into_record();
     store.open(&record).unwrap();
 
     let env = ctl_env(state.path());

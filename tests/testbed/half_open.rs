@@ -5,8 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use slurm_core::transport::{Command, Transport};
-use slurm_core::ErrorKind;
+use slurm_core::{Command, ErrorKind, Transport};
 use slurm_run_testsupport::proxy::SilentProxy;
 use slurm_run_testsupport::transports::ssh2_builder as builder;
 use slurm_run_testsupport::{cluster, testbed_env, wait_until_gone};

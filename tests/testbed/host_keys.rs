@@ -5,8 +5,7 @@
 use std::path::Path;
 use std::process::Stdio;
 
-use slurm_core::transport::{Command, Transport};
-use slurm_core::ErrorKind;
+use slurm_core::{Command, ErrorKind, Transport};
 use slurm_run_testsupport::transports::ssh2_builder as builder;
 use slurm_run_testsupport::{cluster, testbed_env, Testbed};
 use slurm_ssh::Ssh2Transport;

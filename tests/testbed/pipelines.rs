@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use slurm_core::backend::{Backend, LogOptions, SubmitOptions};
-use slurm_core::spec::{ArraySpec, Dependency, Scalar, Sweep};
-use slurm_core::transport::Command;
-use slurm_core::{ErrorKind, JobRecord, JobState};
+use slurm_core::{
+    ArraySpec, Backend, Command, Dependency, ErrorKind, JobRecord, JobState, LogOptions, Scalar,
+    SubmitOptions, Sweep,
+};
 use slurm_run_testsupport::backend::{
     down_node, harness, last_message, remote, small_spec, staged_script, wait_state, wait_terminal,
     watch_retrying, Harness,
@@ -16,7 +16,7 @@ use slurm_run_testsupport::cluster;
 
 /// sacct's Start, End and NodeList of a job (its `-X` row).
 async fn sacct_times(h: &Harness, record: &JobRecord) -> (String, String, String) {
-    let native = record.backend_ref.clone().unwrap().native_id;
+    let native = record.backend_ref().unwrap().native_id.clone();
     let out = remote(
         h,
         Command::new("sacct").args([
@@ -39,7 +39,7 @@ async fn sacct_times(h: &Harness, record: &JobRecord) -> (String, String, String
 
 async fn submit_after(h: &Harness, name: &str, command: &str, parent: &JobRecord) -> JobRecord {
     let options = SubmitOptions {
-        after: vec![Dependency::ok(parent.id.clone())],
+        after: vec![Dependency::ok(parent.id().clone())],
         ..SubmitOptions::default()
     };
     h.backend
@@ -64,16 +64,16 @@ async fn a_three_stage_pipeline_runs_in_order() {
     let export = submit_after(&h, "export", "echo exported", &evaluate).await;
     // SLURM holds them, not the client: the script carries the parent's id.
     let script = staged_script(&h, &export).await;
-    let evaluate_native = evaluate.backend_ref.clone().unwrap().native_id;
+    let evaluate_native = evaluate.backend_ref().unwrap().native_id.clone();
     assert!(
         script.contains(&format!("#SBATCH --dependency=afterok:{evaluate_native}\n")),
         "{script}"
     );
-    let pending = h.backend.status(&export.id).await.unwrap();
+    let pending = h.backend.status(export.id()).await.unwrap();
     assert_eq!(pending.state(), JobState::Pending);
     for record in [&train, &evaluate, &export] {
-        let done = wait_terminal(&h.backend, &record.id, 180).await;
-        assert_eq!(done.state(), JobState::Complete, "{:?}", done.native);
+        let done = wait_terminal(&h.backend, record.id(), 180).await;
+        assert_eq!(done.state(), JobState::Complete, "{:?}", done.native());
     }
     let (_, train_end, _) = sacct_times(&h, &train).await;
     let (evaluate_start, evaluate_end, _) = sacct_times(&h, &evaluate).await;
@@ -102,18 +102,18 @@ async fn a_failed_parent_ends_its_children_and_leaves_nothing_pending() {
         .unwrap();
     let child = submit_after(&h, "child", "echo never", &parent).await;
     let grandchild = submit_after(&h, "grandchild", "echo never", &child).await;
-    let failed = wait_terminal(&h.backend, &parent.id, 120).await;
+    let failed = wait_terminal(&h.backend, parent.id(), 120).await;
     assert_eq!(failed.state(), JobState::Error);
     for (record, named) in [(&child, &parent), (&grandchild, &child)] {
-        let done = wait_terminal(&h.backend, &record.id, 120).await;
-        assert_eq!(done.state(), JobState::Error, "{:?}", done.native);
-        let message = last_message(&done.record);
-        assert!(message.contains(named.id.as_str()), "{message}");
+        let done = wait_terminal(&h.backend, record.id(), 120).await;
+        assert_eq!(done.state(), JobState::Error, "{:?}", done.native());
+        let message = last_message(done.record());
+        assert!(message.contains(named.id().as_str()), "{message}");
         assert!(message.contains("can never be satisfied"), "{message}");
     }
     let natives: Vec<String> = [&child, &grandchild]
         .iter()
-        .map(|r| r.backend_ref.clone().unwrap().native_id)
+        .map(|r| r.backend_ref().unwrap().native_id.clone())
         .collect();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -150,33 +150,37 @@ async fn an_array_of_eight_runs_two_at_a_time_polled_in_one_round_trip() {
         .submit(&spec, SubmitOptions::default())
         .await
         .unwrap();
-    let native = record.backend_ref.clone().unwrap().native_id;
+    let native = record.backend_ref().unwrap().native_id.clone();
     let deadline = Instant::now() + Duration::from_secs(240);
     let mut most_running = 0;
     let mut polls = 0;
     let mut one_trip_polls = 0;
     loop {
         h.transport.reset();
-        let status = h.backend.status(&record.id).await.unwrap();
+        let status = h.backend.status(record.id()).await.unwrap();
         let labels = h.transport.labels();
         polls += 1;
         let running = status
-            .tasks
+            .tasks()
             .values()
             .filter(|n| n.state == "RUNNING")
             .count();
-        assert!(running <= 2, "{running} tasks RUNNING: {:?}", status.tasks);
+        assert!(
+            running <= 2,
+            "{running} tasks RUNNING: {:?}",
+            status.tasks()
+        );
         most_running = most_running.max(running);
-        if !status.tasks.is_empty() && labels.iter().all(|l| l.starts_with("poll ")) {
+        if !status.tasks().is_empty() && labels.iter().all(|l| l.starts_with("poll ")) {
             assert_eq!(labels.len(), 1, "one round trip for every task: {labels:?}");
             assert!(labels[0].starts_with("poll 1 job(s)"), "{labels:?}");
             one_trip_polls += 1;
         }
         if status.state().is_terminal() {
-            assert_eq!(status.state(), JobState::Complete, "{:?}", status.record);
+            assert_eq!(status.state(), JobState::Complete, "{:?}", status.record());
             break;
         }
-        assert!(Instant::now() < deadline, "{:?}", status.record);
+        assert!(Instant::now() < deadline, "{:?}", status.record());
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert_eq!(most_running, 2, "two at a time, in {polls} polls");
@@ -184,9 +188,12 @@ async fn an_array_of_eight_runs_two_at_a_time_polled_in_one_round_trip() {
         one_trip_polls > polls / 2,
         "{one_trip_polls} of {polls} polls were one round trip"
     );
-    let record = h.backend.record(&record.id).unwrap();
-    assert_eq!(record.tasks.len(), 8);
-    assert!(record.tasks.values().all(|t| t.state == JobState::Complete));
+    let record = h.backend.record(record.id()).unwrap();
+    assert_eq!(record.tasks().len(), 8);
+    assert!(record
+        .tasks()
+        .values()
+        .all(|t| t.state() == JobState::Complete));
     // Each task has its own log folder and results folder.
     let listing = remote(
         &h,
@@ -194,12 +201,12 @@ async fn an_array_of_eight_runs_two_at_a_time_polled_in_one_round_trip() {
             .arg("-c")
             .arg("cd \"$1\" && ls -d logs/*/ tasks/*/")
             .arg("x")
-            .arg(record.results_dir.as_str()),
+            .arg(record.results_dir().as_str()),
     )
     .await;
     for task in 0..8 {
         assert!(
-            listing.contains(&format!("logs/{}-{native}_{task}/", record.id)),
+            listing.contains(&format!("logs/{}-{native}_{task}/", record.id())),
             "{listing}"
         );
         assert!(listing.contains(&format!("tasks/{task}/")), "{listing}");
@@ -226,8 +233,8 @@ async fn a_sweep_gives_each_task_its_values_from_a_staged_file() {
         .submit(&spec, SubmitOptions::default())
         .await
         .unwrap();
-    let done = wait_terminal(&h.backend, &record.id, 180).await;
-    assert_eq!(done.state(), JobState::Complete, "{:?}", done.record);
+    let done = wait_terminal(&h.backend, record.id(), 180).await;
+    assert_eq!(done.state(), JobState::Complete, "{:?}", done.record());
     let expected = [
         "lr=0.1 batch=32",
         "lr=it's 1e-3 batch=32",
@@ -238,7 +245,7 @@ async fn a_sweep_gives_each_task_its_values_from_a_staged_file() {
         let log = h
             .backend
             .logs(
-                &record.id,
+                record.id(),
                 LogOptions {
                     task: Some(task as u32),
                     ..LogOptions::default()
@@ -274,10 +281,10 @@ async fn a_node_failure_retry_avoids_the_node_and_the_dependant_follows() {
         .submit(&spec, SubmitOptions::default())
         .await
         .unwrap();
-    let running = wait_state(&h.backend, &parent.id, JobState::Running, 120).await;
+    let running = wait_state(&h.backend, parent.id(), JobState::Running, 120).await;
     let bad = running
-        .record
-        .nodes
+        .record()
+        .nodes()
         .first()
         .cloned()
         .expect("it runs on a node");
@@ -303,29 +310,34 @@ async fn a_node_failure_retry_avoids_the_node_and_the_dependant_follows() {
     }
 
     let _resume = down_node(&h.testbed, &bad, "slurm-run-test");
-    let (retries, errors) =
-        watch_retrying(&h.backend, &[parent.id.clone(), child.id.clone()], 1, 240).await;
+    let (retries, errors) = watch_retrying(
+        &h.backend,
+        &[parent.id().clone(), child.id().clone()],
+        1,
+        240,
+    )
+    .await;
     assert!(errors.is_empty(), "{errors:?}");
     let retry = retries.into_iter().next();
-    let first = h.backend.record(&parent.id).unwrap();
-    assert_eq!(first.state, JobState::Error);
-    assert!(first.node_fault, "{first:?}");
-    let retry = h.backend.record(&retry.expect("retried").id).unwrap();
-    assert_eq!(retry.excluded_nodes, vec![bad.clone()]);
+    let first = h.backend.record(parent.id()).unwrap();
+    assert_eq!(first.state(), JobState::Error);
+    assert!(first.node_fault(), "{first:?}");
+    let retry = h.backend.record(retry.expect("retried").id()).unwrap();
+    assert_eq!(retry.excluded_nodes(), vec![bad.clone()]);
     let (_, _, ran_on) = sacct_times(&h, &retry).await;
     assert!(
         !ran_on.is_empty() && ran_on != bad,
         "the retry ran on {ran_on}, not {bad}"
     );
-    assert_eq!(retry.state, JobState::Complete, "{retry:?}");
-    let child = h.backend.record(&child.id).unwrap();
+    assert_eq!(retry.state(), JobState::Complete, "{retry:?}");
+    let child = h.backend.record(child.id()).unwrap();
     assert_eq!(
-        child.after,
-        vec![Dependency::ok(retry.id.clone())],
+        child.after(),
+        vec![Dependency::ok(retry.id().clone())],
         "{child:?}"
     );
     assert_eq!(
-        child.state,
+        child.state(),
         JobState::Complete,
         "the dependant ran after the retry: {child:?}"
     );
@@ -356,15 +368,15 @@ async fn retries_exclude_faulty_nodes_until_too_few_remain() {
         .await
         .unwrap();
     let (retries, errors) =
-        watch_retrying(&h.backend, std::slice::from_ref(&first.id), 5, 240).await;
+        watch_retrying(&h.backend, std::slice::from_ref(first.id()), 5, 240).await;
     let refusal = errors.into_iter().next();
     // Two nodes: the first retry avoids one, the second would avoid both.
     assert_eq!(retries.len(), 1, "{retries:?}");
-    let retry = h.backend.record(&retries[0].id).unwrap();
-    let first = h.backend.record(&first.id).unwrap();
-    assert!(first.node_fault && retry.node_fault);
-    assert_eq!(retry.excluded_nodes, first.nodes);
-    assert_ne!(retry.nodes, first.nodes, "the retry ran elsewhere");
+    let retry = h.backend.record(retries[0].id()).unwrap();
+    let first = h.backend.record(first.id()).unwrap();
+    assert!(first.node_fault() && retry.node_fault());
+    assert_eq!(retry.excluded_nodes(), first.nodes());
+    assert_ne!(retry.nodes(), first.nodes(), "the retry ran elsewhere");
     let refusal = refusal.expect("the third attempt is refused");
     assert_eq!(refusal.kind(), ErrorKind::Invalid, "{refusal}");
     let text = refusal.to_string();

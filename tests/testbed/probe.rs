@@ -9,14 +9,11 @@
 
 use std::time::{Duration, Instant};
 
-use slurm_core::backend::{Backend, LogOptions, SubmitOptions};
-use slurm_core::nccl::{
-    KnobSet, NcclProbe, ProbeOptions, PROBE_LABEL, PROBE_SHAPE_LABEL, PROBE_VERDICT_LABEL,
+use slurm_core::{
+    Backend, Command, ErrorKind, JobRecord, JobSpec, JobState, KnobSet, LogOptions, NcclProbe,
+    ProbeOptions, RecordFilter, SlurmSubmitOptions, SubmitOptions, PROBE_LABEL, PROBE_SHAPE_LABEL,
+    PROBE_VERDICT_LABEL,
 };
-use slurm_core::record::RecordFilter;
-use slurm_core::slurm::SlurmSubmitOptions;
-use slurm_core::transport::Command;
-use slurm_core::{ErrorKind, JobRecord, JobSpec, JobState};
 use slurm_run_testsupport::backend::{
     completed_output, harness, registry_image, remote, small_spec, wait_state, wait_terminal,
     wait_until, with_credentials, Harness,
@@ -76,7 +73,7 @@ async fn cat(h: &Harness, path: &str) -> String {
 
 /// The probe record a job waited for.
 fn probe_of(h: &Harness, job: &JobRecord) -> JobRecord {
-    let id = &job.after.first().expect("the job waits for a probe").job;
+    let id = &job.after().first().expect("the job waits for a probe").job;
     h.backend.record(id).unwrap()
 }
 
@@ -123,8 +120,8 @@ async fn a_two_node_probe_passes_with_the_real_torch_image() {
     assert!(entry.env.is_empty());
     assert_eq!(entry.probe_job, report.job);
     let probe = h.backend.record(&report.job).unwrap();
-    assert_eq!(probe.labels[PROBE_SHAPE_LABEL], "2x2");
-    assert_eq!(probe.state, JobState::Complete);
+    assert_eq!(probe.labels()[PROBE_SHAPE_LABEL], "2x2");
+    assert_eq!(probe.state(), JobState::Complete);
 }
 
 /// Issue 13, points 3 and 5: with the image's fixture hang, the ladder climbs in one
@@ -153,9 +150,9 @@ async fn the_ladder_finds_the_knob_that_stops_the_hang_and_a_later_job_skips_the
         .submit_with(&spec, SubmitOptions::default(), options.clone())
         .await
         .unwrap();
-    assert_eq!(record.state, JobState::Pending);
+    assert_eq!(record.state(), JobState::Pending);
     let probe = probe_of(&h, &record);
-    let out = completed_output(&h.backend, &record.id, 600).await;
+    let out = completed_output(&h.backend, record.id(), 600).await;
     eprintln!(
         "a real probe climbing one rung past a {}-s hang, then the job: {:?}",
         TORCH_RUNG.as_secs(),
@@ -163,10 +160,10 @@ async fn the_ladder_finds_the_knob_that_stops_the_hang_and_a_later_job_skips_the
     );
     assert_eq!(out.matches("p2p=1").count(), 2, "{out}");
     // One probe job, two rungs: the hang, then the knob.
-    let probe = h.backend.record(&probe.id).unwrap();
-    assert_eq!(probe.state, JobState::Complete);
-    assert_eq!(probe.labels[PROBE_VERDICT_LABEL], "OK");
-    let verdict = cat(&h, &format!("{}/nccl/verdict", probe.results_dir)).await;
+    let probe = h.backend.record(probe.id()).unwrap();
+    assert_eq!(probe.state(), JobState::Complete);
+    assert_eq!(probe.labels()[PROBE_VERDICT_LABEL], "OK");
+    let verdict = cat(&h, &format!("{}/nccl/verdict", probe.results_dir())).await;
     assert!(verdict.starts_with("rung 0 HUNG "), "{verdict}");
     assert!(
         verdict.contains("env 1 NCCL_P2P_DISABLE=1\nrung 1 OK NCCL_PROBE_OK world=2 backend=gloo"),
@@ -175,7 +172,7 @@ async fn the_ladder_finds_the_knob_that_stops_the_hang_and_a_later_job_skips_the
     let p2p = KnobSet::from([("NCCL_P2P_DISABLE".to_string(), "1".to_string())]);
     let cached = h.backend.knob_cache("testbed").unwrap().unwrap();
     assert_eq!(cached.for_shape(2, 1).unwrap().env, p2p);
-    assert_eq!(cached.for_shape(2, 1).unwrap().probe_job, probe.id);
+    assert_eq!(&cached.for_shape(2, 1).unwrap().probe_job, probe.id());
 
     // A later job of the shape: no probe, nothing polled, the knob in its env.
     let before = h.transport.labels().len();
@@ -189,8 +186,8 @@ async fn the_ladder_finds_the_knob_that_stops_the_hang_and_a_later_job_skips_the
     assert_eq!(submits.len(), 1, "{labels:?}");
     assert!(submits[0].starts_with("submit train-"), "{labels:?}");
     assert!(!labels.iter().any(|l| l.starts_with("poll ")), "{labels:?}");
-    assert!(later.after.is_empty());
-    let out = completed_output(&h.backend, &later.id, 180).await;
+    assert!(later.after().is_empty());
+    let out = completed_output(&h.backend, later.id(), 180).await;
     assert_eq!(out.matches("p2p=1").count(), 2, "{out}");
     assert_eq!(
         h.backend.records(&probes()).unwrap().len(),
@@ -213,11 +210,11 @@ async fn a_probe_in_an_image_without_torchrun_gives_the_clear_error() {
         .submit(&spec, SubmitOptions::default())
         .await
         .unwrap();
-    assert_eq!(record.state, JobState::Pending);
+    assert_eq!(record.state(), JobState::Pending);
     let probe = probe_of(&h, &record);
-    let status = wait_terminal(&h.backend, &record.id, 180).await;
+    let status = wait_terminal(&h.backend, record.id(), 180).await;
     assert_eq!(status.state(), JobState::Error, "{status:?}");
-    let message = status.record.last_message().to_string();
+    let message = status.record().last_message().to_string();
     for needle in [
         "NCCL probe",
         "FAILED",
@@ -227,14 +224,14 @@ async fn a_probe_in_an_image_without_torchrun_gives_the_clear_error() {
     ] {
         assert!(message.contains(needle), "{needle} missing: {message}");
     }
-    assert!(message.contains(probe.id.as_str()), "{message}");
-    let probe = h.backend.record(&probe.id).unwrap();
-    assert_eq!(probe.labels[PROBE_VERDICT_LABEL], "FAILED");
+    assert!(message.contains(probe.id().as_str()), "{message}");
+    let probe = h.backend.record(probe.id()).unwrap();
+    assert_eq!(probe.labels()[PROBE_VERDICT_LABEL], "FAILED");
     assert!(h.backend.knob_cache("testbed").unwrap().is_none());
     // The job never ran: nothing in its log.
     let out = h
         .backend
-        .logs(&record.id, LogOptions::default())
+        .logs(record.id(), LogOptions::default())
         .await
         .unwrap_or_default();
     assert!(!out.contains("never runs"), "{out}");
@@ -255,7 +252,7 @@ async fn a_probe_queued_behind_a_blocker_leaves_the_submit_free() {
         .submit(&blocker, SubmitOptions::default())
         .await
         .unwrap();
-    wait_state(&h.backend, &blocker.id, JobState::Running, 60).await;
+    wait_state(&h.backend, blocker.id(), JobState::Running, 60).await;
 
     let spec = two_nodes("train", "echo job-ran p2p=${NCCL_P2P_DISABLE:-unset}");
     let options = SlurmSubmitOptions {
@@ -279,16 +276,16 @@ async fn a_probe_queued_behind_a_blocker_leaves_the_submit_free() {
     );
     let probe = probe_of(&h, &record);
     // Both wait on the scheduler: the probe for resources, the job for the probe.
-    let job = wait_until(&h.backend, &record.id, 30, |s| {
-        s.native.as_ref().and_then(|n| n.reason.as_deref()) == Some("Dependency")
+    let job = wait_until(&h.backend, record.id(), 30, |s| {
+        s.native().as_ref().and_then(|n| n.reason.as_deref()) == Some("Dependency")
     })
     .await;
     assert_eq!(job.state(), JobState::Pending);
-    let queued = h.backend.status(&probe.id).await.unwrap();
+    let queued = h.backend.status(probe.id()).await.unwrap();
     assert_eq!(queued.state(), JobState::Pending, "{queued:?}");
 
-    h.backend.cancel(&blocker.id).await.unwrap();
-    let out = completed_output(&h.backend, &record.id, 180).await;
+    h.backend.cancel(blocker.id()).await.unwrap();
+    let out = completed_output(&h.backend, record.id(), 180).await;
     assert_eq!(out.matches("job-ran p2p=1").count(), 2, "{out}");
     let cached = h.backend.knob_cache("testbed").unwrap().unwrap();
     assert_eq!(cached.for_shape(2, 1).unwrap().env["NCCL_P2P_DISABLE"], "1");
@@ -335,7 +332,8 @@ async fn a_hang_climbs_to_p2p_disable_in_one_probe_job_which_later_jobs_use() {
                 .submit(spec, SubmitOptions::default())
                 .await
                 .unwrap()
-                .id,
+                .id()
+                .clone(),
         );
     }
     for (id, expected, count) in [
@@ -374,7 +372,7 @@ async fn a_wrong_sum_is_an_error_that_caches_nothing() {
     assert!(text.contains("admins"), "{text}");
     assert!(h.backend.knob_cache("testbed").unwrap().is_none());
     let probe = h.backend.records(&probes()).unwrap().remove(0);
-    let verdict = cat(&h, &format!("{}/nccl/verdict", probe.results_dir)).await;
+    let verdict = cat(&h, &format!("{}/nccl/verdict", probe.results_dir())).await;
     assert_eq!(
         verdict, "rung 0 BAD NCCL_PROBE_BAD sum=3 expected=10\nend BAD 0\n",
         "BAD is not a hang: no second rung"
@@ -389,9 +387,9 @@ async fn a_wrong_sum_is_an_error_that_caches_nothing() {
         .submit_with(&spec, SubmitOptions::default(), options)
         .await
         .unwrap();
-    let status = wait_terminal(&h.backend, &record.id, 120).await;
+    let status = wait_terminal(&h.backend, record.id(), 120).await;
     assert_eq!(status.state(), JobState::Error, "{status:?}");
-    let message = status.record.last_message();
+    let message = status.record().last_message();
     assert!(
         message.contains("BAD") && message.contains("sum=3 expected=10"),
         "{message}"

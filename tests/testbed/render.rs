@@ -5,9 +5,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use slurm_core::redact::SecretRegistry;
-use slurm_core::render::{Renderer, ScriptContext, TemplateKind};
-use slurm_core::transport::{Command, Output, Transport};
+use slurm_core::{
+    Command, Output, Renderer, ScriptContext, SecretRegistry, TemplateKind, Transport,
+};
 use slurm_render::HandlebarsRenderer;
 use slurm_run_testsupport::{cluster, testbed_env};
 use slurm_ssh::{Ssh2Transport, Ssh2TransportBuilder};

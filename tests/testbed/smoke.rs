@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use slurm_run::core::transport::shell_quote;
+use slurm_run::core::shell_quote;
 use slurm_run_testsupport::{cluster, testbed_env, Testbed};
 use ssh2::{CheckResult, KnownHostFileKind, Session};
 

@@ -5,8 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use slurm_core::transport::{Command, Transport};
-use slurm_core::ErrorKind;
+use slurm_core::{Command, ErrorKind, Transport};
 use slurm_run_testsupport::transports::ssh2_builder as builder;
 use slurm_run_testsupport::{cluster, testbed_env, wait_until_gone, Testbed};
 use slurm_ssh::{HostSpec, Ssh2Transport};

@@ -2,7 +2,7 @@
 //! `Ssh2Transport` and `OpenSshTransport` against the test bed. `LocalTransport` runs it
 //! in slurm-core's tests, `ProcessShellTransport::local_bash()` in slurm-ssh's.
 
-use slurm_core::transport::{Command, Transport};
+use slurm_core::{Command, Transport};
 use slurm_run_testsupport::testbed::Master;
 use slurm_run_testsupport::transports::{self, Held};
 use slurm_run_testsupport::{cluster, testbed_env};

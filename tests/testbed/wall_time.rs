@@ -2,11 +2,9 @@
 //! MaxTime is UNLIMITED takes a long time, a one-minute smoke test runs, and a command
 //! killed by its own child timeout says so.
 
-use slurm_core::backend::{Backend, LogOptions, LogStream, SubmitOptions};
-use slurm_core::classify::ErrorClass;
-use slurm_core::spec::WallTime;
-use slurm_core::transport::Command;
-use slurm_core::JobState;
+use slurm_core::{
+    Backend, Command, ErrorClass, JobState, LogOptions, LogStream, SubmitOptions, WallTime,
+};
 use slurm_run_testsupport::backend::{
     harness, last_message, remote, small_spec, staged_script, wait_terminal,
 };
@@ -27,15 +25,15 @@ async fn an_unlimited_partition_takes_a_long_wall_time() {
         .submit(&spec, SubmitOptions::default())
         .await
         .unwrap();
-    let native = record.backend_ref.clone().unwrap().native_id;
+    let native = record.backend_ref().unwrap().native_id.clone();
     let limit = remote(
         &h,
         Command::new("scontrol").args(["--oneliner", "show", "job", native.as_str()]),
     )
     .await;
     assert!(limit.contains("TimeLimit=1-06:00:00"), "{limit}");
-    let done = wait_terminal(&h.backend, &record.id, 120).await;
-    assert_eq!(done.state(), JobState::Complete, "{:?}", done.native);
+    let done = wait_terminal(&h.backend, record.id(), 120).await;
+    assert_eq!(done.state(), JobState::Complete, "{:?}", done.native());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,8 +47,8 @@ async fn a_one_minute_smoke_test_runs() {
         .submit(&spec, SubmitOptions::default())
         .await
         .unwrap();
-    let done = wait_terminal(&h.backend, &record.id, 120).await;
-    assert_eq!(done.state(), JobState::Complete, "{:?}", done.native);
+    let done = wait_terminal(&h.backend, record.id(), 120).await;
+    assert_eq!(done.state(), JobState::Complete, "{:?}", done.native());
     let script = staged_script(&h, &record).await;
     assert!(script.contains("timeout 57s srun"), "{script}");
 }
@@ -75,17 +73,17 @@ async fn a_command_killed_by_its_child_timeout_says_so() {
         )
         .await
         .unwrap();
-    let done = wait_terminal(&h.backend, &timed_out.id, 120).await;
-    assert_eq!(done.state(), JobState::Error, "{:?}", done.native);
+    let done = wait_terminal(&h.backend, timed_out.id(), 120).await;
+    assert_eq!(done.state(), JobState::Error, "{:?}", done.native());
     assert_eq!(done.err_class(), Some(ErrorClass::Program));
-    assert_eq!(done.native.as_ref().and_then(|n| n.exit_code), Some(124));
-    let message = last_message(&done.record);
+    assert_eq!(done.native().as_ref().and_then(|n| n.exit_code), Some(124));
+    let message = last_message(done.record());
     assert!(message.contains("child timeout"), "{message}");
     assert!(message.contains("not a crash"), "{message}");
     let err = h
         .backend
         .logs(
-            &timed_out.id,
+            timed_out.id(),
             LogOptions {
                 stream: LogStream::Err,
                 tail: 20,
@@ -99,9 +97,9 @@ async fn a_command_killed_by_its_child_timeout_says_so() {
         "{err}"
     );
 
-    let crashed = wait_terminal(&h.backend, &crash.id, 120).await;
+    let crashed = wait_terminal(&h.backend, crash.id(), 120).await;
     assert_eq!(crashed.state(), JobState::Error);
-    let message = crashed.record.last_message().to_string();
+    let message = crashed.record().last_message().to_string();
     assert!(
         !message.is_empty() && !message.contains("timeout"),
         "{message}"

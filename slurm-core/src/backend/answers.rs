@@ -23,20 +23,53 @@ pub struct NativeStatus {
     pub source: &'static str,
 }
 
-/// A job's current state, as its record now holds it, with what the scheduler said.
+/// A job's current state, as its record now holds it, with what the scheduler said;
+/// read through its accessors.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JobStatus {
-    /// The record, after this observation was applied.
-    pub record: JobRecord,
-    /// The scheduler's own words, when the job was found.
-    pub native: Option<NativeStatus>,
-    /// For an array: the scheduler's words on each task it spoke of, by index (their
-    /// states are in the record's tasks), read in the same round trip.
+    pub(crate) record: JobRecord,
+    pub(crate) native: Option<NativeStatus>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub tasks: BTreeMap<u32, NativeStatus>,
+    pub(crate) tasks: BTreeMap<u32, NativeStatus>,
 }
 
 impl JobStatus {
+    /// The status a backend answers: the `record` after the observation was applied,
+    /// the scheduler's words on the job (`native`, when it was found) and, for an
+    /// array, on each task it spoke of (`tasks`, by index).
+    pub fn new(
+        record: JobRecord,
+        native: Option<NativeStatus>,
+        tasks: BTreeMap<u32, NativeStatus>,
+    ) -> Self {
+        JobStatus {
+            record,
+            native,
+            tasks,
+        }
+    }
+
+    /// The record, after this observation was applied.
+    pub fn record(&self) -> &JobRecord {
+        &self.record
+    }
+
+    /// The record, owned.
+    pub fn into_record(self) -> JobRecord {
+        self.record
+    }
+
+    /// The scheduler's own words, when the job was found.
+    pub fn native(&self) -> Option<&NativeStatus> {
+        self.native.as_ref()
+    }
+
+    /// For an array: the scheduler's words on each task it spoke of, by index (their
+    /// states are in the record's tasks), read in the same round trip.
+    pub fn tasks(&self) -> &BTreeMap<u32, NativeStatus> {
+        &self.tasks
+    }
+
     /// The record id.
     pub fn id(&self) -> &JobId {
         &self.record.id

@@ -28,8 +28,9 @@ pub use answers::{JobStatus, NativeStatus, WatchEvent};
 pub use ext::BackendExt;
 pub use local::LocalBackend;
 pub use options::{LogOptions, LogStream, SubmitOptions, WatchOptions};
-pub use preflight::{CheckKind, PreflightCheck, PreflightReport};
-pub use watch::watch_by_polling;
+pub(crate) use preflight::CheckKind;
+pub use preflight::{PreflightCheck, PreflightReport};
+pub(crate) use watch::watch_by_polling;
 
 /// Runs jobs somewhere and keeps their records true. Object safe: hold it as
 /// `Arc<dyn Backend>`.

@@ -9,7 +9,8 @@ use serde::Serialize;
 use crate::classify::RetryPolicy;
 use crate::record::JobId;
 use crate::redact::{check_secret_value, SecretRegistry};
-use crate::spec::{Dependency, JobSpec};
+use crate::dependency::Dependency;
+use crate::spec::JobSpec;
 use crate::Result;
 
 /// Options of [`Backend::submit`](super::Backend::submit).

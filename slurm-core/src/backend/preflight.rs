@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-pub use crate::error::CheckKind;
+pub(crate) use crate::error::CheckKind;
 use crate::{Error, Result};
 
 /// One preflight check.

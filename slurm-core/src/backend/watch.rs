@@ -31,7 +31,7 @@ struct Watch<B> {
 /// [`WatchEvent::Retried`] and following the new record; a job that had already failed
 /// when the watch began is retried too), and ends when every job is terminal or on a
 /// lasting error (reported as the last item). Never stops on elapsed time.
-pub fn watch_by_polling<B>(
+pub(crate) fn watch_by_polling<B>(
     backend: B,
     ids: &[JobId],
     options: WatchOptions,

@@ -80,7 +80,7 @@ pub(crate) fn parse_shape(label: &str) -> Option<(u32, u32)> {
 
 /// Whether `spec` is a probe job of ours (its batch step runs the ladder): the label
 /// and the ladder as its command, never a user's job that happens to carry the label.
-pub fn is_probe_job(spec: &JobSpec) -> bool {
+pub(crate) fn is_probe_job(spec: &JobSpec) -> bool {
     spec.labels.get(PROBE_LABEL).map(String::as_str) == Some("nccl") && spec.command == PROBE_LADDER
 }
 

@@ -37,10 +37,12 @@ mod outcome;
 
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use job::{default_probe_command, PROBE_LADDER};
-pub use job::{is_probe_job, PROBE_LABEL, PROBE_SHAPE_LABEL, PROBE_VERDICT_LABEL};
+pub(crate) use job::is_probe_job;
+pub use job::{PROBE_LABEL, PROBE_SHAPE_LABEL, PROBE_VERDICT_LABEL};
 pub(crate) use job::{needs_nccl, parse_shape, probe_spec, KNOBS_FILE, PROBE_DIR, VERDICT_FILE};
 pub(crate) use knobs::{cluster_key, knobs_path, read_knobs, record_knobs, remove_knobs};
 pub use knobs::{ClusterKnobs, ShapeKnobs};
-pub use options::{default_ladder, KnobSet, NcclProbe, ProbeOptions};
+pub(crate) use options::{default_ladder, NcclProbe};
+pub use options::{KnobSet, ProbeOptions};
 pub(crate) use outcome::{ladder_outcomes, show_env, verdict_of};
 pub use outcome::{ProbeAttempt, ProbeOutcome, ProbeReport};

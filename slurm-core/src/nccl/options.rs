@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use crate::spec::NcclProbe;
+pub(crate) use crate::spec::NcclProbe;
 
 /// Extra environment for NCCL: variable name to value.
 pub type KnobSet = BTreeMap<String, String>;
@@ -79,7 +79,7 @@ impl ProbeOptions {
 
 /// The default ladder: nothing; `NCCL_P2P_DISABLE=1`; also `NCCL_IB_DISABLE=1`; also
 /// `NCCL_SOCKET_IFNAME=<socket_ifname>`.
-pub fn default_ladder(socket_ifname: &str) -> Vec<KnobSet> {
+pub(crate) fn default_ladder(socket_ifname: &str) -> Vec<KnobSet> {
     let knob = |pairs: &[(&str, &str)]| -> KnobSet {
         pairs
             .iter()

@@ -22,8 +22,7 @@ use std::sync::Arc;
 
 use super::read_cache::{FileIdentity, ReadCache};
 use crate::record::{
-    apply_mark, apply_update, JobId, JobRecord, Mark, RecordFilter, RecordStore, SubmitLease,
-    SCHEMA_VERSION,
+    JobId, JobRecord, Mark, RecordFilter, RecordStore, SubmitLease, SCHEMA_VERSION,
 };
 use crate::redact::SecretRegistry;
 use crate::{Error, Result};
@@ -81,7 +80,7 @@ impl FileRecordStore {
     }
 
     /// The file of record `id`.
-    pub fn record_path(&self, id: &JobId) -> PathBuf {
+    pub(crate) fn record_path(&self, id: &JobId) -> PathBuf {
         self.dir.join(format!("{id}.json"))
     }
 
@@ -199,7 +198,7 @@ impl FileRecordStore {
     }
 
     /// The ids of every record file in the folder (temporary and lock files skipped).
-    pub fn ids(&self) -> Result<Vec<JobId>> {
+    pub(crate) fn ids(&self) -> Result<Vec<JobId>> {
         let entries = fs::read_dir(&self.dir)
             .map_err(|e| Error::io(format!("listing {}", self.dir.display()), e))?;
         let mut ids = Vec::new();
@@ -227,11 +226,7 @@ impl RecordStore for FileRecordStore {
         let _lock = self.lock(&record.id)?;
         let mut record = record.clone();
         if let Some(r) = &self.redactor {
-            for t in &mut record.history {
-                if let Some(m) = &t.message {
-                    t.message = Some(r.redact(m));
-                }
-            }
+            record.redact_history(r);
         }
         self.write(&record, true)
     }
@@ -243,7 +238,7 @@ impl RecordStore for FileRecordStore {
     fn mark(&self, id: &JobId, mark: Mark) -> Result<JobRecord> {
         let _lock = self.lock(id)?;
         let (mut record, _) = self.read(id)?;
-        if apply_mark(&mut record, mark, self.redactor.as_ref())? {
+        if record.apply_mark(mark, self.redactor.as_ref())? {
             self.write(&record, false)?;
         }
         Ok(record)
@@ -256,7 +251,7 @@ impl RecordStore for FileRecordStore {
     ) -> Result<JobRecord> {
         let _lock = self.lock(id)?;
         let (record, _) = self.read(id)?;
-        let next = apply_update(&record, change)?;
+        let next = record.apply_update(change)?;
         self.write(&next, false)?;
         Ok(next)
     }

@@ -3,9 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use crate::record::{
-    apply_mark, apply_update, JobId, JobRecord, Mark, RecordFilter, RecordStore, SubmitLease,
-};
+use crate::record::{JobId, JobRecord, Mark, RecordFilter, RecordStore, SubmitLease};
 use crate::redact::SecretRegistry;
 use crate::{Error, Result};
 
@@ -67,9 +65,7 @@ impl RecordStore for MemoryRecordStore {
         }
         let mut record = record.clone();
         if let Some(r) = &self.redactor {
-            for t in &mut record.history {
-                t.message = t.message.as_deref().map(|m| r.redact(m));
-            }
+            record.redact_history(r);
         }
         map.insert(record.id.clone(), record);
         Ok(())
@@ -83,7 +79,7 @@ impl RecordStore for MemoryRecordStore {
         let mut map = self.map();
         let current = map.get(id).ok_or_else(|| not_found(id))?;
         let mut next = current.clone();
-        apply_mark(&mut next, mark, self.redactor.as_ref())?;
+        next.apply_mark(mark, self.redactor.as_ref())?;
         map.insert(id.clone(), next.clone());
         Ok(next)
     }
@@ -95,7 +91,7 @@ impl RecordStore for MemoryRecordStore {
     ) -> Result<JobRecord> {
         let mut map = self.map();
         let current = map.get(id).ok_or_else(|| not_found(id))?;
-        let next = apply_update(current, change)?;
+        let next = current.apply_update(change)?;
         map.insert(id.clone(), next.clone());
         Ok(next)
     }

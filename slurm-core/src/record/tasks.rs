@@ -10,30 +10,56 @@ use serde::{Deserialize, Serialize};
 use crate::classify::ErrorClass;
 use crate::state::{JobState, TransitionOutcome};
 
-/// One task of an array as the record keeps it.
+use super::JobRecord;
+
+/// One task of an array as the record keeps it, read through its accessors.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskRecord {
-    /// The task's state (the state machine's rules hold for it).
-    pub state: JobState,
-    /// Infra or program, for an ERROR.
+    pub(crate) state: JobState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub err_class: Option<ErrorClass>,
-    /// The nodes it ran on.
+    pub(crate) err_class: Option<ErrorClass>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub nodes: Vec<String>,
-    /// Whether its failure is tied to its nodes (they are excluded from its retry).
+    pub(crate) nodes: Vec<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub node_fault: bool,
-    /// What was last said of it.
+    pub(crate) node_fault: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// When it last changed.
-    pub updated_at: DateTime<Utc>,
+    pub(crate) message: Option<String>,
+    pub(crate) updated_at: DateTime<Utc>,
 }
 
 impl TaskRecord {
+    /// The task's state (the state machine's rules hold for it).
+    pub fn state(&self) -> JobState {
+        self.state
+    }
+
+    /// Infra or program, for an ERROR.
+    pub fn err_class(&self) -> Option<ErrorClass> {
+        self.err_class
+    }
+
+    /// The nodes it ran on.
+    pub fn nodes(&self) -> &[String] {
+        &self.nodes
+    }
+
+    /// Whether its failure is tied to its nodes (they are excluded from its retry).
+    pub fn node_fault(&self) -> bool {
+        self.node_fault
+    }
+
+    /// What was last said of it.
+    pub fn message(&self) -> Option<&str> {
+        self.message.as_deref()
+    }
+
+    /// When it last changed.
+    pub fn updated_at(&self) -> DateTime<Utc> {
+        self.updated_at
+    }
+
     /// A task just opened, in `state`.
-    pub fn new(state: JobState, at: DateTime<Utc>) -> Self {
+    pub(crate) fn new(state: JobState, at: DateTime<Utc>) -> Self {
         TaskRecord {
             state,
             err_class: None,
@@ -114,7 +140,7 @@ pub(crate) fn apply_task(task: &mut TaskRecord, mark: &TaskMark, at: DateTime<Ut
 ///
 /// An array ends only when its last task ends, and a task ended stays ended, so the
 /// derived state moves as the state machine allows.
-pub fn derive_state(tasks: &BTreeMap<u32, TaskRecord>) -> (JobState, Option<ErrorClass>) {
+pub(crate) fn derive_state(tasks: &BTreeMap<u32, TaskRecord>) -> (JobState, Option<ErrorClass>) {
     let states = || tasks.values().map(|t| t.state);
     if states().all(JobState::is_terminal) {
         if states().all(|s| s == JobState::Complete) {
@@ -149,8 +175,22 @@ pub fn derive_state(tasks: &BTreeMap<u32, TaskRecord>) -> (JobState, Option<Erro
     }
 }
 
+/// An array's tasks, told in short.
+impl JobRecord {
+    /// The task indices grouped by state, as ranges: `[(COMPLETE, "0-1"), (PENDING,
+    /// "2-7")]` (empty for a single job).
+    pub fn task_groups(&self) -> Vec<(JobState, String)> {
+        state_groups(&self.tasks)
+    }
+
+    /// `8 tasks: 2 COMPLETE, 2 RUNNING, 4 PENDING` (`0 tasks: ` for a single job).
+    pub fn task_summary(&self) -> String {
+        summary(&self.tasks)
+    }
+}
+
 /// `8 tasks: 2 COMPLETE, 2 RUNNING, 4 PENDING`.
-pub fn summary(tasks: &BTreeMap<u32, TaskRecord>) -> String {
+pub(crate) fn summary(tasks: &BTreeMap<u32, TaskRecord>) -> String {
     let mut counts: BTreeMap<JobState, usize> = BTreeMap::new();
     for task in tasks.values() {
         *counts.entry(task.state).or_default() += 1;
@@ -164,7 +204,7 @@ pub fn summary(tasks: &BTreeMap<u32, TaskRecord>) -> String {
 }
 
 /// Task indices grouped by state, as ranges: `[(COMPLETE, "0-1"), (PENDING, "2-7")]`.
-pub fn state_groups(tasks: &BTreeMap<u32, TaskRecord>) -> Vec<(JobState, String)> {
+pub(crate) fn state_groups(tasks: &BTreeMap<u32, TaskRecord>) -> Vec<(JobState, String)> {
     let mut groups: BTreeMap<JobState, Vec<u32>> = BTreeMap::new();
     for (index, task) in tasks {
         groups.entry(task.state).or_default().push(*index);

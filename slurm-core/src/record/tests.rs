@@ -2,6 +2,11 @@
 
 use super::*;
 use crate::classify::ErrorClass;
+use crate::names::MAX_NAME_LEN;
+use crate::redact::SecretRegistry;
+use crate::spec::JobSpec;
+use crate::state::JobState;
+use crate::storage::RemotePath;
 
 pub(crate) fn sample_spec() -> JobSpec {
     let mut spec = JobSpec::new("hello", "python train.py");
@@ -66,8 +71,8 @@ fn new_records_hold_no_secret_values() {
     assert_eq!(r.spec_digest, sample_spec().digest());
     let json = serde_json::to_string(&r).unwrap();
     assert!(json.contains("\"state\":\"SUBMITTING\""));
-    assert!(json.contains("\"schema_version\":3"));
-    let retry = record(JobId::parse("hello-000002").unwrap()).retry_of(&r);
+    assert!(json.contains("\"schema_version\":2"));
+    let retry = record(JobId::parse("hello-000002").unwrap()).retrying(&r);
     assert_eq!((retry.attempt, retry.retry_of.as_ref()), (2, Some(&r.id)));
 }
 

@@ -48,20 +48,20 @@ use crate::Result;
 /// ```no_run
 /// # async fn demo() -> slurm_core::Result<()> {
 /// use std::sync::Arc;
-/// use slurm_core::backend::{Backend, SubmitOptions};
-/// use slurm_core::slurm::{SlurmBackend, SlurmConfig};
+/// use slurm_core::{Backend, SubmitOptions};
+/// use slurm_core::{SlurmBackend, SlurmConfig};
 /// use slurm_core::{FileRecordStore, JobSpec};
 /// # #[derive(Debug)] struct MyRenderer;
-/// # impl slurm_core::render::Renderer for MyRenderer {
-/// #   fn render(&self, _: slurm_core::render::TemplateKind, _: &slurm_core::render::ScriptContext) -> slurm_core::Result<String> { Ok(String::new()) }
-/// #   fn lint(&self, _: &str, _: &slurm_core::redact::SecretRegistry) -> slurm_core::Result<()> { Ok(()) }
+/// # impl slurm_core::Renderer for MyRenderer {
+/// #   fn render(&self, _: slurm_core::TemplateKind, _: &slurm_core::ScriptContext) -> slurm_core::Result<String> { Ok(String::new()) }
+/// #   fn lint(&self, _: &str, _: &slurm_core::SecretRegistry) -> slurm_core::Result<()> { Ok(()) }
 /// # }
 /// let config = SlurmConfig::from_env()?;
 /// let store = FileRecordStore::new(&config.state_dir)?;
-/// let transport = slurm_core::transport::LocalTransport::new(); // on the login node itself
+/// let transport = slurm_core::LocalTransport::new(); // on the login node itself
 /// let backend: Arc<dyn Backend> = Arc::new(SlurmBackend::new(transport, MyRenderer, store, config));
 /// let record = backend.submit(&JobSpec::new("hello", "nvidia-smi"), SubmitOptions::default()).await?;
-/// println!("{} is {}", record.id, record.state);
+/// println!("{} is {}", record.id(), record.state());
 /// # Ok(()) }
 /// ```
 pub struct SlurmBackend<T, R, S> {

@@ -7,39 +7,6 @@ use std::time::Duration;
 use super::SlurmSubmitOptions;
 use crate::{Error, Result};
 
-/// The environment variables the backend reads, with what each one is for.
-pub const ENV_VARS: &[(&str, &str)] = &[
-    ("SLURM_PARTITION", "partition(s) for GPU jobs, comma-separated (required)"),
-    (
-        "SLURM_BASE_RESULTS_DIR",
-        "absolute results root on shared storage (optional: default `$HOME/slurm-run` on the cluster)",
-    ),
-    ("SLURM_ACCOUNT", "account for `#SBATCH --account` (optional)"),
-    (
-        "SLURM_CONVERT_PARTITION",
-        "CPU partition for container image conversion (optional: default `cpu_long`)",
-    ),
-    (
-        "SLURM_CONTAINER_MOUNTS",
-        "container mounts added to every job, `SRC:DST[,SRC:DST]` (optional)",
-    ),
-    (
-        "SLURM_CONTAINER_RESULTS_DIR",
-        "where the job folder is mounted inside the container (optional: default the same path as on the cluster)",
-    ),
-    (
-        "SLURM_RUN_STATE_DIR",
-        "local folder of job records (optional: default `~/.slurm-run/jobs`)",
-    ),
-    (
-        "SLURM_NCCL_SOCKET_IFNAME",
-        "network interface the NCCL probe's last rung pins with NCCL_SOCKET_IFNAME (optional: default `eth0`)",
-    ),
-    (
-        "SLURM_NCCL_PROBE",
-        "whether multi-GPU jobs are preceded by the NCCL probe: auto, always or never (optional: default `auto`; a spec's nccl_probe wins)",
-    ),
-];
 
 /// The SLURM backend's configuration. Connection settings (`SLURM_HOSTNAME`,
 /// `SLURM_USER`, `SSH_KEY_PATH`) belong to the transport, not here.
@@ -109,7 +76,20 @@ impl SlurmConfig {
         SlurmConfigBuilder::default()
     }
 
-    /// Read the configuration from the environment variables in [`ENV_VARS`].
+    /// Read the configuration from the environment:
+    ///
+    /// | variable | what for |
+    /// |---|---|
+    /// | `SLURM_PARTITION` | partition(s) for GPU jobs, comma-separated (required) |
+    /// | `SLURM_BASE_RESULTS_DIR` | absolute results root on shared storage (optional: default `$HOME/slurm-run` on the cluster) |
+    /// | `SLURM_ACCOUNT` | account for `#SBATCH --account` (optional) |
+    /// | `SLURM_CONVERT_PARTITION` | CPU partition for container image conversion (optional: default `cpu_long`) |
+    /// | `SLURM_CONTAINER_MOUNTS` | container mounts added to every job, `SRC:DST[,SRC:DST]` (optional) |
+    /// | `SLURM_CONTAINER_RESULTS_DIR` | where the job folder is mounted inside the container (optional: default the same path as on the cluster) |
+    /// | `SLURM_RUN_STATE_DIR` | local folder of job records (optional: default `~/.slurm-run/jobs`) |
+    /// | `SLURM_NCCL_SOCKET_IFNAME` | network interface the NCCL probe's last rung pins with NCCL_SOCKET_IFNAME (optional: default `eth0`) |
+    /// | `SLURM_NCCL_PROBE` | whether multi-GPU jobs are preceded by the NCCL probe: auto, always or never (optional: default `auto`; a spec's nccl_probe wins) |
+    ///
     pub fn from_env() -> Result<Self> {
         Self::builder()
             .with_env_from(|name| std::env::var(name).ok())
@@ -137,7 +117,8 @@ pub struct SlurmConfigBuilder {
 }
 
 impl SlurmConfigBuilder {
-    /// Fill every field the lookup knows (by the names in [`ENV_VARS`]); empty values count as unset.
+    /// Fill every field the lookup knows (by the names [`SlurmConfig::from_env`] lists);
+    /// empty values count as unset.
     pub fn with_env_from(mut self, lookup: impl Fn(&str) -> Option<String>) -> Self {
         let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         if let Some(v) = get("SLURM_PARTITION") {
@@ -363,6 +344,54 @@ mod tests {
             .with_env_from(move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
             .with_state_dir("/tmp/records")
             .build()
+    }
+
+    /// The variables `from_env` documents, with what each is for.
+    const ENV_VARS: &[(&str, &str)] = &[
+    ("SLURM_PARTITION", "partition(s) for GPU jobs, comma-separated (required)"),
+    (
+        "SLURM_BASE_RESULTS_DIR",
+        "absolute results root on shared storage (optional: default `$HOME/slurm-run` on the cluster)",
+    ),
+    ("SLURM_ACCOUNT", "account for `#SBATCH --account` (optional)"),
+    (
+        "SLURM_CONVERT_PARTITION",
+        "CPU partition for container image conversion (optional: default `cpu_long`)",
+    ),
+    (
+        "SLURM_CONTAINER_MOUNTS",
+        "container mounts added to every job, `SRC:DST[,SRC:DST]` (optional)",
+    ),
+    (
+        "SLURM_CONTAINER_RESULTS_DIR",
+        "where the job folder is mounted inside the container (optional: default the same path as on the cluster)",
+    ),
+    (
+        "SLURM_RUN_STATE_DIR",
+        "local folder of job records (optional: default `~/.slurm-run/jobs`)",
+    ),
+    (
+        "SLURM_NCCL_SOCKET_IFNAME",
+        "network interface the NCCL probe's last rung pins with NCCL_SOCKET_IFNAME (optional: default `eth0`)",
+    ),
+    (
+        "SLURM_NCCL_PROBE",
+        "whether multi-GPU jobs are preceded by the NCCL probe: auto, always or never (optional: default `auto`; a spec's nccl_probe wins)",
+    ),
+    ];
+
+    #[test]
+    fn the_documented_variables_are_the_ones_read() {
+        let asked = std::sync::Mutex::new(Vec::<String>::new());
+        let _ = SlurmConfig::builder().with_env_from(|name| {
+            asked.lock().unwrap().push(name.to_string());
+            None
+        });
+        let mut asked = asked.into_inner().unwrap();
+        asked.sort();
+        let mut listed: Vec<String> = ENV_VARS.iter().map(|(n, _)| n.to_string()).collect();
+        listed.sort();
+        assert_eq!(asked, listed);
     }
 
     #[test]

@@ -20,7 +20,7 @@ const NGC_AUTH_MACHINE: &str = "authn.nvidia.com";
 /// `authn.nvidia.com` (NGC's form needs both lines).
 ///
 /// ```
-/// use slurm_core::slurm::credential_machines;
+/// use slurm_core::credential_machines;
 /// assert_eq!(credential_machines("127.0.0.1:5000").unwrap(), ["127.0.0.1"]);
 /// assert_eq!(credential_machines("nvcr.io").unwrap(), ["nvcr.io", "authn.nvidia.com"]);
 /// assert!(credential_machines("bad host").is_err());

@@ -74,11 +74,10 @@ mod testkit;
 use crate::nccl::{NcclProbe, ProbeOptions};
 
 pub use backend::SlurmBackend;
-pub use config::{default_state_dir, SlurmConfig, SlurmConfigBuilder, ENV_VARS};
+pub use config::{default_state_dir, SlurmConfig, SlurmConfigBuilder};
 pub use credentials::{credential_machines, CredentialsStatus};
 pub use parse::SlurmJobId;
 pub use reconcile::SETTLE_AFTER;
-pub use states::{map_state, SlurmBaseState, SlurmState};
 
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use commands::{sacct_jobs, squeue_jobs};

@@ -29,7 +29,7 @@ use JobState::{Canceled, Complete, Error as Failed, Pending, Running};
 
 /// The base SLURM job states (without flags or annotations).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum SlurmBaseState {
+pub(crate) enum SlurmBaseState {
     /// `PENDING` (`PD`).
     Pending,
     /// `RUNNING` (`R`).
@@ -237,7 +237,7 @@ pub(crate) fn live_state_names() -> String {
 
 impl SlurmBaseState {
     /// The long name SLURM prints (`OUT_OF_MEMORY`), or the unknown word itself.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         if let SlurmBaseState::Other(word) = self {
             return word;
         }
@@ -249,7 +249,8 @@ impl SlurmBaseState {
     }
 
     /// Every known state (not [`SlurmBaseState::Other`]), for tests and docs.
-    pub fn all_known() -> Vec<SlurmBaseState> {
+    #[cfg(test)]
+    pub(crate) fn all_known() -> Vec<SlurmBaseState> {
         NAMES.iter().map(|row| row.2()).collect()
     }
 }
@@ -258,7 +259,7 @@ impl SlurmBaseState {
 /// (annotation `by 12345`), `CANCELLED+` (truncated by a column width), short
 /// codes (`CA`) and cut-off names (`OUT_OF_ME+`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SlurmState {
+pub(crate) struct SlurmState {
     /// The base state.
     pub base: SlurmBaseState,
     /// The trimmed text as printed.
@@ -274,7 +275,7 @@ impl SlurmState {
     /// cut column and the stem is matched as a prefix of the known names (it must
     /// pick exactly one). A well-formed unknown word gives
     /// [`SlurmBaseState::Other`]; empty or malformed text is an error.
-    pub fn parse(text: &str) -> Result<Self> {
+    pub(crate) fn parse(text: &str) -> Result<Self> {
         let raw = text.trim();
         let bad = |why: &str| Error::parse("SLURM state", format!("`{}`: {why}", short(raw)));
         let mut words = raw.split_whitespace();
@@ -315,7 +316,7 @@ impl SlurmState {
     }
 
     /// The state from a base state alone.
-    pub fn from_base(base: SlurmBaseState) -> Self {
+    pub(crate) fn from_base(base: SlurmBaseState) -> Self {
         let raw = base.name().to_string();
         SlurmState {
             base,
@@ -338,7 +339,7 @@ impl fmt::Display for SlurmState {
 
 /// Map a SLURM state to the vocabulary, with the error class when the state alone decides it
 /// (see the module table). FAILED gives `(ERROR, None)`: classify it from the logs.
-pub fn map_state(state: &SlurmState) -> (JobState, Option<ErrorClass>) {
+pub(crate) fn map_state(state: &SlurmState) -> (JobState, Option<ErrorClass>) {
     NAMES
         .iter()
         .find(|row| row.2() == state.base)
@@ -349,7 +350,7 @@ impl SlurmBaseState {
     /// How a job that ended in this state ended, in the scheduler-neutral words of
     /// [`classify_failure`](crate::classify::classify_failure); `exit_code` is the
     /// batch script's.
-    pub fn ending(&self, exit_code: Option<i32>) -> Ending {
+    pub(crate) fn ending(&self, exit_code: Option<i32>) -> Ending {
         match self {
             SlurmBaseState::NodeFail => Ending::NodeFailure,
             SlurmBaseState::BootFail => Ending::BootFailure,

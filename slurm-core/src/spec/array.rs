@@ -11,7 +11,7 @@ use crate::names::{short, validate_shell_name};
 use crate::{Error, Result};
 
 /// The most tasks one array may have (a guard; the cluster's own MaxArraySize applies too).
-pub const MAX_TASKS: usize = 10_000;
+pub(crate) const MAX_TASKS: usize = 10_000;
 
 /// A set of task indices, written as ranges: `0-7`, `0-3,8,10-12`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
@@ -26,7 +26,7 @@ impl TaskSet {
     /// Parse `0-7`, `3`, `0-3,8,10-12` (naming `field` in errors).
     ///
     /// ```
-    /// use slurm_core::spec::TaskSet;
+    /// use slurm_core::TaskSet;
     /// let set = TaskSet::parse("tasks", "8,0-3").unwrap();
     /// assert_eq!(set.to_string(), "0-3,8");
     /// assert_eq!(set.len(), 5);
@@ -288,7 +288,7 @@ impl Sweep {
 
 /// What an array spec and a sweep resolve to: the task indices and the maximum in parallel.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ArrayPlan {
+pub(crate) struct ArrayPlan {
     /// The task indices.
     pub indices: TaskSet,
     /// At most this many at once.

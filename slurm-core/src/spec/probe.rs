@@ -16,7 +16,7 @@ use crate::{Error, Result};
 /// `nccl_probe: never`; on the command line: `--probe never`).
 ///
 /// ```
-/// use slurm_core::spec::NcclProbe;
+/// use slurm_core::NcclProbe;
 /// assert_eq!("never".parse::<NcclProbe>().unwrap(), NcclProbe::Never);
 /// assert_eq!(NcclProbe::default().to_string(), "auto");
 /// assert!("sometimes".parse::<NcclProbe>().unwrap_err().to_string().contains("auto, always or never"));

@@ -511,3 +511,17 @@ fn a_one_minute_smoke_test_is_accepted() {
     s.child_timeout = Some(WallTime::parse("00:00:30").unwrap());
     assert!(s.resolve(&SpecDefaults::default()).is_ok());
 }
+
+#[test]
+fn an_array_plan_of_a_sweep() {
+    let spec = JobSpec::from_yaml_str(
+        "name: s\ncommand: echo $LR\nsweep: {LR: [0.1, 0.01]}\narray: {max_parallel: 1}\n",
+    )
+    .unwrap();
+    let plan = spec.array_plan().unwrap().unwrap();
+    assert_eq!(
+        (plan.indices.to_string(), plan.max_parallel),
+        ("0-1".to_string(), Some(1))
+    );
+    assert_eq!(spec.sweep_point(1).unwrap()["LR"], "0.01");
+}

@@ -193,7 +193,9 @@ pub(crate) fn validate_memory(mem: &str) -> Result<()> {
 }
 
 /// Check one `extra_sbatch` entry: a single-line option such as `--qos=high`, not one
-/// slurm-run sets itself or that breaks what it relies on. See [`normalise_sbatch_line`].
+/// slurm-run sets itself, one the spec has a key for, or one that breaks what slurm-run
+/// relies on. The entry is read as sbatch reads it (`-o/path` and `--outp=/path` are
+/// `--output=/path`), so a short form or an abbreviation cannot slip past.
 pub fn validate_sbatch_line(line: &str) -> Result<()> {
     normalise_sbatch_line(line).map(|_| ())
 }
@@ -207,7 +209,7 @@ pub fn validate_sbatch_line(line: &str) -> Result<()> {
 /// ambiguous abbreviation, several options in one entry, and control characters.
 /// An option sbatch does not list is kept as written unless it could abbreviate a
 /// reserved one.
-pub fn normalise_sbatch_line(line: &str) -> Result<String> {
+pub(crate) fn normalise_sbatch_line(line: &str) -> Result<String> {
     let bad = |message: String| Error::invalid("extra_sbatch", message);
     if line.chars().any(char::is_control) {
         return Err(bad(

@@ -30,7 +30,7 @@ impl WallTime {
     /// (`UNLIMITED` is refused: jobs need a limit).
     ///
     /// ```
-    /// use slurm_core::spec::WallTime;
+    /// use slurm_core::WallTime;
     /// assert_eq!(WallTime::parse("1-02:30").unwrap().to_slurm(), "1-02:30:00");
     /// assert_eq!(WallTime::parse("90").unwrap().minutes(), 90);
     /// ```

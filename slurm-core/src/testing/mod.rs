@@ -1,15 +1,18 @@
 //! What implementers and embedders test with (cargo feature `testing`): the Transport and
 //! Backend conformance suites any implementation can run ([`backend_suite`],
 //! [`backend_conformance!`](crate::backend_conformance)), transports that count
-//! commands or inject faults, and the scripts' full texts for linting.
+//! commands or inject faults, records in the states a crash leaves behind
+//! ([`RecordFixture`]), and the scripts' full texts for linting.
 
 pub mod backend_suite;
 mod counting;
 mod faults;
+mod records;
 pub mod transport_suite;
 
 pub use counting::CountingTransport;
 pub use faults::{Fault, FaultTransport};
+pub use records::RecordFixture;
 
 use crate::slurm::SlurmJobId;
 use crate::transport::Command;

@@ -7,7 +7,7 @@ use super::shell_quote;
 use crate::{Error, Result};
 
 /// The default deadline of a command that does not set one.
-pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A command to run: a program and its arguments (never a pre-joined string),
 /// optional bytes for its standard input, and a deadline.
@@ -98,7 +98,7 @@ impl Command {
         self.stdin.as_deref()
     }
 
-    /// The deadline, or [`DEFAULT_COMMAND_TIMEOUT`].
+    /// The deadline, or the default of 120 s.
     pub fn effective_timeout(&self) -> Duration {
         self.timeout.unwrap_or(DEFAULT_COMMAND_TIMEOUT)
     }

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 
 use crate::{Error, Result};
 
-pub use command::{Command, Output, DEFAULT_COMMAND_TIMEOUT};
+pub use command::{Command, Output};
 pub use local::LocalTransport;
 pub use quote::shell_quote;
 

@@ -10,7 +10,7 @@ use crate::{Error, Result};
 /// Fails only for a NUL byte, which no argument can carry.
 ///
 /// ```
-/// use slurm_core::transport::shell_quote;
+/// use slurm_core::shell_quote;
 /// assert_eq!(shell_quote("plain").unwrap(), "plain");
 /// assert_eq!(shell_quote("").unwrap(), "''");
 /// assert_ne!(shell_quote("it's $(here)").unwrap(), "it's $(here)");

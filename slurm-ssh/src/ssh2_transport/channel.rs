@@ -456,10 +456,7 @@ mod tests {
         drive(&mut shell, &session).unwrap();
         session.channel(1).answer_ready();
         drive(&mut shell, &session).unwrap();
-        shell
-            .proto
-            .send(&slurm_core::transport::Command::new("true"))
-            .unwrap();
+        shell.proto.send(&slurm_core::Command::new("true")).unwrap();
         drive(&mut shell, &session).unwrap();
         let marker = session.channel(1).marker();
         session.channel(1).push(&format!("{marker} P garbage\n"));

@@ -30,8 +30,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use slurm_core::transport::{Command, Output, Transport};
-use slurm_core::{Error, Result};
+use slurm_core::{Command, Error, Output, Result, Transport};
 use tokio::sync::oneshot;
 
 use crate::config::Ssh2TransportBuilder;
@@ -76,7 +75,7 @@ impl WorkerHandle {
 ///
 /// ```no_run
 /// # async fn demo() -> slurm_core::Result<()> {
-/// use slurm_core::transport::{Command, Transport};
+/// use slurm_core::{Command, Transport};
 /// use slurm_ssh::Ssh2TransportBuilder;
 /// let ssh = Ssh2TransportBuilder::from_env()?.build()?;
 /// let out = ssh.run(&Command::new("squeue").arg("--me")).await?;

@@ -323,8 +323,8 @@ impl<C: SshChannel> ShellPool<C> {
 
 #[cfg(test)]
 mod tests {
-    use slurm_core::transport::{Command, Output};
     use slurm_core::ErrorKind;
+    use slurm_core::{Command, Output};
     use tokio::sync::oneshot;
 
     use super::super::fake::{self, FakeChannel, FakeSession};

@@ -10,8 +10,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use slurm_core::transport::Output;
-use slurm_core::{Error, Result};
+use slurm_core::{Error, Output, Result};
 use ssh2::BlockDirections;
 use tokio::sync::oneshot;
 
@@ -278,7 +277,7 @@ mod tests {
     use std::net::TcpListener;
     use std::sync::mpsc::Sender;
 
-    use slurm_core::transport::Command;
+    use slurm_core::Command;
     use slurm_core::ErrorKind;
     use ssh2::Session;
 

@@ -4,12 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use slurm_core::backend::{Backend, JobStatus};
-use slurm_core::slurm::{SlurmBackend, SlurmConfig};
-use slurm_core::spec::WallTime;
 use slurm_core::testing::{CountingTransport, FaultTransport};
-use slurm_core::transport::{Command, Transport};
-use slurm_core::{FileRecordStore, JobId, JobSpec, JobState};
+use slurm_core::{
+    Backend, Command, FileRecordStore, JobId, JobSpec, JobState, JobStatus, SlurmBackend,
+    SlurmConfig, Transport, WallTime,
+};
 use slurm_render::HandlebarsRenderer;
 use slurm_ssh::{Ssh2Transport, Ssh2TransportBuilder};
 
@@ -112,7 +111,7 @@ pub async fn wait_until(
             tokio::time::Instant::now() < deadline,
             "{id} still {} ({:?}) after {seconds} s",
             status.state(),
-            status.native
+            status.native()
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -128,7 +127,7 @@ pub async fn completed_output(backend: &TestBackend, id: &JobId, seconds: u64) -
     let status = wait_terminal(backend, id, seconds).await;
     assert_eq!(status.state(), JobState::Complete, "{status:?}");
     backend
-        .logs(id, slurm_core::backend::LogOptions::default())
+        .logs(id, slurm_core::LogOptions::default())
         .await
         .expect("the log of a completed job")
 }
@@ -159,7 +158,8 @@ pub async fn staged_script(harness: &Harness, record: &slurm_core::JobRecord) ->
         harness,
         Command::new("cat").arg(format!(
             "{}/sbatch/job_{}.sbatch",
-            record.results_dir, record.id
+            record.results_dir(),
+            record.id()
         )),
     )
     .await
@@ -210,10 +210,10 @@ pub async fn watch_retrying(
     seconds: u64,
 ) -> (Vec<slurm_core::JobRecord>, Vec<slurm_core::Error>) {
     use futures::StreamExt;
-    use slurm_core::backend::{WatchEvent, WatchOptions};
+    use slurm_core::{WatchEvent, WatchOptions};
     let options = WatchOptions {
         interval: Duration::from_millis(500),
-        retry: Some(slurm_core::classify::RetryPolicy {
+        retry: Some(slurm_core::RetryPolicy {
             budget,
             ..Default::default()
         }),

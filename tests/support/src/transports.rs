@@ -5,8 +5,7 @@ use std::any::Any;
 use std::fmt;
 
 use async_trait::async_trait;
-use slurm_core::transport::{Command, Output, Transport};
-use slurm_core::Result;
+use slurm_core::{Command, Output, Result, Transport};
 use slurm_ssh::{
     HostSpec, OpenSshTransport, OpenSshTransportBuilder, Ssh2Transport, Ssh2TransportBuilder,
 };

@@ -56,15 +56,15 @@ use crate::{Error, Result};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> slurm_core::Result<()> {
 /// use std::time::Duration;
-/// use slurm_core::backend::{Backend, BackendExt, SubmitOptions};
+/// use slurm_core::{Backend, BackendExt, SubmitOptions};
 /// use slurm_core::{JobSpec, JobState, LocalBackend, MemoryRecordStore};
 ///
 /// let root = tempfile::tempdir().unwrap();
 /// let backend = LocalBackend::new(root.path(), MemoryRecordStore::new())?;
 /// let record = backend.submit(&JobSpec::new("hello", "echo hi"), SubmitOptions::default()).await?;
-/// let done = backend.wait(&record.id, Duration::from_millis(20)).await?;
+/// let done = backend.wait(record.id(), Duration::from_millis(20)).await?;
 /// assert_eq!(done.state(), JobState::Complete);
-/// assert_eq!(backend.logs(&record.id, Default::default()).await?, "hi\n");
+/// assert_eq!(backend.logs(record.id(), Default::default()).await?, "hi\n");
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -293,7 +293,7 @@ impl Backend for LocalBackend {
             record = record.with_tasks(plan.indices.iter());
         }
         if let Some(previous) = &previous {
-            record = record.retry_of(previous);
+            record = record.retrying(previous);
         }
         let native_id = self
             .inner

@@ -14,7 +14,7 @@ use crate::backend::LogStream;
 use crate::classify::{
     classify_failure, Ending, ErrorClass, CHILD_TIMEOUT_EXIT, CHILD_TIMEOUT_NOTE, LOG_TAIL_LINES,
 };
-use crate::dependency::{resolve_dependencies, Verdict};
+use crate::dependency::{resolve_dependencies, DependencyVerdict};
 use crate::record::{JobId, JobRecord, Mark, TaskMark, TransitionSource};
 use crate::state::JobState;
 
@@ -73,7 +73,7 @@ impl LocalBackend {
             return true;
         }
         resolve_dependencies(&*self.inner.store, &record.after)
-            .map(|all| all.iter().all(|r| r.verdict == Verdict::Satisfied))
+            .map(|all| all.iter().all(|r| r.verdict == DependencyVerdict::Satisfied))
             .unwrap_or(false)
     }
 

@@ -66,7 +66,7 @@ pub(crate) fn stage(plan: &SubmitPlan, script: String, secrets: &SecretRegistry)
         record = record.with_tasks(array.indices.iter());
     }
     if let Some(previous) = &plan.retry_of {
-        record = record.retry_of(previous);
+        record = record.retrying(previous);
     }
     record.excluded_nodes = plan.exclude.clone();
     record.submit_attempts = Some(1);

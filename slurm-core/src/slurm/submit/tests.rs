@@ -482,7 +482,7 @@ async fn a_parent_not_yet_accepted_is_an_error() {
     .unwrap();
     backend.store().open(&parent).unwrap();
     let options = SubmitOptions {
-        after: vec![crate::spec::Dependency::ok(parent.id.clone())],
+        after: vec![crate::dependency::Dependency::ok(parent.id.clone())],
         ..SubmitOptions::default()
     };
     let error = backend

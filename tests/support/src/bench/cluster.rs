@@ -4,11 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use slurm_core::record::{BackendRef, JobId, JobRecord, Mark, RecordStore, TransitionSource};
-use slurm_core::slurm::SlurmJobId;
-use slurm_core::storage::RemotePath;
-use slurm_core::transport::{Command, Transport};
-use slurm_core::{JobSpec, JobState};
+use slurm_core::{
+    BackendRef, Command, JobId, JobRecord, JobSpec, JobState, Mark, RecordStore, RemotePath,
+    SlurmJobId, TransitionSource, Transport,
+};
 
 use super::median;
 use crate::backend::Harness;

@@ -1,0 +1,233 @@
+//! A [`Mark`]: a state change asked of a store, and how it applies to a record (a single
+//! job's state through the state machine, an array's derived from its tasks).
+
+use std::collections::BTreeMap;
+
+use chrono::Utc;
+
+use crate::classify::ErrorClass;
+
+use crate::redact::SecretRegistry;
+use crate::state::{JobState, TransitionOutcome};
+use crate::{Error, Result};
+
+use super::tasks::{self, derive_state, summary, TaskMark};
+use super::{BackendRef, JobRecord, Transition, TransitionSource};
+
+/// A state change asked of a store: validated by the state machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mark {
+    /// The observed or decided state.
+    pub state: JobState,
+    /// Who.
+    pub source: TransitionSource,
+    /// Why (redacted by the store).
+    pub message: Option<String>,
+    /// The scheduler's job, set on the move to PENDING once the scheduler accepted it.
+    pub backend_ref: Option<BackendRef>,
+    /// The error class; only with state ERROR.
+    pub err_class: Option<ErrorClass>,
+    /// The nodes the job runs or ran on, when observed.
+    pub nodes: Option<Vec<String>>,
+    /// Whether an ERROR is tied to the job's nodes.
+    pub node_fault: bool,
+    /// Changes of an array's tasks (the record's state is then derived from them; a
+    /// mark without tasks on an array applies its state to every task not ended).
+    pub tasks: BTreeMap<u32, TaskMark>,
+}
+
+impl Mark {
+    /// A mark to `state` by `source`.
+    pub fn new(state: JobState, source: TransitionSource) -> Self {
+        Mark {
+            state,
+            source,
+            message: None,
+            backend_ref: None,
+            err_class: None,
+            nodes: None,
+            node_fault: false,
+            tasks: BTreeMap::new(),
+        }
+    }
+
+    /// With the nodes the job runs or ran on.
+    pub fn nodes(mut self, nodes: Vec<String>) -> Self {
+        self.nodes = Some(nodes);
+        self
+    }
+
+    /// With a failure tied to the job's nodes.
+    pub fn node_fault(mut self, fault: bool) -> Self {
+        self.node_fault = fault;
+        self
+    }
+
+    /// With a change of task `index`.
+    pub fn task(mut self, index: u32, mark: TaskMark) -> Self {
+        self.tasks.insert(index, mark);
+        self
+    }
+
+    /// With a message.
+    pub fn message(mut self, message: impl Into<String>) -> Self {
+        self.message = Some(message.into());
+        self
+    }
+
+    /// With the scheduler's job.
+    pub fn backend_ref(mut self, backend_ref: BackendRef) -> Self {
+        self.backend_ref = Some(backend_ref);
+        self
+    }
+
+    /// With an error class.
+    pub fn err_class(mut self, class: ErrorClass) -> Self {
+        self.err_class = Some(class);
+        self
+    }
+}
+
+/// How a mark applies: the rule every store keeps ([`RecordStore::mark`](super::RecordStore::mark)).
+impl JobRecord {
+    /// Apply `mark` to this record through the state machine, its message redacted with
+    /// `redactor`; returns whether anything changed. This is what a
+    /// [`RecordStore`](super::RecordStore) does to the stored record on
+    /// [`mark`](super::RecordStore::mark): a store written outside this crate calls it.
+    /// An illegal change is [`Error::InvalidTransition`] and changes nothing.
+    pub fn apply_mark(&mut self, mark: Mark, redactor: Option<&SecretRegistry>) -> Result<bool> {
+        if self.is_array() {
+            return self.apply_array_mark(mark, redactor);
+        }
+        if mark.err_class.is_some() && mark.state != JobState::Error {
+            return Err(Error::invalid(
+                "err_class",
+                format!(
+                    "only an ERROR mark carries an error class, not {}",
+                    mark.state
+                ),
+            ));
+        }
+        let outcome = JobState::check_transition_for(self.id.as_str(), self.state, mark.state)?;
+        let now = Utc::now();
+        match outcome {
+            TransitionOutcome::Apply => {
+                if self.state == JobState::Submitting {
+                    // The submit is settled now (or ended): no note of why it was not.
+                    self.unsettled = None;
+                }
+                self.state = mark.state;
+                if let Some(r) = mark.backend_ref {
+                    self.backend_ref = Some(r);
+                }
+                if let Some(c) = mark.err_class {
+                    self.err_class = Some(c);
+                }
+                if let Some(nodes) = mark.nodes.filter(|n| !n.is_empty()) {
+                    self.nodes = nodes;
+                }
+                self.node_fault = mark.node_fault;
+                let message = mark
+                    .message
+                    .map(|m| redactor.map_or_else(|| m.clone(), |r| r.redact(&m)));
+                self.history.push(Transition {
+                    at: now,
+                    state: mark.state,
+                    source: mark.source,
+                    message,
+                });
+                self.updated_at = now;
+                Ok(true)
+            }
+            TransitionOutcome::NoOp => {
+                let mut changed = false;
+                if self.backend_ref.is_none() && mark.backend_ref.is_some() {
+                    self.backend_ref = mark.backend_ref;
+                    changed = true;
+                }
+                if self.err_class.is_none() && mark.err_class.is_some() {
+                    self.err_class = mark.err_class;
+                    changed = true;
+                }
+                if changed {
+                    self.updated_at = now;
+                }
+                Ok(changed)
+            }
+            TransitionOutcome::Ignore => Ok(false),
+        }
+    }
+
+    /// [`JobRecord::apply_mark`] for an array: the task changes (or the mark's state for
+    /// every task not ended), then the array's state derived from its tasks, through the
+    /// state machine.
+    fn apply_array_mark(&mut self, mark: Mark, redactor: Option<&SecretRegistry>) -> Result<bool> {
+        let now = Utc::now();
+        let redact = |m: String| redactor.map_or_else(|| m.clone(), |r| r.redact(&m));
+        let mut changed = false;
+        if mark.tasks.is_empty() {
+            let task_mark = TaskMark {
+                state: mark.state,
+                err_class: mark.err_class,
+                message: mark.message.clone().map(redact),
+                nodes: None,
+                node_fault: mark.node_fault,
+            };
+            for task in self.tasks.values_mut() {
+                if !task.state.is_terminal() {
+                    changed |= tasks::apply_task(task, &task_mark, now);
+                }
+            }
+        } else {
+            for (index, task_mark) in mark.tasks {
+                if task_mark.err_class.is_some() && task_mark.state != JobState::Error {
+                    return Err(Error::invalid(
+                        "err_class",
+                        format!("task {index}: only an ERROR carries an error class"),
+                    ));
+                }
+                let mut task_mark = task_mark;
+                task_mark.message = task_mark.message.map(redact);
+                if let Some(task) = self.tasks.get_mut(&index) {
+                    changed |= tasks::apply_task(task, &task_mark, now);
+                }
+            }
+        }
+        if self.backend_ref.is_none() && mark.backend_ref.is_some() {
+            self.backend_ref = mark.backend_ref;
+            changed = true;
+        }
+        let (state, class) = derive_state(&self.tasks);
+        match JobState::check_transition_for(self.id.as_str(), self.state, state)? {
+            TransitionOutcome::Apply => {
+                self.state = state;
+                self.err_class = class;
+                let summary = summary(&self.tasks);
+                let message = match mark.message {
+                    Some(m) if state.is_terminal() || mark.source != TransitionSource::Poll => {
+                        format!("{}; {summary}", redact(m))
+                    }
+                    _ => summary,
+                };
+                self.history.push(Transition {
+                    at: now,
+                    state,
+                    source: mark.source,
+                    message: Some(message),
+                });
+                changed = true;
+            }
+            TransitionOutcome::NoOp => {
+                if self.err_class != class {
+                    self.err_class = class;
+                    changed = true;
+                }
+            }
+            TransitionOutcome::Ignore => {}
+        }
+        if changed {
+            self.updated_at = now;
+        }
+        Ok(changed)
+    }
+}

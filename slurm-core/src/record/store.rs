@@ -1,0 +1,138 @@
+//! The [`RecordStore`] seam (where records live), its [`SubmitLease`], the rule of an
+//! update, and the claim of a retry.
+
+use std::fmt;
+
+use chrono::Utc;
+
+use crate::{Error, Result};
+
+use crate::redact::SecretRegistry;
+
+use super::{JobId, JobRecord, Mark, RecordFilter};
+
+/// Where records live. Synchronous (file I/O is short), object safe, shared by
+/// threads and by processes (the file store locks).
+pub trait RecordStore: Send + Sync + fmt::Debug {
+    /// Store a new record; refuses an id that exists ([`Error::Invalid`] on `id`).
+    fn open(&self, record: &JobRecord) -> Result<()>;
+
+    /// The record `id`, or [`Error::NotFound`].
+    fn get(&self, id: &JobId) -> Result<JobRecord>;
+
+    /// Change the state of `id` through the state machine (the legal changes of
+    /// [`JobState`](crate::JobState)): an applied change appends to the history
+    /// and sets `backend_ref` / `err_class` when given; a no-op only fills
+    /// `backend_ref` / `err_class` that were unset; an ignored observation changes
+    /// nothing; an illegal one is [`Error::InvalidTransition`]. Returns the record
+    /// as stored.
+    fn mark(&self, id: &JobId, mark: Mark) -> Result<JobRecord>;
+
+    /// Change fields other than the state, id and history (e.g. `results_dir`,
+    /// labels) under the record's lock. Returns the record as stored.
+    fn update(
+        &self,
+        id: &JobId,
+        change: &mut dyn FnMut(&mut JobRecord) -> Result<()>,
+    ) -> Result<JobRecord>;
+
+    /// The records passing `filter`, oldest first.
+    fn list(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>>;
+
+    /// Mark a submit of `id` as in progress for as long as the returned lease lives
+    /// (taken before the record is opened, dropped when the submit returns or its
+    /// process dies), so that [`RecordStore::submit_in_progress`] tells others not to
+    /// settle a record whose submitter is still at work. The default cannot tell
+    /// anyone: it returns a lease that marks nothing.
+    fn submit_lease(&self, id: &JobId) -> Result<SubmitLease> {
+        let _ = id;
+        Ok(SubmitLease::none())
+    }
+
+    /// Whether a submit of `id` is in progress (its lease is held, by this process or
+    /// another sharing the store); `None` when this store cannot tell (callers then
+    /// wait longer before they settle a record).
+    fn submit_in_progress(&self, id: &JobId) -> Result<Option<bool>> {
+        let _ = id;
+        Ok(None)
+    }
+}
+
+/// A held submit lease (see [`RecordStore::submit_lease`]); released on drop.
+pub struct SubmitLease {
+    _held: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl SubmitLease {
+    /// A lease that marks nothing (stores that cannot tell).
+    pub fn none() -> Self {
+        SubmitLease { _held: None }
+    }
+
+    /// A lease that holds `guard` until it is dropped.
+    pub fn holding(guard: impl std::any::Any + Send + Sync) -> Self {
+        SubmitLease {
+            _held: Some(Box::new(guard)),
+        }
+    }
+}
+
+impl fmt::Debug for SubmitLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubmitLease")
+            .field("held", &self._held.is_some())
+            .finish()
+    }
+}
+
+#[allow(dead_code)]
+fn _record_store_is_object_safe(_: &dyn RecordStore) {}
+
+/// The rules of [`RecordStore::open`] and [`RecordStore::update`], for every store (a
+/// store written outside this crate calls them; the state's rule is
+/// [`JobRecord::apply_mark`]).
+impl JobRecord {
+    /// Redact every message of the history with `registry` (what a store with a
+    /// redactor does to a record it opens).
+    pub fn redact_history(&mut self, registry: &SecretRegistry) {
+        for transition in &mut self.history {
+            if let Some(message) = &transition.message {
+                transition.message = Some(registry.redact(message));
+            }
+        }
+    }
+
+    /// Run `change` on a copy of this record, refusing changes to the id, state,
+    /// history, tasks or schema ([`Error::Invalid`]); the copy's `updated_at` is now.
+    pub fn apply_update(
+        &self,
+        change: &mut dyn FnMut(&mut JobRecord) -> Result<()>,
+    ) -> Result<JobRecord> {
+        let record = self;
+        let mut next = record.clone();
+        change(&mut next)?;
+        if next.id != record.id {
+            return Err(Error::invalid(
+                "id",
+                "a record's id cannot change; open a new record",
+            ));
+        }
+        if next.state != record.state
+            || next.history != record.history
+            || next.tasks != record.tasks
+        {
+            return Err(Error::invalid(
+                "state",
+                "update cannot change the state or history; use mark",
+            ));
+        }
+        if next.schema_version != record.schema_version {
+            return Err(Error::invalid(
+                "schema_version",
+                "update cannot change the schema version",
+            ));
+        }
+        next.updated_at = Utc::now();
+        Ok(next)
+    }
+}
