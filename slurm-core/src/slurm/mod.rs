@@ -49,6 +49,7 @@ pub use backend::SlurmBackend;
 pub use config::{default_state_dir, SlurmConfig, SlurmConfigBuilder, ENV_VARS};
 pub use credentials::{credential_machines, CredentialsStatus};
 pub use parse::SlurmJobId;
+pub use poll::SETTLE_AFTER;
 pub use states::{map_state, SlurmBaseState, SlurmState};
 
 #[cfg(any(test, feature = "testing"))]

@@ -33,7 +33,7 @@ use crate::{Error, Result};
 
 /// A `SUBMITTING` record this old whose submit is not in progress (its lease is free)
 /// is settled by `status`, `watch` and `cancel`: its submitter died or gave up.
-pub(super) const SETTLE_AFTER: Duration = Duration::from_secs(5);
+pub const SETTLE_AFTER: Duration = Duration::from_secs(5);
 
 /// For a store that cannot tell whether a submit is in progress: settle only records
 /// this old (no submit runs this long).
