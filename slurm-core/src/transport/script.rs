@@ -8,8 +8,9 @@
 use super::Command;
 
 /// One script of slurm-run's: its text (a `.sh` file included at build time), the
-/// exit statuses it uses by name, and a library it needs (the round-trip framing, see
-/// [`round_trip::framed`](super::round_trip::framed)).
+/// exit statuses it uses by name, and a library it needs (e.g. the round-trip framing's
+/// `part` function, for scripts whose answer [`round_trip::split`](super::round_trip::split)
+/// reads).
 ///
 /// The script runs as `bash -c PRELUDE+TEXT NAME PARAMS...` ([`Script::command`]), or
 /// its [`full_text`](Script::full_text) is written to a shell that reads commands. The
