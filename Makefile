@@ -36,6 +36,8 @@ bench: testbed-up
 soak: testbed-up
 	$(TESTBED_ENV) && cargo test --features soak --test soak -- --nocapture
 
+## The house checks CI runs before the tests: formatting, clippy and rustdoc, every warning an error.
 lint:
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --all-features -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features

@@ -59,7 +59,10 @@ pub use slurm_ssh::{
     OpenSshTransport, OpenSshTransportBuilder, Ssh2Transport, Ssh2TransportBuilder,
 };
 // What goes in: the spec, the options, the configuration.
-pub use slurm_core::{default_state_dir, SlurmConfig, SlurmSubmitOptions, PROBE_LABEL};
+pub use slurm_core::{
+    default_state_dir, CredentialsStatus, SlurmConfig, SlurmSubmitOptions, PROBE_LABEL,
+    SETTLE_AFTER,
+};
 pub use slurm_core::{
     ArraySpec, Dependency, DependencyCondition, JobSpec, NcclProbe, Scalar, Sweep, TaskSet,
     WallTime,
@@ -68,7 +71,7 @@ pub use slurm_core::{LogOptions, LogStream, RetryPolicy, SubmitOptions, WatchOpt
 // What comes out: records, their states, the answers.
 pub use slurm_core::{
     JobId, JobRecord, JobState, JobStatus, NativeStatus, PreflightCheck, PreflightReport,
-    RecordFilter, WatchEvent,
+    RecordFilter, Unsettled, UnsettledKind, WatchEvent,
 };
 
 /// The names a program embedding slurm-run usually needs: `use slurm_run::prelude::*;`.

@@ -60,10 +60,12 @@ impl DependencyCondition {
             (Ok, Complete) | (Any, Complete | Error | Canceled) => DependencyVerdict::Satisfied,
             (NotOk, Error | Canceled) => DependencyVerdict::Satisfied,
             (Start, Running | Complete | Error | Canceled) => DependencyVerdict::Satisfied,
-            (Ok, Error | Canceled) => DependencyVerdict::Never(format!("it ended {state}, not COMPLETE")),
-            (NotOk, Complete) => {
-                DependencyVerdict::Never("it completed, and the dependant waits for a failure".into())
+            (Ok, Error | Canceled) => {
+                DependencyVerdict::Never(format!("it ended {state}, not COMPLETE"))
             }
+            (NotOk, Complete) => DependencyVerdict::Never(
+                "it completed, and the dependant waits for a failure".into(),
+            ),
             _ => DependencyVerdict::Waiting,
         }
     }
@@ -423,7 +425,6 @@ mod tests {
         )
         .is_err());
     }
-
 
     #[test]
     fn every_condition_against_every_state() {

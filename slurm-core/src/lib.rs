@@ -33,10 +33,12 @@
 //!   of [`PreflightCheck`]s.
 //! - **The `Transport` seam**, where commands run: [`Transport`], [`Command`], [`Output`],
 //!   [`shell_quote`] (the one quoting function), [`round_trip`] (several commands in one),
+//!   [`Script`] (a fixed remote script, its exit statuses named once with [`exit_statuses!`]),
 //!   [`LocalTransport`].
 //! - **The `Renderer` seam**, how the batch script is written: [`Renderer`],
 //!   [`ScriptContext`] (with [`EnvVar`], [`ArrayContext`]), [`TemplateKind`],
-//!   [`LintFinding`]; the secrets a script must not hold: [`SecretRegistry`],
+//!   [`LintFinding`]; the one rule for names ([`validate_safe_name`], [`validate_shell_name`],
+//!   [`MAX_NAME_LEN`]); the secrets a script must not hold: [`SecretRegistry`],
 //!   [`is_secret_name`], [`REDACTED`], [`MIN_SECRET_LEN`].
 //! - **The `RecordStore` seam**, where records live: [`RecordStore`], the [`Mark`] (and
 //!   [`TaskMark`]) it applies by the rules every store keeps ([`JobRecord::apply_mark`],
@@ -112,11 +114,14 @@ pub use backend::{
 pub use classify::RetryPolicy;
 
 // The Transport seam: where commands run.
-pub use transport::{round_trip, shell_quote, Command, LocalTransport, Output, Transport};
+pub use transport::{round_trip, shell_quote, Command, LocalTransport, Output, Script, Transport};
 
 // The Renderer seam: how the batch script is written, and the secrets it must not hold.
 pub use redact::{is_secret_name, SecretRegistry, MIN_SECRET_LEN, REDACTED};
-pub use render::{ArrayContext, EnvVar, LintFinding, Renderer, ScriptContext, TemplateKind};
+pub use render::{
+    validate_safe_name, validate_shell_name, ArrayContext, EnvVar, LintFinding, Renderer,
+    ScriptContext, TemplateKind, MAX_NAME_LEN,
+};
 
 // The RecordStore seam: where records live.
 pub use record::{

@@ -1,14 +1,26 @@
 //! Safe names: the one rule for record ids, labels, partitions and cluster names, and the one for shell variable names.
+//!
+//! Both are public through [`crate::render`], so renderers check their context with
+//! the same rules the domain applies to a spec.
 
 use crate::{Error, Result};
 
 /// The longest safe name (record ids, labels, partitions, clusters).
-pub(crate) const MAX_NAME_LEN: usize = 64;
+pub const MAX_NAME_LEN: usize = 64;
 
 /// Check a safe name: `^[A-Za-z0-9][A-Za-z0-9._-]*$`, at most [`MAX_NAME_LEN`]
 /// characters. Such a name is a valid file name and SLURM job name and cannot
 /// traverse paths.
-pub(crate) fn validate_safe_name(field: &str, value: &str) -> Result<()> {
+///
+/// The error is [`Error::Invalid`] naming `field` and the fix.
+///
+/// ```
+/// use slurm_core::validate_safe_name;
+/// assert!(validate_safe_name("partition", "gpu-a100").is_ok());
+/// let err = validate_safe_name("partition", "../gpu").unwrap_err();
+/// assert!(err.to_string().starts_with("invalid partition: `../gpu` is not a safe name"));
+/// ```
+pub fn validate_safe_name(field: &str, value: &str) -> Result<()> {
     let ok = value.len() <= MAX_NAME_LEN
         && value
             .chars()
@@ -35,8 +47,15 @@ pub(crate) fn validate_safe_name(field: &str, value: &str) -> Result<()> {
     }
 }
 
-/// Check a shell identifier (`^[A-Za-z_][A-Za-z0-9_]*$`), for env and secret names.
-pub(crate) fn validate_shell_name(field: &str, value: &str) -> Result<()> {
+/// Check a shell identifier (`^[A-Za-z_][A-Za-z0-9_]*$`, at most 128 characters), for
+/// env and secret names. The error is [`Error::Invalid`] naming `field` and the fix.
+///
+/// ```
+/// use slurm_core::validate_shell_name;
+/// assert!(validate_shell_name("env", "HF_HOME").is_ok());
+/// assert!(validate_shell_name("env", "1X").unwrap_err().to_string().starts_with("invalid env:"));
+/// ```
+pub fn validate_shell_name(field: &str, value: &str) -> Result<()> {
     let ok = value
         .chars()
         .next()

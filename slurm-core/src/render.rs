@@ -1,4 +1,4 @@
-//! The `Renderer` seam (how a job becomes a batch script) and `ScriptContext`, everything a template may see.
+//! The `Renderer` seam (how a job becomes a batch script), `ScriptContext`, everything a template may see, and the name rules a renderer checks it with.
 
 use std::fmt;
 
@@ -6,6 +6,11 @@ use serde::Serialize;
 
 use crate::redact::SecretRegistry;
 use crate::Result;
+
+/// The domain's one rule for names (job names, partitions, accounts, labels) and the one
+/// for shell variable names: a renderer checks its context with these, not rules of
+/// its own.
+pub use crate::names::{validate_safe_name, validate_shell_name, MAX_NAME_LEN};
 
 /// Which built-in template to render.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]

@@ -55,10 +55,10 @@ mod probe;
 mod validate;
 mod wall_time;
 
+use crate::dependency::Dependency;
 use crate::names::{validate_safe_name, validate_shell_name};
 pub(crate) use array::{ArrayPlan, MAX_TASKS};
 pub use array::{ArraySpec, Scalar, Sweep, TaskSet};
-use crate::dependency::Dependency;
 pub use probe::NcclProbe;
 pub(crate) use validate::normalise_sbatch_line;
 pub use validate::validate_sbatch_line;

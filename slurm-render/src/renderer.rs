@@ -9,10 +9,11 @@ use handlebars::{
 };
 use serde_json::Value as Json;
 use slurm_core::{
-    shell_quote, Error, Renderer, Result, ScriptContext, SecretRegistry, TemplateKind,
+    shell_quote, validate_shell_name, Error, Renderer, Result, ScriptContext, SecretRegistry,
+    TemplateKind,
 };
 
-use crate::validate::{is_identifier, validate_context};
+use crate::validate::validate_context;
 
 /// The built-in `singlenode` template.
 pub(crate) const SINGLENODE_TEMPLATE: &str = include_str!("../templates/singlenode.sbatch.hbs");
@@ -314,7 +315,7 @@ impl HelperDef for IdentHelper {
         out: &mut dyn Output,
     ) -> HelperResult {
         let (name, value) = scalar_param(h, "ident")?;
-        if !is_identifier(&value) {
+        if validate_shell_name("ident", &value).is_err() {
             return Err(helper_error(format!(
                 "`ident {name}`: not a shell variable name ([A-Za-z_][A-Za-z0-9_]*)"
             )));

@@ -3,14 +3,10 @@
 use std::sync::LazyLock;
 
 use regex::Regex;
-use slurm_core::{Error, Result, ScriptContext, TemplateKind};
+use slurm_core::{
+    validate_safe_name, validate_shell_name, Error, Result, ScriptContext, TemplateKind,
+};
 
-static JOB_NAME: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9][A-Za-z0-9._-]*$").expect("valid regex"));
-static PARTITION: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$").expect("valid regex"));
-static ACCOUNT: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9_.-]+$").expect("valid regex"));
 static MEMORY: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[0-9]+[KMGTkmgt]?$").expect("valid regex"));
 static TIME: LazyLock<Regex> = LazyLock::new(|| {
@@ -30,25 +26,15 @@ const RENDEZVOUS: [&str; 8] = [
     "TAO_NODE_RANK",
 ];
 
-/// Whether `name` is a shell variable name (`[A-Za-z_][A-Za-z0-9_]*`).
-pub(crate) fn is_identifier(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
 /// Check that `context` can be rendered with template `kind` into a safe script:
-/// identifiers and directive values in Slurm's forms, absolute paths, no control
+/// names by slurm-core's rules ([`validate_safe_name`], [`validate_shell_name`]),
+/// directive values in Slurm's forms, absolute paths, no control
 /// characters where a line could be broken, no NUL anywhere, and a child timeout
 /// strictly below the wall time.
 pub(crate) fn validate_context(kind: TemplateKind, context: &ScriptContext) -> Result<()> {
     let c = context;
-    if !JOB_NAME.is_match(&c.job_name) {
-        return Err(Error::invalid(
-            "job_name",
-            "must match ^[A-Za-z0-9][A-Za-z0-9._-]*$ (it is the record id and the SLURM job name)",
-        ));
-    }
+    // The record id and the SLURM job name.
+    validate_safe_name("job_name", &c.job_name)?;
     match kind {
         TemplateKind::SingleNode if c.nodes != 1 => {
             return Err(Error::invalid(
@@ -68,20 +54,13 @@ pub(crate) fn validate_context(kind: TemplateKind, context: &ScriptContext) -> R
         return Err(Error::invalid("cpus_per_task", "must be at least 1"));
     }
     if let Some(partition) = &c.partition {
-        if !PARTITION.is_match(partition) {
-            return Err(Error::invalid(
-                "partition",
-                "must be one partition name or a comma list of them ([A-Za-z0-9_.-]); leave it unset for the cluster default",
-            ));
+        // One name or a comma list of them, as the directive takes it (no spaces).
+        for part in partition.split(',') {
+            validate_safe_name("partition", part)?;
         }
     }
     if let Some(account) = &c.account {
-        if !ACCOUNT.is_match(account) {
-            return Err(Error::invalid(
-                "account",
-                "must be one account name ([A-Za-z0-9_.-]); leave it unset for the default account",
-            ));
-        }
+        validate_safe_name("account", account)?;
     }
     if let Some(memory) = &c.memory {
         if !MEMORY.is_match(memory) {
@@ -155,15 +134,7 @@ pub(crate) fn validate_context(kind: TemplateKind, context: &ScriptContext) -> R
     }
     for (field, vars) in [("env", &c.env), ("extra_env", &c.extra_env)] {
         for var in vars {
-            if !is_identifier(&var.name) {
-                return Err(Error::invalid(
-                    field,
-                    format!(
-                        "`{}` is not a shell variable name ([A-Za-z_][A-Za-z0-9_]*); rename it",
-                        printable(&var.name)
-                    ),
-                ));
-            }
+            validate_shell_name(field, &var.name)?;
             if var.name.starts_with("slurm_run_") {
                 return Err(Error::invalid(
                     field,
@@ -208,12 +179,7 @@ pub(crate) fn validate_context(kind: TemplateKind, context: &ScriptContext) -> R
         )?;
     }
     for node in &c.exclude {
-        only(
-            "exclude",
-            node,
-            &|ch| ch.is_ascii_alphanumeric() || "._-".contains(ch),
-            "node names ([A-Za-z0-9._-])",
-        )?;
+        validate_safe_name("exclude", node)?;
     }
     if let Some(array) = &c.array {
         only(
@@ -298,16 +264,84 @@ pub(crate) fn wall_seconds(time: &str) -> Option<u64> {
     }
 }
 
-/// A name shown in an error with control characters replaced.
-fn printable(name: &str) -> String {
-    name.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
+    use slurm_core::{EnvVar, MAX_NAME_LEN};
+
     use super::*;
+
+    /// The validation of the example context with `change` applied.
+    fn check(kind: TemplateKind, change: impl FnOnce(&mut ScriptContext)) -> Result<()> {
+        let mut context: ScriptContext = include!("../tests/fixtures/example_context.rs");
+        if kind == TemplateKind::MultiNode {
+            context.nodes = 2;
+        }
+        change(&mut context);
+        validate_context(kind, &context)
+    }
+
+    /// Each check agrees with the core's rule (`core_ok`), and a refusal names its field.
+    fn agree(name: &str, core_ok: bool, checks: &[(&str, Result<()>)]) {
+        for (field, result) in checks {
+            match result {
+                Ok(()) => assert!(core_ok, "{field} {name:?}: accepted, the core refuses it"),
+                Err(err) => {
+                    assert!(
+                        !core_ok,
+                        "{field} {name:?}: refused, the core accepts it: {err}"
+                    );
+                    let text = err.to_string();
+                    assert!(text.starts_with(&format!("invalid {field}:")), "{text}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn names_follow_the_cores_one_rule() {
+        let single = TemplateKind::SingleNode;
+        let long = "a".repeat(MAX_NAME_LEN + 1);
+        let names = [
+            long.as_str(),
+            "-lead",
+            ".x",
+            "ok.name_1-2",
+            "a b",
+            "",
+            "x/y",
+            "é",
+        ];
+        for name in names {
+            let core_ok = slurm_core::validate_safe_name("x", name).is_ok();
+            let checks = [
+                ("job_name", check(single, |c| c.job_name = name.into())),
+                (
+                    "partition",
+                    check(single, |c| c.partition = Some(format!("gpu,{name}"))),
+                ),
+                ("account", check(single, |c| c.account = Some(name.into()))),
+                ("exclude", check(single, |c| c.exclude = vec![name.into()])),
+            ];
+            agree(name, core_ok, &checks);
+        }
+        let long = "A".repeat(129);
+        for name in [long.as_str(), "1X", "A-B", "", "_x1", "HF_HOME"] {
+            let core_ok = slurm_core::validate_shell_name("x", name).is_ok();
+            let var = EnvVar {
+                name: name.into(),
+                value: "1".into(),
+            };
+            let multi = TemplateKind::MultiNode;
+            let checks = [
+                ("env", check(single, |c| c.env = vec![var.clone()])),
+                (
+                    "extra_env",
+                    check(multi, |c| c.extra_env = vec![var.clone()]),
+                ),
+            ];
+            agree(name, core_ok, &checks);
+        }
+    }
 
     #[test]
     fn wall_time_forms() {
@@ -320,15 +354,5 @@ mod tests {
         assert_eq!(wall_seconds("4h"), None);
         assert_eq!(wall_seconds(""), None);
         assert_eq!(wall_seconds("1:2:3:4"), None);
-    }
-
-    #[test]
-    fn identifiers() {
-        assert!(is_identifier("HF_HOME"));
-        assert!(is_identifier("_x1"));
-        assert!(!is_identifier("1X"));
-        assert!(!is_identifier("A-B"));
-        assert!(!is_identifier(""));
-        assert!(!is_identifier("A B"));
     }
 }

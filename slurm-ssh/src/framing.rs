@@ -11,7 +11,8 @@
 //!    Everything the login printed before `SRSYNC_TOKEN` (banner, motd) is skipped.
 //!    Nothing else is written until that line is seen, so a login shell that reads
 //!    its input in blocks cannot swallow later lines.
-//! 2. *Init.* A short script makes a private temporary folder (umask 077), turns on
+//! 2. *Init.* A short script (`shell_start.sh`, its exit statuses named in
+//!    [`ShellExit`](crate::shell_start::ShellExit)) makes a private temporary folder (umask 077), turns on
 //!    job control (so each command gets its own process group, which a timeout can
 //!    kill), defines the functions `__sr_run` and `__sr_kill`, kills the process groups
 //!    of commands that timed out (or were cut off) in an earlier shell, and prints
@@ -50,79 +51,7 @@ use std::time::Duration;
 use memchr::memmem;
 use slurm_core::{shell_quote, Command, Error, Output, Result};
 
-/// The shell function and set-up run once per shell. `__sr_um` keeps the user's
-/// umask for the commands; the set-up itself runs with 077.
-const INIT_SCRIPT: &str = r#"__sr_um=$(umask)
-umask 077
-set +e +u
-set -m
-command -v head >/dev/null 2>&1 || exit 98
-__sr_d=$(mktemp -d "${TMPDIR:-/tmp}/slurm-run-shell.XXXXXXXX") || exit 97
-trap 'rm -rf -- "$__sr_d"' EXIT
-__sr_frames() {
-  local j dirs=()
-  for ((j = $1; j < $1 + 64; j++)); do dirs+=("$__sr_d/f.$j"); done
-  mkdir -- "${dirs[@]}"
-}
-__sr_frames 1 || exit 97
-exec 2>/dev/null
-cd || exit 96
-__sr_boot=-
-read -r __sr_boot < /proc/sys/kernel/random/boot_id
-__sr_n=0
-__sr_kill() {
-  local g=$1 t=$2 b=$3 m=$4 f p e
-  if [ "$b" = - ] || [ "$b" != "$__sr_boot" ]; then return; fi
-  if read -r f < "/proc/$g/stat"; then
-    read -r -a f <<< "${f##*) }"
-    if [ "${f[2]}" = "$g" ] && [ "${f[19]}" = "$t" ]; then kill -s KILL -- "-$g"; fi
-    return
-  fi
-  for p in /proc/[0-9]*; do
-    read -r f < "$p/stat" || continue
-    read -r -a f <<< "${f##*) }"
-    [ "${f[2]}" = "$g" ] || continue
-    e=$(tr '\0' '\n' < "$p/environ") || continue
-    case $'\n'"$e"$'\n' in *$'\n'"__SR_JOB=$m"$'\n'*) kill -s KILL "${p#/proc/}";; esac
-  done
-}
-__sr_run() {
-  local m=$1 n=$2 ok src=/dev/null s p o e t=- f
-  __sr_n=$((__sr_n + 1))
-  if [ $((__sr_n % 64)) -eq 0 ]; then
-    rm -rf -- "$__sr_d"/[oei].* "$__sr_d"/f.*
-    __sr_frames "$__sr_n"
-  fi
-  o=$__sr_d/o.$__sr_n e=$__sr_d/e.$__sr_n
-  if [ "$n" -gt 0 ]; then
-    src=$__sr_d/i.$__sr_n
-    if ! head -c "$n" > "$src"; then
-      : > "$src"; printf '%s X\n' "$m"; exit 95
-    fi
-  fi
-  IFS= read -r ok
-  if [ "$ok" != "$m" ]; then
-    if [ "$n" -gt 0 ]; then : > "$src"; fi
-    printf '%s X\n' "$m"
-    if [ "$n" -gt 0 ]; then rm -f -- "$src"; fi
-    return
-  fi
-  ( umask "$__sr_um"; export __SR_JOB="$m" __SR_FRAME="$__sr_d/f.$__sr_n"; eval "$3" ) < "$src" > "$o" 2> "$e" &
-  p=$!
-  if read -r f < "/proc/$p/stat"; then read -r -a f <<< "${f##*) }"; t=${f[19]}; fi
-  printf '%s P %d %s %s\n' "$m" "$p" "$t" "$__sr_boot"
-  wait "$p"; s=$?
-  if [ "$n" -gt 0 ]; then : > "$src"; fi
-  if [ -s "$o" ] || [ -s "$e" ]; then
-    printf '%s O' "$m" > "$__sr_d/m"
-    cat -- "$o" "$__sr_d/m" "$e"
-  else
-    printf '%s O' "$m"
-  fi
-  printf '%s E %d\n' "$m" "$s"
-  if [ "$n" -gt 0 ]; then rm -f -- "$src"; fi
-}
-"#;
+use crate::shell_start::SHELL_START;
 
 /// The longest a single header line may be before the shell is considered to be
 /// printing garbage (the P and E lines are short).
@@ -231,7 +160,7 @@ impl ShellProtocol {
         let bootstrap = format!(
             "exec bash --noprofile --norc -c 'printf \"%s_%s\\n\" SRSYNC \"$1\"; exec bash --noprofile --norc' slurm-run {sync}\n"
         );
-        let mut init = INIT_SCRIPT.to_string();
+        let mut init = SHELL_START.full_text();
         for o in kills {
             // Each word was read from the shell's own report: digits, hex, dashes.
             let safe = |w: &str| w.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
@@ -548,6 +477,7 @@ pub(crate) const SHELL_START_TIMEOUT: Duration = Duration::from_secs(30);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shell_start::ShellExit;
     use std::io::{Read, Write};
     use std::process::{Child, Stdio};
 
@@ -664,6 +594,9 @@ mod tests {
             .unwrap();
         let events = bash.pump_until(|e| e.contains(&ShellEvent::Refused));
         assert_eq!(events, vec![ShellEvent::Refused]);
+        // The shell exits at once, with the status named for it.
+        let status = bash.child.wait().unwrap();
+        assert_eq!(status.code(), Some(ShellExit::InputUnwritable.status()));
         std::thread::sleep(Duration::from_millis(500));
         assert!(
             !marker.exists(),

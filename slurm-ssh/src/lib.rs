@@ -34,6 +34,7 @@ mod hosts;
 mod known_hosts;
 mod openssh;
 mod process;
+mod shell_start;
 mod ssh2_transport;
 
 pub use config::{Secret, Ssh2TransportBuilder};
@@ -41,3 +42,17 @@ pub use hosts::HostSpec;
 pub use openssh::{OpenSshTransport, OpenSshTransportBuilder};
 pub use process::{Preflight, ProcessShellConfig, ProcessShellTransport};
 pub use ssh2_transport::Ssh2Transport;
+
+/// What tests lint (cargo feature `testing`): this crate's remote shell text.
+#[cfg(feature = "testing")]
+pub mod testing {
+    /// Every remote script of this crate by name, as the shell runs it (prelude
+    /// included): the long-lived shell's set-up. For linting them (`bash -n`,
+    /// shellcheck) outside the crate, beside `slurm_core::testing::scripts`.
+    pub fn scripts() -> Vec<(&'static str, String)> {
+        crate::shell_start::all()
+            .into_iter()
+            .map(|script| (script.name(), script.full_text()))
+            .collect()
+    }
+}

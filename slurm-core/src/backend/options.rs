@@ -7,9 +7,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::classify::RetryPolicy;
+use crate::dependency::Dependency;
 use crate::record::JobId;
 use crate::redact::{check_secret_value, SecretRegistry};
-use crate::dependency::Dependency;
 use crate::spec::JobSpec;
 use crate::Result;
 

@@ -35,11 +35,11 @@ mod knobs;
 mod options;
 mod outcome;
 
+pub(crate) use job::is_probe_job;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use job::{default_probe_command, PROBE_LADDER};
-pub(crate) use job::is_probe_job;
-pub use job::{PROBE_LABEL, PROBE_SHAPE_LABEL, PROBE_VERDICT_LABEL};
 pub(crate) use job::{needs_nccl, parse_shape, probe_spec, KNOBS_FILE, PROBE_DIR, VERDICT_FILE};
+pub use job::{PROBE_LABEL, PROBE_SHAPE_LABEL, PROBE_VERDICT_LABEL};
 pub(crate) use knobs::{cluster_key, knobs_path, read_knobs, record_knobs, remove_knobs};
 pub use knobs::{ClusterKnobs, ShapeKnobs};
 pub(crate) use options::{default_ladder, NcclProbe};

@@ -21,8 +21,9 @@ pub struct ProbeOptions {
     pub command: Option<String>,
     /// The time one rung may take before it counts as hung.
     pub timeout: Duration,
-    /// The env sets tried in order while the probe hangs; `None` is
-    /// [`default_ladder`] with the configured `SLURM_NCCL_SOCKET_IFNAME`.
+    /// The env sets tried in order while the probe hangs; `None` is the default ladder:
+    /// nothing; `NCCL_P2P_DISABLE=1`; also `NCCL_IB_DISABLE=1`; also
+    /// `NCCL_SOCKET_IFNAME=` the configured `SLURM_NCCL_SOCKET_IFNAME`.
     pub ladder: Option<Vec<KnobSet>>,
     /// Time between two polls while `probe_nccl` waits for its probe job.
     pub poll_interval: Duration,

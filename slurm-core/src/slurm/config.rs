@@ -7,7 +7,6 @@ use std::time::Duration;
 use super::SlurmSubmitOptions;
 use crate::{Error, Result};
 
-
 /// The SLURM backend's configuration. Connection settings (`SLURM_HOSTNAME`,
 /// `SLURM_USER`, `SSH_KEY_PATH`) belong to the transport, not here.
 #[derive(Clone, PartialEq, Eq)]

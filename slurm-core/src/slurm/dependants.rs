@@ -11,7 +11,8 @@ use super::context::Context;
 use super::job::{slurm_job, SlurmJob};
 use crate::classify::ErrorClass;
 use crate::dependency::{
-    never_satisfied, resolve_dependencies, DependencyCondition, DependencyVerdict, ResolvedDependency,
+    never_satisfied, resolve_dependencies, DependencyCondition, DependencyVerdict,
+    ResolvedDependency,
 };
 use crate::record::{JobId, JobRecord, Mark, TransitionSource};
 use crate::state::JobState;
@@ -32,7 +33,10 @@ fn slurm_condition(condition: DependencyCondition) -> &'static str {
 /// wait for): one `type:id:id` group per condition, all of which must hold.
 pub(super) fn dependency_option(resolved: &[ResolvedDependency]) -> Result<Option<String>> {
     let mut groups: Vec<(DependencyCondition, Vec<String>)> = Vec::new();
-    for r in resolved.iter().filter(|r| r.verdict == DependencyVerdict::Waiting) {
+    for r in resolved
+        .iter()
+        .filter(|r| r.verdict == DependencyVerdict::Waiting)
+    {
         let (_, job) = slurm_job(&r.parent)?.ok_or_else(|| {
             Error::invalid(
                 "after",
@@ -140,9 +144,9 @@ pub(super) async fn follow_retries(ctx: &Context<'_>, dependants: &[JobRecord]) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{BackendRef, MemoryRecordStore, RecordStore};
     use crate::dependency::Dependency;
-use crate::spec::JobSpec;
+    use crate::record::{BackendRef, MemoryRecordStore, RecordStore};
+    use crate::spec::JobSpec;
     use crate::state::JobState;
     use crate::storage::RemotePath;
 

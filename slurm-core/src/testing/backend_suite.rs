@@ -45,9 +45,7 @@ use crate::backend::{
 use crate::classify::{ErrorClass, RetryPolicy};
 use crate::dependency::{Dependency, DependencyCondition};
 use crate::record::{JobId, JobRecord, RecordFilter};
-use crate::spec::{
-    ArraySpec, JobSpec, Scalar, Sweep, TaskSet, WallTime,
-};
+use crate::spec::{ArraySpec, JobSpec, Scalar, Sweep, TaskSet, WallTime};
 use crate::state::JobState;
 use crate::{ErrorKind, Result};
 

@@ -38,6 +38,22 @@ pub fn poll_command(ids: &[SlurmJobId]) -> Result<Command> {
     crate::slurm::poll_command(&groups)
 }
 
+/// Panics with bash's complaint unless `text` (script `name`'s full text) parses:
+/// `bash -n`, the syntax check every remote script's unit test runs.
+pub fn assert_bash_n(name: &str, text: &str) {
+    let output = std::process::Command::new("bash")
+        .arg("-n")
+        .arg("-c")
+        .arg(text)
+        .output()
+        .expect("run bash -n");
+    assert!(
+        output.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// Every remote script of slurm-run, by name, as bash runs it (prelude included), and
 /// the NCCL probe's ladder and per-node command: for linting them (`bash -n`,
 /// shellcheck) outside the crate.

@@ -1,5 +1,6 @@
 //! The `Transport` seam (where commands run): typed remote commands, the one shell-quoting
-//! function, `LocalTransport`, and the framing that runs several commands in one round trip.
+//! function, `LocalTransport`, the framing that runs several commands in one round trip,
+//! and [`Script`], a fixed remote script with its exit statuses named once.
 
 mod command;
 mod local;
@@ -17,6 +18,7 @@ use crate::{Error, Result};
 pub use command::{Command, Output};
 pub use local::LocalTransport;
 pub use quote::shell_quote;
+pub use script::Script;
 
 /// Where commands run: this host, or a login node over SSH.
 ///

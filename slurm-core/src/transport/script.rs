@@ -1,19 +1,42 @@
 //! The fixed bash scripts slurm-run runs on the remote side: their text lives in `.sh`
-//! files, their exit statuses are named once, and user values only ever reach them as
-//! positional parameters.
+//! files, their exit statuses are named once ([`exit_statuses!`](crate::exit_statuses)),
+//! and user values only ever reach them as positional parameters.
+//!
+//! Public so the transports of other crates (slurm-ssh's long-lived shell) keep their
+//! remote shell text the same way: [`Script`] and `exit_statuses!`.
 
 use super::Command;
 
 /// One script of slurm-run's: its text (a `.sh` file included at build time), the
-/// exit statuses it uses by name, and a library it needs (the round-trip framing, see
-/// [`round_trip::framed`](super::round_trip::framed)).
+/// exit statuses it uses by name, and a library it needs (e.g. the round-trip framing's
+/// `part` function, for scripts whose answer [`round_trip::split`](super::round_trip::split)
+/// reads).
 ///
-/// The script runs as `bash -c PRELUDE+TEXT NAME PARAMS...`. The prelude sets one
-/// read-only variable per named exit status (`EXIT_...=65`), so a number lives in
-/// one place, the Rust table, and the script says `exit "$EXIT_..."`; then comes the
-/// library's text, if any.
+/// The script runs as `bash -c PRELUDE+TEXT NAME PARAMS...` ([`Script::command`]), or
+/// its [`full_text`](Script::full_text) is written to a shell that reads commands. The
+/// prelude sets one read-only variable per named exit status (`EXIT_...=65`), so a
+/// number lives in one place, the Rust table, and the script says `exit "$EXIT_..."`;
+/// then comes the library's text, if any.
+///
+/// ```
+/// use slurm_core::exit_statuses;
+/// use slurm_core::Script;
+///
+/// exit_statuses! {
+///     /// How the demo script fails.
+///     pub enum DemoExit {
+///         /// It always does.
+///         Failed = 70 => "EXIT_FAILED",
+///     }
+/// }
+///
+/// const DEMO: Script = Script::new("demo", "exit \"$EXIT_FAILED\"\n").with_exits(DemoExit::VARS);
+/// assert_eq!(DEMO.name(), "demo");
+/// assert_eq!(DEMO.full_text(), "readonly EXIT_FAILED=70\nexit \"$EXIT_FAILED\"\n");
+/// assert_eq!(DemoExit::from_status(70), Some(DemoExit::Failed));
+/// ```
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Script {
+pub struct Script {
     /// A short name, `$0` of the script, shown in logs and errors.
     pub(crate) name: &'static str,
     /// The script text.
@@ -26,7 +49,7 @@ pub(crate) struct Script {
 
 impl Script {
     /// A script with no named exit statuses and no library.
-    pub(crate) const fn new(name: &'static str, text: &'static str) -> Self {
+    pub const fn new(name: &'static str, text: &'static str) -> Self {
         Script {
             name,
             text,
@@ -35,14 +58,14 @@ impl Script {
         }
     }
 
-    /// With these named exit statuses.
-    pub(crate) const fn with_exits(mut self, exits: &'static [(&'static str, i32)]) -> Self {
+    /// With these named exit statuses (an `exit_statuses!` enum's `VARS`).
+    pub const fn with_exits(mut self, exits: &'static [(&'static str, i32)]) -> Self {
         self.exits = exits;
         self
     }
 
     /// With `library` (shell functions, and the exit statuses they name) prepended.
-    pub(crate) const fn with_library(
+    pub const fn with_library(
         mut self,
         library: &'static str,
         exits: &'static [(&'static str, i32)],
@@ -51,8 +74,13 @@ impl Script {
         self
     }
 
+    /// The script's short name (`$0`, shown in logs and errors).
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+
     /// The whole text bash runs: the prelude, the library, then the script.
-    pub(crate) fn full_text(&self) -> String {
+    pub fn full_text(&self) -> String {
         let mut text = String::with_capacity(self.text.len() + 512);
         let library_exits = self.library.map_or(&[][..], |(_, exits)| exits);
         for (name, status) in self.exits.iter().chain(library_exits) {
@@ -67,7 +95,7 @@ impl Script {
     }
 
     /// The command that runs this script with `params` as `$1`, `$2`, ...
-    pub(crate) fn command<I, S>(&self, params: I) -> Command
+    pub fn command<I, S>(&self, params: I) -> Command
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -81,8 +109,13 @@ impl Script {
 }
 
 /// Declares the named exit statuses of a script as an enum whose variants carry the
-/// status, plus `VARS`, the (variable, status) table a [`Script`] takes: each number
-/// is written once, here.
+/// status, plus `VARS`, the (variable, status) table a [`Script`] takes
+/// ([`Script::with_exits`]): each number is written once, here. The enum also gets
+/// `from_status` (the variant of a status, if any) and `status`.
+///
+/// The form: `exit_statuses! { /// docs  VIS enum NAME { /// docs  VARIANT = STATUS =>
+/// "SHELL_VARIABLE", ... } }`; see [`Script`] for an example.
+#[macro_export]
 macro_rules! exit_statuses {
     (
         $(#[$meta:meta])*
@@ -121,7 +154,7 @@ macro_rules! exit_statuses {
         }
     };
 }
-pub(crate) use exit_statuses;
+pub(crate) use crate::exit_statuses;
 
 #[cfg(test)]
 mod tests {

@@ -203,6 +203,9 @@ impl Drop for Master {
 /// The daemons of the test bed that fault scenarios stop and start.
 const DAEMONS: &[&str] = &["slurmctld", "slurmdbd"];
 
+/// How long [`Testbed::stop`] waits for a daemon to end after SIGTERM.
+pub const STOP_GRACE: Duration = Duration::from_secs(30);
+
 impl Testbed {
     /// The pid file of one of the test bed's daemons (`slurmctld`, `slurmdbd`).
     fn pid_file(&self, daemon: &str) -> PathBuf {
@@ -244,28 +247,66 @@ impl Testbed {
     /// Stop `daemon` (`slurmctld` or `slurmdbd`) of this test bed by its pid file (as
     /// `testbed/down` does) and wait until it is gone. Tests that stop a daemon hold
     /// the cluster gate exclusively.
+    ///
+    /// Panics, saying why, when it cannot: the pid file is missing or names another
+    /// process (then nothing is signalled), the daemon is still running
+    /// [`STOP_GRACE`] after SIGTERM, or it still answers once its process is gone (an
+    /// instance its pid file does not name). A fault scenario never runs with the
+    /// daemon it meant to stop still up.
     pub fn stop(&self, daemon: &str) {
+        self.stop_within(daemon, STOP_GRACE);
+    }
+
+    /// [`Testbed::stop`], waiting at most `grace` for the process to end.
+    fn stop_within(&self, daemon: &str, grace: Duration) {
         let file = self.pid_file(daemon);
-        let Ok(text) = std::fs::read_to_string(&file) else {
-            return;
-        };
-        let pid: i32 = text.trim().parse().expect("a pid in the pid file");
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| {
+            panic!(
+                "cannot stop {daemon}: its pid file {} cannot be read ({e}); is the test bed up? (testbed/up)",
+                file.display()
+            )
+        });
+        let pid: i32 = text.trim().parse().unwrap_or_else(|_| {
+            panic!(
+                "cannot stop {daemon}: its pid file {} holds {:?}, not a pid",
+                file.display(),
+                text.trim()
+            )
+        });
         // Only the daemon this pid file names (a recycled pid is never signalled).
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if !String::from_utf8_lossy(&cmdline).contains(daemon) {
-            return;
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(
+            cmdline.contains(daemon),
+            "cannot stop {daemon}: its pid file {} names process {pid}, which is {}; \
+             the daemon may still be running (testbed/down, then testbed/up, restarts the test bed)",
+            file.display(),
+            if cmdline.trim().is_empty() {
+                "not running".to_string()
+            } else {
+                format!("`{}`", cmdline.trim())
+            }
+        );
+        // SAFETY: kill(2) with a pid and a signal number; no memory is shared.
+        if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+            panic!(
+                "cannot stop {daemon}: SIGTERM to {pid} failed: {}",
+                std::io::Error::last_os_error()
+            );
         }
-        unsafe {
-            libc::kill(pid, libc::SIGTERM);
-        }
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let deadline = std::time::Instant::now() + grace;
         while std::path::Path::new(&format!("/proc/{pid}")).exists() {
             assert!(
                 std::time::Instant::now() < deadline,
-                "{daemon} ({pid}) did not stop"
+                "{daemon} ({pid}) is still running {grace:?} after SIGTERM"
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+        assert!(
+            !self.answers(daemon),
+            "{daemon} still answers after its process {pid} ended: an instance its pid file \
+             does not name is running (testbed/down, then testbed/up, restarts the test bed)"
+        );
     }
 
     /// Start `daemon` again as `testbed/up` starts it and wait until it answers.
@@ -320,5 +361,124 @@ impl Stopped {
 impl Drop for Stopped {
     fn drop(&mut self) {
         self.testbed.start(self.daemon);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::{Child, Stdio};
+
+    use super::*;
+
+    /// A test bed whose state folder is `dir`, with no daemons: its slurm.conf names
+    /// ports nothing listens on, so the admin tools fail at once (without a file they
+    /// would look for a configless controller in DNS for a minute).
+    fn testbed_in(dir: &std::path::Path) -> Testbed {
+        std::fs::create_dir_all(dir.join("etc")).unwrap();
+        std::fs::write(
+            dir.join("etc/slurm.conf"),
+            "ClusterName=none\nSlurmctldHost=localhost\nSlurmctldPort=1\n\
+             AccountingStorageType=accounting_storage/slurmdbd\n\
+             AccountingStorageHost=localhost\nAccountingStoragePort=1\n",
+        )
+        .unwrap();
+        let vars = [("SLURM_RUN_TESTBED_DIR", dir.display().to_string())];
+        Testbed {
+            vars: vars.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        }
+    }
+
+    /// A process whose command line is `argv0 60` (a `sleep`), with its pid in the
+    /// pid file of `daemon` under `dir`; `ignore_term` makes it ignore SIGTERM.
+    fn fake_daemon(dir: &std::path::Path, daemon: &str, argv0: &str, ignore_term: bool) -> Child {
+        let trap = if ignore_term { "trap '' TERM; " } else { "" };
+        let child = Command::new("bash")
+            .arg("-c")
+            .arg(format!(r#"{trap}exec -a "$1" sleep 60"#))
+            .arg("fake-daemon")
+            .arg(argv0)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start bash");
+        // The pid file is written once the process carries its new command line.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let cmdline = format!("/proc/{}/cmdline", child.id());
+        while !std::fs::read(&cmdline)
+            .map(|c| c.starts_with(argv0.as_bytes()))
+            .unwrap_or(false)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{argv0} did not start"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::fs::create_dir_all(dir.join("run")).unwrap();
+        std::fs::write(
+            dir.join(format!("run/{daemon}.pid")),
+            format!("{}\n", child.id()),
+        )
+        .unwrap();
+        child
+    }
+
+    /// The panic message of `f`, which must panic.
+    fn panic_of(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
+        let payload = std::panic::catch_unwind(f).expect_err("it panics");
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn stop_fails_loudly_when_the_pid_file_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let tb = testbed_in(dir.path());
+        let message = panic_of(|| tb.stop("slurmctld"));
+        assert!(message.contains("cannot stop slurmctld"), "{message}");
+        assert!(message.contains("slurmctld.pid"), "{message}");
+    }
+
+    #[test]
+    fn stop_fails_loudly_and_signals_nothing_when_the_pid_file_names_another_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let tb = testbed_in(dir.path());
+        let mut other = fake_daemon(dir.path(), "slurmdbd", "not-the-daemon", false);
+        let message = panic_of(|| tb.stop("slurmdbd"));
+        let alive = other.try_wait().unwrap().is_none();
+        other.kill().unwrap();
+        other.wait().unwrap();
+        assert!(message.contains("cannot stop slurmdbd"), "{message}");
+        assert!(message.contains("not-the-daemon"), "{message}");
+        assert!(alive, "the other process was signalled");
+    }
+
+    #[test]
+    fn stop_ends_the_daemon_its_pid_file_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let tb = testbed_in(dir.path());
+        let mut daemon = fake_daemon(dir.path(), "slurmctld", "slurmctld", false);
+        let pid = daemon.id();
+        // Reap it as soon as it ends, as init reaps a real daemon.
+        let reaper = std::thread::spawn(move || daemon.wait().unwrap());
+        tb.stop("slurmctld");
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+        assert!(!reaper.join().unwrap().success(), "ended by SIGTERM");
+    }
+
+    #[test]
+    fn stop_fails_loudly_when_the_daemon_outlives_the_grace() {
+        let dir = tempfile::tempdir().unwrap();
+        let tb = testbed_in(dir.path());
+        let mut daemon = fake_daemon(dir.path(), "slurmctld", "slurmctld", true);
+        let message = panic_of(|| tb.stop_within("slurmctld", Duration::from_millis(300)));
+        daemon.kill().unwrap();
+        daemon.wait().unwrap();
+        assert!(
+            message.contains(&format!("slurmctld ({}) is still running", daemon.id())),
+            "{message}"
+        );
     }
 }

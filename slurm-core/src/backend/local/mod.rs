@@ -62,7 +62,7 @@ use crate::{Error, Result};
 /// let root = tempfile::tempdir().unwrap();
 /// let backend = LocalBackend::new(root.path(), MemoryRecordStore::new())?;
 /// let record = backend.submit(&JobSpec::new("hello", "echo hi"), SubmitOptions::default()).await?;
-/// let done = backend.wait(record.id(), Duration::from_millis(20)).await?;
+/// let done = backend.wait(record.id(), Duration::from_millis(20), Duration::from_secs(30)).await?;
 /// assert_eq!(done.state(), JobState::Complete);
 /// assert_eq!(backend.logs(record.id(), Default::default()).await?, "hi\n");
 /// # Ok(()) }

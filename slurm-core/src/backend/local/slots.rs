@@ -73,7 +73,10 @@ impl LocalBackend {
             return true;
         }
         resolve_dependencies(&*self.inner.store, &record.after)
-            .map(|all| all.iter().all(|r| r.verdict == DependencyVerdict::Satisfied))
+            .map(|all| {
+                all.iter()
+                    .all(|r| r.verdict == DependencyVerdict::Satisfied)
+            })
             .unwrap_or(false)
     }
 

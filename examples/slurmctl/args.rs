@@ -1,0 +1,219 @@
+//! The command line: commands, flags and their help text (clap), and the flags' overlay on the environment.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use slurm_run::prelude::{Error, JobId, LogOptions, NcclProbe};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "slurmctl",
+    version,
+    about = "Run GPU jobs on a SLURM cluster over SSH: preflight, submit, status, watch, logs, cancel.",
+    after_help = "Exit status: 0 success; 2 bad input or configuration; 3 remote or connection failure; 4 watch saw ERROR, CANCELED or NOT_SUBMITTED."
+)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: Global,
+    #[command(subcommand)]
+    pub(crate) command: Cmd,
+}
+
+/// Flags every command takes; each overrides the environment variable it names.
+#[derive(Debug, Args)]
+pub(crate) struct Global {
+    /// Print JSON Lines (one object per job, per transition for watch, per check for preflight).
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    /// Login host(s): host, host:port, comma-separated [env: SLURM_HOSTNAME].
+    #[arg(long, global = true, value_name = "HOST")]
+    pub(crate) host: Option<String>,
+    /// Remote user [env: SLURM_USER]. Before the command only: after `credentials
+    /// install`, `--user` is the registry login.
+    #[arg(long)]
+    pub(crate) user: Option<String>,
+    /// Private key file [env: SSH_KEY_PATH].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) key: Option<PathBuf>,
+    /// known_hosts file [env: SSH_KNOWN_HOSTS].
+    #[arg(long = "known-hosts", global = true, value_name = "PATH")]
+    pub(crate) known_hosts: Option<PathBuf>,
+    /// GPU partition(s), comma-separated [env: SLURM_PARTITION].
+    #[arg(long, global = true)]
+    pub(crate) partition: Option<String>,
+    /// Absolute results root on shared storage [env: SLURM_BASE_RESULTS_DIR].
+    #[arg(long = "results-root", global = true, value_name = "DIR")]
+    pub(crate) results_root: Option<String>,
+    /// Account for #SBATCH --account [env: SLURM_ACCOUNT].
+    #[arg(long, global = true)]
+    pub(crate) account: Option<String>,
+    /// Local folder of job records [env: SLURM_RUN_STATE_DIR] [default: ~/.slurm-run/jobs].
+    #[arg(long = "state-dir", global = true, value_name = "DIR")]
+    pub(crate) state_dir: Option<PathBuf>,
+    /// SSH client: ssh2 (libssh2) or openssh (the system ssh through a ControlMaster, for ProxyJump and 2FA).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "ssh2",
+        env = "SLURM_RUN_SSH"
+    )]
+    pub(crate) ssh: SshKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SshKind {
+    Ssh2,
+    Openssh,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Cmd {
+    /// Check that jobs (like SPEC, else the configured defaults) can run; one line per check.
+    Preflight {
+        /// A job spec (.yaml, .yml or .json).
+        spec: Option<PathBuf>,
+    },
+    /// Submit a job spec exactly once; prints the record.
+    Submit {
+        /// A job spec (.yaml, .yml or .json).
+        spec: PathBuf,
+        /// Start after record ID: ID or ID:ok (it succeeded), ID:any (it ended),
+        /// ID:notok (it failed), ID:start (it started). Repeat for several; the
+        /// scheduler enforces the wait.
+        #[arg(long, value_name = "ID[:COND]")]
+        after: Vec<String>,
+        /// The NCCL probe before a multi-GPU job: auto (when the cluster has no knobs
+        /// cached for the job's shape and it has an image), always, or never (and no
+        /// cached knobs). Overrides the spec's nccl_probe and SLURM_NCCL_PROBE.
+        #[arg(long, value_name = "auto|always|never")]
+        probe: Option<NcclProbe>,
+    },
+    /// The current state of jobs, one remote round trip for all of them.
+    Status {
+        /// Record ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Follow jobs until each is terminal; exit 4 when one ends ERROR, CANCELED or NOT_SUBMITTED.
+    Watch {
+        /// Record ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+        /// Seconds between polls (default: the backend's, 10).
+        #[arg(long, value_name = "SECS")]
+        interval: Option<f64>,
+        /// Resubmit infrastructure failures up to this many times.
+        #[arg(long, value_name = "N")]
+        retries: Option<u32>,
+    },
+    /// The last lines of a job's log (main.out, or main.err with --err).
+    Logs {
+        /// Record id.
+        id: String,
+        /// The task of an array whose log to read.
+        #[arg(long, value_name = "N")]
+        task: Option<u32>,
+        /// How many lines from the end.
+        #[arg(long, default_value_t = LogOptions::default().tail, value_name = "N")]
+        tail: usize,
+        /// Read main.err instead of main.out.
+        #[arg(long)]
+        err: bool,
+        /// Stream new text until the job is terminal.
+        #[arg(long)]
+        follow: bool,
+        /// Seconds between reads when following.
+        #[arg(long, default_value_t = 2.0, value_name = "SECS")]
+        interval: f64,
+    },
+    /// Cancel jobs (every task of an array); a job already finished is left as it is.
+    Cancel {
+        /// Record ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+        /// Only these tasks of the array(s), e.g. 3 or 0-3,8.
+        #[arg(long, value_name = "LIST")]
+        tasks: Option<String>,
+    },
+    /// The local job records, oldest first (no remote call).
+    Records {
+        /// Only records in this state (repeat or comma-separate for several).
+        #[arg(long, value_name = "STATE", value_delimiter = ',')]
+        state: Vec<String>,
+    },
+    /// Print the batch script a submit of SPEC would write (secrets are never in it).
+    Render {
+        /// A job spec (.yaml, .yml or .json).
+        spec: PathBuf,
+    },
+    /// enroot's credentials for a private registry on the cluster (once per cluster and user).
+    Credentials {
+        #[command(subcommand)]
+        action: CredentialsCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum CredentialsCmd {
+    /// Install (or replace) REGISTRY's credentials, keeping other registries' lines. The
+    /// secret is read from stdin (one line), or from the environment variable
+    /// --password-env names: never from the command line.
+    Install {
+        /// The registry as images name it: nvcr.io, or host:port.
+        registry: String,
+        /// The registry login (`$oauthtoken` for nvcr.io).
+        #[arg(long = "user", id = "registry_user", value_name = "USER")]
+        user: String,
+        /// Read the secret from this environment variable instead of stdin.
+        #[arg(long = "password-env", value_name = "VAR")]
+        password_env: Option<String>,
+    },
+    /// Whether REGISTRY's credentials are installed (exit 2 when absent); never shows the secret.
+    Check {
+        /// The registry as images name it.
+        registry: String,
+    },
+    /// Remove REGISTRY's credentials, keeping other registries' lines.
+    Remove {
+        /// The registry as images name it.
+        registry: String,
+    },
+}
+
+impl Global {
+    /// The value of environment variable `name`, a flag overriding it; empty counts as unset.
+    pub(crate) fn lookup(&self, name: &str) -> Option<String> {
+        let flag = match name {
+            "SLURM_HOSTNAME" => self.host.clone(),
+            "SLURM_USER" => self.user.clone(),
+            "SSH_KEY_PATH" => self.key.as_ref().map(|p| p.display().to_string()),
+            "SSH_KNOWN_HOSTS" => self.known_hosts.as_ref().map(|p| p.display().to_string()),
+            "SLURM_PARTITION" => self.partition.clone(),
+            "SLURM_BASE_RESULTS_DIR" => self.results_root.clone(),
+            "SLURM_ACCOUNT" => self.account.clone(),
+            "SLURM_RUN_STATE_DIR" => self.state_dir.as_ref().map(|p| p.display().to_string()),
+            _ => None,
+        };
+        flag.or_else(|| std::env::var(name).ok())
+            .filter(|v| !v.trim().is_empty())
+    }
+}
+
+/// Record ids from the command line.
+pub(crate) fn parse_ids(ids: &[String]) -> slurm_run::Result<Vec<JobId>> {
+    ids.iter().map(|id| JobId::parse(id)).collect()
+}
+
+/// A number of seconds from flag `--field`: above 0 and below a day.
+pub(crate) fn seconds(field: &str, secs: f64) -> slurm_run::Result<Duration> {
+    if secs.is_finite() && secs > 0.0 && secs < 86_400.0 {
+        Ok(Duration::from_secs_f64(secs))
+    } else {
+        Err(Error::invalid(
+            field,
+            format!("{secs} is not a number of seconds between 0 and 86400; give e.g. --{field} 5"),
+        ))
+    }
+}

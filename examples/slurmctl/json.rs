@@ -1,0 +1,93 @@
+//! The JSON Lines format (`--json`): one object per job, task, transition, check or error.
+
+use serde_json::{json, Value};
+use slurm_run::prelude::{Error, JobRecord, LogStream};
+use slurm_run::CredentialsStatus;
+use slurm_run::{NativeStatus, PreflightCheck};
+
+use crate::exit::error_field;
+use crate::unsettled::unsettled_note;
+
+/// One job as a JSON object: the fields scripts rely on, then the details.
+pub(crate) fn job(record: &JobRecord, native: Option<&NativeStatus>) -> Value {
+    json!({
+        "id": record.id(),
+        "state": record.state(),
+        "slurm_job_id": record.backend_ref().as_ref().and_then(|r| r.native_id.parse::<u64>().ok()),
+        "results_dir": record.results_dir().as_str(),
+        "retry_of": record.retry_of(),
+        "name": record.name(),
+        "attempt": record.attempt(),
+        "err_class": record.err_class(),
+        "cluster": record.backend_ref().as_ref().and_then(|r| r.cluster.clone()),
+        "native_state": native.map(|n| n.state.clone()),
+        "reason": native.and_then(|n| n.reason.clone()),
+        "exit_code": native.and_then(|n| n.exit_code),
+        "nodes": native.and_then(|n| n.nodes.clone()),
+        "message": record.history().last().and_then(|t| t.message()),
+        "unsettled": unsettled_note(record),
+        "candidates": record.candidates().iter().map(|r| r.native_id.clone()).collect::<Vec<_>>(),
+        "submitted_at": record.submitted_at(),
+        "updated_at": record.updated_at(),
+    })
+}
+
+/// One task of an array as a JSON object: the array's fields, then the task's.
+pub(crate) fn task(record: &JobRecord, index: u32, native: Option<&NativeStatus>) -> Value {
+    let task = &record.tasks()[&index];
+    let mut object = job(record, native);
+    object["task"] = json!(index);
+    object["state"] = json!(task.state());
+    object["err_class"] = json!(task.err_class());
+    object["slurm_task_id"] = json!(record
+        .backend_ref()
+        .as_ref()
+        .map(|r| format!("{}_{index}", r.native_id)));
+    object["message"] = json!(task.message());
+    object["task_nodes"] = json!(task.nodes());
+    object
+}
+
+/// A job with an event of `watch` (`transition`, `retried`, `final`) and its own fields.
+pub(crate) fn event(mut object: Value, event: &str, fields: &[(&str, Value)]) -> Value {
+    object["event"] = json!(event);
+    for (name, value) in fields {
+        object[*name] = value.clone();
+    }
+    object
+}
+
+/// A piece of a job's log: the job, the stream's file name and the text.
+pub(crate) fn logs(record: &JobRecord, stream: LogStream, text: &str) -> Value {
+    let mut object = job(record, None);
+    object["stream"] = json!(stream.file_name());
+    object["text"] = json!(text);
+    object
+}
+
+/// One preflight check.
+pub(crate) fn check(c: &PreflightCheck) -> Value {
+    json!({"check": c.check, "ok": c.ok, "degraded": c.degraded, "detail": c.detail, "remedy": c.remedy})
+}
+
+/// A registry's credentials: their status, and `ok` when they are present.
+pub(crate) fn credentials(status: &CredentialsStatus) -> Value {
+    let mut object = json!(status);
+    object["ok"] = json!(status.is_present());
+    object
+}
+
+/// The script a submit of the spec `name` would write, with its record id `id`.
+pub(crate) fn script(id: &str, name: &str, script: &str) -> Value {
+    json!({"id": id, "name": name, "state": null, "script": script})
+}
+
+/// An error, with its kind, the field it names and the exit status.
+pub(crate) fn error(error: &Error, code: u8) -> Value {
+    json!({
+        "error": error.to_string(),
+        "kind": format!("{:?}", error.kind()),
+        "field": error_field(error),
+        "exit_code": code,
+    })
+}

@@ -1,0 +1,118 @@
+//! Where results go: stdout in the format asked for (JSON Lines or text), errors on stderr.
+
+use std::io::{IsTerminal, Write};
+
+use slurm_run::prelude::{Error, JobRecord, JobStatus};
+use slurm_run::{NativeStatus, PreflightCheck};
+
+use crate::json;
+use crate::text::{self, Style};
+
+/// Write `text` to stdout as it is; a closed pipe ends the program quietly.
+pub(crate) fn write_stdout(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|_| stdout.flush())
+    {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+    }
+}
+
+/// Where and how results are printed.
+pub(crate) struct Out {
+    /// JSON Lines (`--json`) rather than text.
+    pub(crate) json: bool,
+    /// The text's colours (off with `--json`, on a pipe, or with `NO_COLOR`).
+    pub(crate) style: Style,
+}
+
+impl Out {
+    /// Results as JSON Lines when `json`, else as text (in colour on a terminal).
+    pub(crate) fn new(json: bool) -> Self {
+        let color =
+            !json && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        Out {
+            json,
+            style: Style { color },
+        }
+    }
+
+    /// Write `text` to stdout as it is.
+    pub(crate) fn raw(&self, text: &str) {
+        write_stdout(text);
+    }
+
+    /// Write one line to stdout.
+    pub(crate) fn line(&self, text: &str) {
+        self.raw(&format!("{text}\n"));
+    }
+
+    fn lines(&self, lines: Vec<String>) {
+        for line in lines {
+            self.line(&line);
+        }
+    }
+
+    /// Statuses: as [`Out::jobs`], and for an array one JSON object per task (one
+    /// line per group of tasks in the same state without `--json`).
+    pub(crate) fn statuses(&self, statuses: &[JobStatus]) {
+        if self.json {
+            for status in statuses {
+                if status.record().is_array() {
+                    for index in status.record().tasks().keys() {
+                        let task = json::task(status.record(), *index, status.tasks().get(index));
+                        self.line(&task.to_string());
+                    }
+                } else {
+                    self.line(&json::job(status.record(), status.native()).to_string());
+                }
+            }
+            return;
+        }
+        self.jobs(statuses.iter().map(|s| (s.record(), s.native())));
+        for status in statuses.iter().filter(|s| s.record().is_array()) {
+            self.lines(text::task_groups(self.style, status));
+        }
+    }
+
+    /// Jobs: JSON Lines, or an aligned table.
+    pub(crate) fn jobs<'a>(
+        &self,
+        jobs: impl Iterator<Item = (&'a JobRecord, Option<&'a NativeStatus>)>,
+    ) {
+        let jobs: Vec<_> = jobs.collect();
+        if self.json {
+            for (record, native) in jobs {
+                self.line(&json::job(record, native).to_string());
+            }
+            return;
+        }
+        self.lines(text::jobs_table(self.style, &jobs));
+    }
+
+    /// Preflight checks: one JSON object each, or an aligned list with remedies.
+    pub(crate) fn preflight(&self, checks: &[PreflightCheck]) {
+        if self.json {
+            for c in checks {
+                self.line(&json::check(c).to_string());
+            }
+            return;
+        }
+        self.lines(text::checks(self.style, checks));
+    }
+
+    /// An error on stderr: text, or one JSON object with `--json`.
+    pub(crate) fn error(&self, error: &Error, code: u8) {
+        let message = if self.json {
+            json::error(error, code).to_string()
+        } else {
+            let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            let lead = Style { color }.paint("31", "error");
+            format!("slurmctl: {lead}: {error}")
+        };
+        let _ = writeln!(std::io::stderr(), "{message}");
+    }
+}

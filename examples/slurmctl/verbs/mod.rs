@@ -1,0 +1,46 @@
+//! The commands, one function each, grouped by what they act on; [`run`] picks one.
+
+mod credentials;
+mod jobs;
+mod logs;
+mod specs;
+mod watch;
+
+use slurm_run::prelude::{LogOptions, LogStream, Result};
+
+use crate::args::{Cli, Cmd};
+use crate::output::Out;
+
+/// Run the command `cli` names; its exit status.
+pub(crate) async fn run(cli: &Cli, out: &Out) -> Result<u8> {
+    let global = &cli.global;
+    match &cli.command {
+        Cmd::Records { state } => jobs::records(global, state, out),
+        Cmd::Preflight { spec } => specs::preflight(global, spec.as_ref(), out).await,
+        Cmd::Submit { spec, after, probe } => specs::submit(global, spec, after, *probe, out).await,
+        Cmd::Status { ids } => jobs::status(global, ids, out).await,
+        Cmd::Watch {
+            ids,
+            interval,
+            retries,
+        } => watch::watch(global, ids, *interval, *retries, out).await,
+        Cmd::Logs {
+            id,
+            task,
+            tail,
+            err,
+            follow,
+            interval,
+        } => {
+            let options = LogOptions {
+                stream: if *err { LogStream::Err } else { LogStream::Out },
+                tail: *tail,
+                task: *task,
+            };
+            logs::logs(global, id, options, follow.then_some(*interval), out).await
+        }
+        Cmd::Cancel { ids, tasks } => jobs::cancel(global, ids, tasks.as_deref(), out).await,
+        Cmd::Credentials { action } => credentials::credentials(global, action, out).await,
+        Cmd::Render { spec } => specs::render(global, spec, out).await,
+    }
+}
