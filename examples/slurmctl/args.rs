@@ -101,7 +101,7 @@ pub(crate) enum Cmd {
         /// Record ids.
         #[arg(required = true)]
         ids: Vec<String>,
-        /// Seconds between polls (default: the backend's, 10).
+        /// Seconds between polls (default: the backend's poll interval).
         #[arg(long, value_name = "SECS")]
         interval: Option<f64>,
         /// Resubmit infrastructure failures up to this many times.

@@ -1,25 +1,7 @@
 //! Where the registry secret travels, and which secrets enroot cannot hold.
 
-use super::testkit::{output, FakeRenderer, MockRemote, TestBackend};
-use super::{SlurmBackend, SlurmConfig};
-use crate::record::MemoryRecordStore;
+use super::testkit::{output, unprepared_backend as backend, MockRemote};
 use crate::Error;
-
-/// A backend before any preflight.
-fn backend(remote: MockRemote) -> TestBackend {
-    let config = SlurmConfig::builder()
-        .with_partition("gpu")
-        .with_results_root("/shared/results")
-        .with_state_dir("/nonexistent")
-        .build()
-        .unwrap();
-    SlurmBackend::new(
-        remote,
-        FakeRenderer::names(),
-        MemoryRecordStore::new(),
-        config,
-    )
-}
 
 #[tokio::test]
 async fn the_registry_secret_travels_on_stdin_only() {

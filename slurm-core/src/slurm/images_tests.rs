@@ -1,27 +1,9 @@
 //! What a failed conversion says.
 
 use super::images::{convert_image, Conversion};
-use super::testkit::{output, FakeRenderer, MockRemote, TestBackend};
-use super::{SlurmBackend, SlurmConfig};
+use super::testkit::{output, unprepared_backend as backend, MockRemote};
 use crate::image::ImageRef;
-use crate::record::MemoryRecordStore;
 use crate::{CheckKind, Error};
-
-/// A backend before any preflight.
-fn backend(remote: MockRemote) -> TestBackend {
-    let config = SlurmConfig::builder()
-        .with_partition("gpu")
-        .with_results_root("/shared/results")
-        .with_state_dir("/nonexistent")
-        .build()
-        .unwrap();
-    SlurmBackend::new(
-        remote,
-        FakeRenderer::names(),
-        MemoryRecordStore::new(),
-        config,
-    )
-}
 
 /// enroot exits 1 with no error line when the registry refuses it: the message names
 /// the registry and the check, with enroot's own lines (it said "never falls back" only).

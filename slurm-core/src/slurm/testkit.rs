@@ -65,6 +65,22 @@ impl Renderer for FakeRenderer {
     }
 }
 
+/// A backend over `remote` rendering names only, before any preflight.
+pub(super) fn unprepared_backend(remote: MockRemote) -> TestBackend {
+    let config = SlurmConfig::builder()
+        .with_partition("gpu")
+        .with_results_root("/shared/results")
+        .with_state_dir("/nonexistent")
+        .build()
+        .unwrap();
+    SlurmBackend::new(
+        remote,
+        FakeRenderer::names(),
+        MemoryRecordStore::new(),
+        config,
+    )
+}
+
 /// A backend over `remote` rendering names only, as after a passed preflight.
 pub(super) fn backend(remote: MockRemote) -> TestBackend {
     prepared_backend(

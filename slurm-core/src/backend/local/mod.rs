@@ -360,6 +360,10 @@ impl Backend for LocalBackend {
             if let Some(winner) = claim_or_follow(&*self.inner.store, &previous.id, &id)? {
                 return Ok(winner);
             }
+            // Dependants of the failed attempt wait for this one, before it can run (a
+            // fast retry could otherwise end, and its dependants run, before they were
+            // re-pointed: their records would still name the failed attempt).
+            follow_retry(&*self.inner.store, &previous.id, &id)?;
         }
         {
             let mut registry = self.inner.secrets.lock().expect("secrets lock");
@@ -417,11 +421,8 @@ impl Backend for LocalBackend {
             }
         };
         let spec = retry_spec(&previous, cluster_copy.as_deref())?;
-        let record = self.submit(&spec, retry_options(&previous, None)).await?;
-        // Dependants of the failed attempt wait for this one (the queue follows the
-        // retry chain; the records say so).
-        follow_retry(&*self.inner.store, id, &record.id)?;
-        Ok(record)
+        // The submit re-points the failed attempt's dependants at the retry.
+        self.submit(&spec, retry_options(&previous, None)).await
     }
 
     async fn status(&self, id: &JobId) -> Result<JobStatus> {

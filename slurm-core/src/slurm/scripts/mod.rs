@@ -156,18 +156,7 @@ mod tests {
     #[test]
     fn every_script_passes_bash_n_with_its_prelude() {
         for script in all() {
-            let output = std::process::Command::new("bash")
-                .arg("-n")
-                .arg("-c")
-                .arg(script.full_text())
-                .output()
-                .expect("run bash -n");
-            assert!(
-                output.status.success(),
-                "{}: {}",
-                script.name,
-                String::from_utf8_lossy(&output.stderr)
-            );
+            crate::testing::assert_bash_n(script.name, &script.full_text());
         }
     }
 
