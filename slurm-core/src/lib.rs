@@ -34,7 +34,10 @@
 //! - **The `Transport` seam**, where commands run: [`Transport`], [`Command`], [`Output`],
 //!   [`shell_quote`] (the one quoting function), [`round_trip`] (several commands in one),
 //!   [`Script`] (a fixed remote script, its exit statuses named once with [`exit_statuses!`]),
-//!   [`LocalTransport`].
+//!   [`LocalTransport`]; into a running job: port forwards ([`Transport::forward`] to a
+//!   [`ForwardTarget`], held open by a [`Forwarding`]; [`listen_and_forward`],
+//!   [`free_local_port`]) and streamed output ([`Transport::run_streamed`] into an
+//!   [`OutputSink`] of [`OutputChunk`]s; [`stream_process`]).
 //! - **The `Renderer` seam**, how the batch script is written: [`Renderer`],
 //!   [`ScriptContext`] (with [`EnvVar`], [`ArrayContext`]), [`TemplateKind`],
 //!   [`LintFinding`]; the one rule for names ([`validate_safe_name`], [`validate_shell_name`],
@@ -114,7 +117,11 @@ pub use backend::{
 pub use classify::RetryPolicy;
 
 // The Transport seam: where commands run.
-pub use transport::{round_trip, shell_quote, Command, LocalTransport, Output, Script, Transport};
+pub use transport::{
+    free_local_port, listen_and_forward, round_trip, shell_quote, stream_process, Command,
+    ForwardTarget, Forwarding, LocalTransport, Output, OutputChunk, OutputSink, Script,
+    Transport,
+};
 
 // The Renderer seam: how the batch script is written, and the secrets it must not hold.
 pub use redact::{is_secret_name, SecretRegistry, MIN_SECRET_LEN, REDACTED};

@@ -5,7 +5,9 @@ use std::process::Stdio;
 use async_trait::async_trait;
 use tokio::io::AsyncWriteExt;
 
-use super::{Command, Output, Transport};
+use super::forward::listen_and_forward;
+use super::stream::{exit_code, stream_process};
+use super::{Command, ForwardTarget, Forwarding, Output, OutputSink, Transport};
 use crate::{Error, Result};
 
 /// Runs commands on this host, for code that already runs on the login node.
@@ -67,14 +69,40 @@ impl Transport for LocalTransport {
             }),
         }
     }
+
+    async fn run_streamed(&self, command: &Command, sink: OutputSink) -> Result<i32> {
+        let mut process = tokio::process::Command::new(command.program());
+        process.args(command.get_args());
+        stream_process(
+            process,
+            command.stdin_bytes().map(<[u8]>::to_vec),
+            &command.label(),
+            command.effective_timeout(),
+            sink,
+        )
+        .await
+    }
+
+    /// Plain TCP: each connection to the local port is joined to a connection to the
+    /// target made from this host.
+    async fn forward(&self, local_port: u16, target: &ForwardTarget) -> Result<Forwarding> {
+        let target = target.clone();
+        listen_and_forward(local_port, move |mut inbound| {
+            let target = target.clone();
+            async move {
+                let mut outbound = tokio::net::TcpStream::connect((target.host.as_str(), target.port))
+                    .await
+                    .map_err(|e| Error::io(format!("connect to {target}"), e))?;
+                tokio::io::copy_bidirectional(&mut inbound, &mut outbound)
+                    .await
+                    .map_err(|e| Error::io(format!("forward to {target}"), e))?;
+                Ok(())
+            }
+        })
+        .await
+    }
 }
 
-fn exit_code(status: &std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
-}
 
 #[cfg(test)]
 mod tests {

@@ -19,6 +19,7 @@ mod connect;
 #[cfg(test)]
 mod fake;
 mod shells;
+mod tunnels;
 mod worker;
 
 use std::fmt;
@@ -30,7 +31,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use slurm_core::{Command, Error, Output, Result, Transport};
+use slurm_core::{
+    listen_and_forward, Command, Error, ForwardTarget, Forwarding, Output, Result, Transport,
+};
 use tokio::sync::oneshot;
 
 use crate::config::Ssh2TransportBuilder;
@@ -49,6 +52,8 @@ type Done = Vec<(Job, Result<Output>)>;
 enum Msg {
     Job(Job),
     Connect(oneshot::Sender<Result<String>>),
+    /// A forwarded local connection to carry over a `direct-tcpip` channel.
+    Tunnel(tunnels::TunnelRequest),
 }
 
 /// The async side's end of one session thread.
@@ -162,6 +167,41 @@ impl Transport for Ssh2Transport {
             });
         }
         answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// Each accepted connection becomes a `direct-tcpip` channel of one session (the
+    /// least loaded when the forward opened), run by that session's thread: no new
+    /// login, no process on the login node.
+    async fn forward(&self, local_port: u16, target: &ForwardTarget) -> Result<Forwarding> {
+        let worker = self
+            .workers
+            .iter()
+            .min_by_key(|w| w.load.load(Ordering::Relaxed))
+            .expect("at least one session");
+        let tx = worker.tx.clone();
+        let wake = worker
+            .wake
+            .try_clone()
+            .map_err(|e| Error::io("share a session's wake-up socket", e))?;
+        let target = target.clone();
+        // Tunnels hold a weak reference: they end once the forward (and this closure) is gone.
+        let open = Arc::new(());
+        listen_and_forward(local_port, move |stream| {
+            let request = stream.into_std().map(|stream| tunnels::TunnelRequest {
+                stream,
+                target: target.clone(),
+                open: Arc::downgrade(&open),
+            });
+            let sent = request
+                .map_err(|e| Error::io("take a forwarded connection", e))
+                .and_then(|request| {
+                    tx.send(Msg::Tunnel(request)).map_err(|_| stopped())?;
+                    let _ = (&wake).write(&[1]);
+                    Ok(())
+                });
+            async move { sent }
+        })
+        .await
     }
 }
 

@@ -17,6 +17,7 @@ use tokio::sync::oneshot;
 use super::backoff::Backoff;
 use super::channel::ConnFailure;
 use super::connect::{connect, Conn, ConnectFailure};
+use super::tunnels::Tunnels;
 use super::{Done, Job, Msg, WorkerHandle};
 use crate::config::Ssh2TransportBuilder;
 use crate::framing::Orphan;
@@ -61,6 +62,8 @@ struct Worker {
     last_failure: Option<ConnectFailure>,
     /// Process groups of commands a lost connection left running, and their host.
     orphans: Option<(String, Vec<Orphan>)>,
+    /// Forwarded connections: each a `direct-tcpip` channel of the connection.
+    tunnels: Tunnels,
 }
 
 impl Worker {
@@ -81,6 +84,7 @@ impl Worker {
             backoff: Backoff::new(Instant::now()),
             last_failure: None,
             orphans: None,
+            tunnels: Tunnels::default(),
         }
     }
 
@@ -95,6 +99,7 @@ impl Worker {
                 match self.rx.try_recv() {
                     Ok(Msg::Job(job)) => self.queue.push_back(job),
                     Ok(Msg::Connect(waiter)) => self.waiters.push(waiter),
+                    Ok(Msg::Tunnel(request)) => self.tunnels.add(request),
                     Err(TryRecvError::Empty) => break,
                     Err(TryRecvError::Disconnected) => {
                         if let Some(conn) = self.conn.take() {
@@ -106,7 +111,8 @@ impl Worker {
             }
             let now = Instant::now();
             self.expire_queued(now);
-            let wanted = !self.queue.is_empty() || !self.waiters.is_empty();
+            let wanted =
+                !self.queue.is_empty() || !self.waiters.is_empty() || !self.tunnels.is_empty();
             if self.conn.is_none() && wanted && self.backoff.allows(now) {
                 self.connect();
                 continue;
@@ -125,7 +131,7 @@ impl Worker {
                     .shells
                     .step(&conn.session, &mut self.queue, max_channels, &mut done)
                 {
-                    Ok(p) => progress = p,
+                    Ok(p) => progress = p | self.tunnels.step(&conn.session),
                     Err(reason) => {
                         let conn = self.conn.take().expect("connection present");
                         self.lost(conn, reason, &mut done);
@@ -153,6 +159,8 @@ impl Worker {
         // Commands left running remotely are killed by the next connection's first
         // shell, if it reaches the same host.
         self.orphans = Some((host, kills));
+        // Forwarded connections end with their channels (their local sockets close).
+        self.tunnels = Tunnels::default();
         if lived < MIN_HEALTHY_LIFE {
             self.backoff.failed(Instant::now());
         }
@@ -245,6 +253,13 @@ impl Worker {
                 events,
                 revents: 0,
             });
+            for (fd, events) in self.tunnels.poll_fds() {
+                fds.push(libc::pollfd {
+                    fd,
+                    events,
+                    revents: 0,
+                });
+            }
         }
         let timeout = until
             .saturating_duration_since(now)

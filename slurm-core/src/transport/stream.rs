@@ -1,0 +1,137 @@
+//! Streamed output: a command's stdout and stderr handed on in pieces as they arrive
+//! (for a command that runs a while, such as `srun` beside a running job), and the local
+//! process runner that streams (LocalTransport, and the OpenSSH transport's `ssh`).
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::{Error, Result};
+
+/// A piece of a streamed command's output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutputChunk {
+    /// Bytes the command wrote to its standard output.
+    Stdout(Vec<u8>),
+    /// Bytes the command wrote to its standard error.
+    Stderr(Vec<u8>),
+}
+
+/// Where a streamed command's output goes, piece by piece.
+pub type OutputSink = UnboundedSender<OutputChunk>;
+
+/// Run `command` (a local process; its stdin is `stdin` or nothing), sending its
+/// output to `sink` as it arrives, and return its exit status (128 + the signal for a
+/// process killed by one). Past `timeout` the process is killed and the answer is a
+/// timeout error naming `label`.
+pub async fn stream_process(
+    mut command: tokio::process::Command,
+    stdin: Option<Vec<u8>>,
+    label: &str,
+    timeout: Duration,
+    sink: OutputSink,
+) -> Result<i32> {
+    let mut child = command
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| Error::io(format!("start `{label}`"), e))?;
+    if let (Some(mut pipe), Some(bytes)) = (child.stdin.take(), stdin) {
+        tokio::spawn(async move {
+            let _ = pipe.write_all(&bytes).await;
+            let _ = pipe.shutdown().await;
+        });
+    }
+    let stdout = child.stdout.take().expect("piped stdout");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let pumps = async {
+        let (a, b) = tokio::join!(
+            pump(stdout, sink.clone(), OutputChunk::Stdout),
+            pump(stderr, sink.clone(), OutputChunk::Stderr)
+        );
+        a.and(b)
+    };
+    let run = async {
+        pumps
+            .await
+            .map_err(|e| Error::io(format!("read the output of `{label}`"), e))?;
+        child
+            .wait()
+            .await
+            .map_err(|e| Error::io(format!("wait for `{label}`"), e))
+    };
+    match tokio::time::timeout(timeout, run).await {
+        Ok(status) => Ok(exit_code(&status?)),
+        Err(_) => Err(Error::Timeout {
+            what: format!("`{label}`"),
+            after: timeout,
+            may_have_run: true,
+        }),
+    }
+}
+
+/// Copy `from` to `sink` in pieces until it ends.
+async fn pump(
+    mut from: impl AsyncRead + Unpin,
+    sink: OutputSink,
+    wrap: fn(Vec<u8>) -> OutputChunk,
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        // A caller that stopped listening still lets the command finish.
+        let _ = sink.send(wrap(buf[..n].to_vec()));
+    }
+}
+
+/// A process's exit status as a number (128 + the signal when killed by one).
+pub(crate) fn exit_code(status: &std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn output_arrives_before_the_command_ends() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut command = tokio::process::Command::new("bash");
+        // The second line only comes once the first was read: streamed, not buffered.
+        command.args(["-c", "echo first; read -r _ < \"$1\"; echo err >&2; exit 3", "x"]);
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("gate");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        command.arg(&fifo);
+        let run = tokio::spawn(stream_process(command, None, "bash", Duration::from_secs(30), tx));
+        assert_eq!(rx.recv().await, Some(OutputChunk::Stdout(b"first\n".to_vec())));
+        std::fs::write(&fifo, "go\n").unwrap();
+        assert_eq!(run.await.unwrap().unwrap(), 3);
+        assert_eq!(rx.recv().await, Some(OutputChunk::Stderr(b"err\n".to_vec())));
+    }
+
+    #[tokio::test]
+    async fn a_command_past_its_deadline_is_a_timeout() {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut command = tokio::process::Command::new("sleep");
+        command.arg("30");
+        let err = stream_process(command, None, "sleep", Duration::from_millis(200), tx)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Timeout);
+    }
+}
