@@ -51,7 +51,9 @@
 //!   processes); [`SlurmBackend`] with its [`SlurmConfig`] ([`SlurmConfig::builder`] gives
 //!   a [`SlurmConfigBuilder`]; [`default_state_dir`]; [`SETTLE_AFTER`]), [`SlurmSubmitOptions`] and
 //!   [`SlurmJobId`]; enroot's registry credentials ([`CredentialsStatus`],
-//!   [`credential_machines`]); the NCCL probe ([`ProbeOptions`], [`ProbeReport`] of
+//!   [`credential_machines`]); into a running job ([`SlurmBackend::forward`] with
+//!   [`ForwardOptions`], held by a [`JobForward`]; [`SlurmBackend::exec`] with
+//!   [`ExecOptions`]; the node both reach, a [`NodeChoice`]); the NCCL probe ([`ProbeOptions`], [`ProbeReport`] of
 //!   [`ProbeAttempt`]s and their [`ProbeOutcome`]), its per-cluster knob cache
 //!   ([`ClusterKnobs`], [`ShapeKnobs`], [`KnobSet`]) and the labels of a probe's record
 //!   ([`PROBE_LABEL`], [`PROBE_SHAPE_LABEL`], [`PROBE_VERDICT_LABEL`]).
@@ -119,8 +121,7 @@ pub use classify::RetryPolicy;
 // The Transport seam: where commands run.
 pub use transport::{
     free_local_port, listen_and_forward, round_trip, shell_quote, stream_process, Command,
-    ForwardTarget, Forwarding, LocalTransport, Output, OutputChunk, OutputSink, Script,
-    Transport,
+    ForwardTarget, Forwarding, LocalTransport, Output, OutputChunk, OutputSink, Script, Transport,
 };
 
 // The Renderer seam: how the batch script is written, and the secrets it must not hold.
@@ -142,6 +143,7 @@ pub use nccl::{
     PROBE_LABEL, PROBE_SHAPE_LABEL, PROBE_VERDICT_LABEL,
 };
 pub use slurm::{
-    credential_machines, default_state_dir, CredentialsStatus, SlurmBackend, SlurmConfig,
-    SlurmConfigBuilder, SlurmJobId, SlurmSubmitOptions, SETTLE_AFTER,
+    credential_machines, default_state_dir, CredentialsStatus, ExecOptions, ForwardOptions,
+    JobForward, NodeChoice, SlurmBackend, SlurmConfig, SlurmConfigBuilder, SlurmJobId,
+    SlurmSubmitOptions, SETTLE_AFTER,
 };

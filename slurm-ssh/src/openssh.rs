@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use slurm_core::{
-    free_local_port, stream_process, Command, Error, ErrorKind, ForwardTarget, Forwarding,
-    Output, OutputSink, Result, Transport,
+    free_local_port, stream_process, Command, Error, ErrorKind, ForwardTarget, Forwarding, Output,
+    OutputSink, Result, Transport,
 };
 
 use crate::hosts::HostSpec;

@@ -14,6 +14,7 @@ mod exactly_once;
 mod examples;
 mod half_open;
 mod host_keys;
+mod into_job;
 mod pipelines;
 mod probe;
 mod render;

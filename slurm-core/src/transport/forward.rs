@@ -170,7 +170,9 @@ mod tests {
             }
         });
         let forward = listen_and_forward(0, move |mut inbound| async move {
-            let mut outbound = TcpStream::connect(target_addr).await.map_err(|e| Error::io("connect", e))?;
+            let mut outbound = TcpStream::connect(target_addr)
+                .await
+                .map_err(|e| Error::io("connect", e))?;
             tokio::io::copy_bidirectional(&mut inbound, &mut outbound)
                 .await
                 .map_err(|e| Error::io("copy", e))?;

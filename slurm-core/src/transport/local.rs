@@ -90,9 +90,10 @@ impl Transport for LocalTransport {
         listen_and_forward(local_port, move |mut inbound| {
             let target = target.clone();
             async move {
-                let mut outbound = tokio::net::TcpStream::connect((target.host.as_str(), target.port))
-                    .await
-                    .map_err(|e| Error::io(format!("connect to {target}"), e))?;
+                let mut outbound =
+                    tokio::net::TcpStream::connect((target.host.as_str(), target.port))
+                        .await
+                        .map_err(|e| Error::io(format!("connect to {target}"), e))?;
                 tokio::io::copy_bidirectional(&mut inbound, &mut outbound)
                     .await
                     .map_err(|e| Error::io(format!("forward to {target}"), e))?;
@@ -102,7 +103,6 @@ impl Transport for LocalTransport {
         .await
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -18,8 +18,8 @@ use async_trait::async_trait;
 use crate::{Error, Result};
 
 pub use command::{Command, Output};
-pub use forward::{free_local_port, listen_and_forward, ForwardTarget, Forwarding};
 pub(crate) use forward::not_supported as forward_not_supported;
+pub use forward::{free_local_port, listen_and_forward, ForwardTarget, Forwarding};
 pub use local::LocalTransport;
 pub use quote::shell_quote;
 pub use script::Script;

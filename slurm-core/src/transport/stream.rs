@@ -112,16 +112,36 @@ mod tests {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let mut command = tokio::process::Command::new("bash");
         // The second line only comes once the first was read: streamed, not buffered.
-        command.args(["-c", "echo first; read -r _ < \"$1\"; echo err >&2; exit 3", "x"]);
+        command.args([
+            "-c",
+            "echo first; read -r _ < \"$1\"; echo err >&2; exit 3",
+            "x",
+        ]);
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("gate");
-        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
         command.arg(&fifo);
-        let run = tokio::spawn(stream_process(command, None, "bash", Duration::from_secs(30), tx));
-        assert_eq!(rx.recv().await, Some(OutputChunk::Stdout(b"first\n".to_vec())));
+        let run = tokio::spawn(stream_process(
+            command,
+            None,
+            "bash",
+            Duration::from_secs(30),
+            tx,
+        ));
+        assert_eq!(
+            rx.recv().await,
+            Some(OutputChunk::Stdout(b"first\n".to_vec()))
+        );
         std::fs::write(&fifo, "go\n").unwrap();
         assert_eq!(run.await.unwrap().unwrap(), 3);
-        assert_eq!(rx.recv().await, Some(OutputChunk::Stderr(b"err\n".to_vec())));
+        assert_eq!(
+            rx.recv().await,
+            Some(OutputChunk::Stderr(b"err\n".to_vec()))
+        );
     }
 
     #[tokio::test]

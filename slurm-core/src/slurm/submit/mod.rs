@@ -51,6 +51,7 @@ use crate::retry::{claim_or_follow, prior, Prior};
 use crate::spec::{JobSpec, Resources};
 use crate::Result;
 
+pub(super) use self::script::job_view;
 #[cfg(test)]
 pub(crate) use self::stage::build_payload;
 

@@ -11,6 +11,31 @@ use crate::Result;
 
 use super::plan::SubmitPlan;
 
+/// How a job's steps see its folder: inside a container (`in_container`) the job folder
+/// is mounted (at the same path unless configured) and is the working directory, beside
+/// the configured and the spec's mounts; without one, the folder itself and no mounts.
+/// The batch script's steps and a step beside a running job (exec) see the same.
+pub(crate) fn job_view(
+    job_dir: &crate::storage::RemotePath,
+    in_container: bool,
+    config: &SlurmConfig,
+    spec: &crate::spec::JobSpec,
+) -> Result<(String, Vec<String>)> {
+    let results_dir_in_job = match (in_container, &config.container_results_dir) {
+        (true, Some(dir)) => dir.clone(),
+        _ => job_dir.as_str().to_string(),
+    };
+    let mut mounts: Vec<String> = Vec::new();
+    if in_container {
+        mounts.push(format!("{}:{results_dir_in_job}", job_dir.as_str()));
+        mounts.extend(config.container_mounts.iter().cloned());
+        for mount in spec.mount_specs()? {
+            mounts.push(mount.to_pyxis());
+        }
+    }
+    Ok((results_dir_in_job, mounts))
+}
+
 /// The template's view of `plan`. The cluster's NCCL knobs come after the spec's own
 /// extra env (a name the spec sets in `env` or `extra_env` keeps the spec's value).
 pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<ScriptContext> {
@@ -18,20 +43,7 @@ pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<
     let resources = &plan.resources;
     let job_dir = &plan.job_dir;
     let image = plan.image.as_ref().map(|i| i.container_image.clone());
-    // Inside a container the job folder is mounted (at the same path unless
-    // configured) and is the working directory.
-    let results_dir_in_job = match (&image, &config.container_results_dir) {
-        (Some(_), Some(dir)) => dir.clone(),
-        _ => job_dir.as_str().to_string(),
-    };
-    let mut mounts: Vec<String> = Vec::new();
-    if image.is_some() {
-        mounts.push(format!("{}:{results_dir_in_job}", job_dir.as_str()));
-        mounts.extend(config.container_mounts.iter().cloned());
-        for mount in spec.mount_specs()? {
-            mounts.push(mount.to_pyxis());
-        }
-    }
+    let (results_dir_in_job, mounts) = job_view(job_dir, image.is_some(), config, spec)?;
     let env_var = |(name, value): (&String, &String)| EnvVar {
         name: name.clone(),
         value: value.clone(),
