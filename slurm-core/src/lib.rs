@@ -53,7 +53,8 @@
 //!   [`SlurmJobId`]; enroot's registry credentials ([`CredentialsStatus`],
 //!   [`credential_machines`]); into a running job ([`SlurmBackend::forward`] with
 //!   [`ForwardOptions`], held by a [`JobForward`]; [`SlurmBackend::exec`] with
-//!   [`ExecOptions`]; the node both reach, a [`NodeChoice`]); the NCCL probe ([`ProbeOptions`], [`ProbeReport`] of
+//!   [`ExecOptions`]; the node both reach, a [`NodeChoice`]); a code tree's upload
+//!   ([`SlurmBackend::on_code_progress`] hears [`CodeSent`]); the NCCL probe ([`ProbeOptions`], [`ProbeReport`] of
 //!   [`ProbeAttempt`]s and their [`ProbeOutcome`]), its per-cluster knob cache
 //!   ([`ClusterKnobs`], [`ShapeKnobs`], [`KnobSet`]) and the labels of a probe's record
 //!   ([`PROBE_LABEL`], [`PROBE_SHAPE_LABEL`], [`PROBE_VERDICT_LABEL`]).
@@ -75,6 +76,7 @@
 
 mod backend;
 mod classify;
+mod code;
 mod dependency;
 mod error;
 mod image;
@@ -99,8 +101,8 @@ pub use error::{CheckKind, Error, ErrorKind, Result};
 // The job spec.
 pub use dependency::{Dependency, DependencyCondition, DependencyVerdict};
 pub use spec::{
-    validate_sbatch_line, ArraySpec, CompletionCheck, JobSpec, Limits, NcclProbe, Resources,
-    Scalar, SpecDefaults, Sweep, TaskSet, WallTime,
+    validate_sbatch_line, ArraySpec, CodeSpec, CompletionCheck, JobSpec, Limits, NcclProbe,
+    Resources, Scalar, SpecDefaults, Sweep, TaskSet, WallTime,
 };
 pub use storage::RemotePath;
 
@@ -143,7 +145,7 @@ pub use nccl::{
     PROBE_LABEL, PROBE_SHAPE_LABEL, PROBE_VERDICT_LABEL,
 };
 pub use slurm::{
-    credential_machines, default_state_dir, CredentialsStatus, ExecOptions, ForwardOptions,
-    JobForward, NodeChoice, SlurmBackend, SlurmConfig, SlurmConfigBuilder, SlurmJobId,
-    SlurmSubmitOptions, SETTLE_AFTER,
+    credential_machines, default_state_dir, CodeSent, CredentialsStatus, ExecOptions,
+    ForwardOptions, JobForward, NodeChoice, SlurmBackend, SlurmConfig, SlurmConfigBuilder,
+    SlurmJobId, SlurmSubmitOptions, SETTLE_AFTER,
 };

@@ -19,25 +19,14 @@ use slurm_run_testsupport::testbed::Master;
 use slurm_run_testsupport::transports::{openssh, ssh2};
 use slurm_run_testsupport::{cluster, harness, small_spec, testbed_env, Testbed};
 
-type Over<T> = SlurmBackend<T, HandlebarsRenderer, FileRecordStore>;
+pub(crate) type Over<T> = SlurmBackend<T, HandlebarsRenderer, FileRecordStore>;
 
 /// A SlurmBackend over `transport` on the test bed, with its own record folder.
-fn backend_over<T: Transport + 'static>(
+pub(crate) fn backend_over<T: Transport + 'static>(
     transport: T,
     tb: &Testbed,
 ) -> (Over<T>, tempfile::TempDir) {
-    let records = tempfile::tempdir().unwrap();
-    let config = SlurmConfig::builder()
-        .with_env_from(tb.lookup())
-        .with_state_dir(records.path())
-        .with_poll_interval(Duration::from_millis(500))
-        .build()
-        .unwrap();
-    let store = FileRecordStore::new(records.path()).unwrap();
-    (
-        SlurmBackend::new(transport, HandlebarsRenderer::new(), store, config),
-        records,
-    )
+    slurm_run_testsupport::backend::backend_over(transport, tb, None)
 }
 
 /// A job serving its results folder over HTTP on a free port of its node; the port is
@@ -63,7 +52,7 @@ fn http_job(name: &str, token: &str) -> JobSpec {
 }
 
 /// Poll the job until it is in `state`.
-async fn wait_state<T: Transport + 'static>(
+pub(crate) async fn wait_state<T: Transport + 'static>(
     b: &Over<T>,
     id: &JobId,
     state: JobState,

@@ -9,6 +9,7 @@
 mod backend;
 mod backend_conformance;
 mod cluster_scenarios;
+mod code;
 mod containers;
 mod exactly_once;
 mod examples;

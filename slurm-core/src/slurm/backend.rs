@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use super::cancel::{cancel, cancel_many, cancel_tasks};
-use super::context::{Context, ContextOwner, Locks};
+use super::context::{Context, ContextOwner, Hooks, Locks};
 use super::credentials::{
     check_credentials, install_credentials, remove_credentials, CredentialsStatus,
 };
@@ -25,7 +25,7 @@ use super::probe::probe_nccl;
 use super::resubmit::resubmit;
 use super::secrets::SecretMemory;
 use super::status::status_many;
-use super::submit::{render_script, submit};
+use super::submit::{render_script, submit, CodeSent};
 use super::{SlurmConfig, SlurmSubmitOptions};
 use crate::backend::{
     watch_by_polling, Backend, JobStatus, LogOptions, LogStream, PreflightReport, SubmitOptions,
@@ -79,6 +79,7 @@ struct Inner<T, R, S> {
     facts: ClusterFacts,
     secrets: SecretMemory,
     locks: Locks,
+    hooks: Hooks,
 }
 
 impl<T, R, S> ContextOwner for Inner<T, R, S>
@@ -96,6 +97,7 @@ where
             &self.facts,
             &self.secrets,
             &self.locks,
+            &self.hooks,
         )
     }
 }
@@ -141,6 +143,7 @@ where
                 facts: ClusterFacts::default(),
                 secrets: SecretMemory::default(),
                 locks: Locks::default(),
+                hooks: Hooks::default(),
             }),
         }
     }
@@ -250,6 +253,13 @@ where
     /// Remove the credential lines of `registry`'s machines, keeping every other line.
     pub async fn remove_credentials(&self, registry: &str) -> Result<CredentialsStatus> {
         remove_credentials(&self.context(), registry).await
+    }
+
+    /// Call `progress` as a submit sends a code tree (`code:` in the spec): once the
+    /// objects the cluster lacks are known, then after each archive sent. Replaces an
+    /// earlier callback; shared by the backend's clones.
+    pub fn on_code_progress(&self, progress: impl Fn(CodeSent) + Send + Sync + 'static) {
+        self.inner.hooks.set_code_progress(Some(Arc::new(progress)));
     }
 
     /// Forward a local port into running job `id` (see [`ForwardOptions`]): connections

@@ -67,7 +67,17 @@ pub(super) async fn exec(
         .ok_or_else(|| Error::invalid("job", format!("job {id} has no SLURM job yet")))?;
     let container = match (record.container_image(), record.spec()) {
         (Some(image), Some(spec)) => {
-            let (workdir, mounts) = job_view(record.results_dir(), true, ctx.config(), spec)?;
+            let code_dir = record.code_dir().map(|d| d.to_string());
+            let code_dir = code_dir
+                .map(|d| crate::storage::RemotePath::parse_for("code tree", &d))
+                .transpose()?;
+            let (workdir, mounts) = job_view(
+                record.results_dir(),
+                true,
+                ctx.config(),
+                spec,
+                code_dir.as_ref(),
+            )?;
             Some(commands::StepContainer {
                 image: image.to_string(),
                 mounts,

@@ -85,6 +85,7 @@ pub use forward::{ForwardOptions, JobForward};
 pub use node_choice::NodeChoice;
 pub use parse::SlurmJobId;
 pub use reconcile::SETTLE_AFTER;
+pub use submit::CodeSent;
 
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use commands::{sacct_jobs, squeue_jobs};

@@ -85,6 +85,37 @@ fn harness_with(folder: Option<&str>, wait: Duration) -> Harness {
     }
 }
 
+/// A SlurmBackend over any `transport` on the test bed (the built-in templates, a record
+/// folder of its own, which it returns), with its own results root under the test
+/// bed's when `folder` names one.
+pub fn backend_over<T: Transport + 'static>(
+    transport: T,
+    testbed: &Testbed,
+    folder: Option<&str>,
+) -> (
+    SlurmBackend<T, HandlebarsRenderer, FileRecordStore>,
+    tempfile::TempDir,
+) {
+    let records = tempfile::tempdir().unwrap();
+    let mut builder = SlurmConfig::builder().with_env_from(testbed.lookup());
+    if let Some(folder) = folder {
+        builder = builder.with_results_root(format!(
+            "{}/{folder}",
+            testbed.get("SLURM_BASE_RESULTS_DIR")
+        ));
+    }
+    let config = builder
+        .with_state_dir(records.path())
+        .with_poll_interval(Duration::from_millis(500))
+        .build()
+        .expect("test bed backend config");
+    let store = FileRecordStore::new(records.path()).expect("record store");
+    (
+        SlurmBackend::new(transport, HandlebarsRenderer::new(), store, config),
+        records,
+    )
+}
+
 /// A small job: one node, one GPU, one CPU, ten minutes.
 pub fn small_spec(name: &str, command: &str) -> JobSpec {
     let mut spec = JobSpec::new(name, command);
