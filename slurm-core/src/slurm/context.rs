@@ -65,7 +65,8 @@ pub(super) struct Context<'a> {
 }
 
 impl<'a> Context<'a> {
-    /// The context over these parts.
+    /// The context over these parts (one argument per part, as the backend owns them).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         transport: &'a dyn Transport,
         renderer: &'a dyn Renderer,

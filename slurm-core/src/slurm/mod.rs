@@ -65,6 +65,8 @@ mod credentials_tests;
 #[cfg(test)]
 mod images_tests;
 #[cfg(test)]
+mod into_job_tests;
+#[cfg(test)]
 mod logs_tests;
 #[cfg(test)]
 mod preflight_tests;

@@ -181,35 +181,36 @@ async fn put(
 /// changed since it was read is refused) and the `manifest`, when given.
 fn archive(objects: &[&CodeObject], manifest: Option<&str>) -> Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
-    let mut append = |path: &str, bytes: &[u8]| {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(bytes.len() as u64);
-        header.set_mode(0o644);
-        header.set_entry_type(tar::EntryType::Regular);
-        builder
-            .append_data(&mut header, path, bytes)
-            .map_err(|e| Error::io(format!("pack {path}"), e))
-    };
-    for object in objects {
-        let bytes = std::fs::read(&object.local)
-            .map_err(|e| Error::io(format!("read {}", object.local.display()), e))?;
-        if hex::encode(Sha256::digest(&bytes)) != object.sha256()
-            || bytes.len() as u64 != object.size
-        {
-            return Err(Error::invalid(
-                "code",
-                format!(
-                    "{} changed while it was being sent; submit again once it is saved",
-                    object.local.display()
-                ),
-            ));
+    {
+        let mut append = |path: &str, bytes: &[u8]| {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o644);
+            header.set_entry_type(tar::EntryType::Regular);
+            builder
+                .append_data(&mut header, path, bytes)
+                .map_err(|e| Error::io(format!("pack {path}"), e))
+        };
+        for object in objects {
+            let bytes = std::fs::read(&object.local)
+                .map_err(|e| Error::io(format!("read {}", object.local.display()), e))?;
+            if hex::encode(Sha256::digest(&bytes)) != object.sha256()
+                || bytes.len() as u64 != object.size
+            {
+                return Err(Error::invalid(
+                    "code",
+                    format!(
+                        "{} changed while it was being sent; submit again once it is saved",
+                        object.local.display()
+                    ),
+                ));
+            }
+            append(&format!("objects/{}", object.name), &bytes)?;
         }
-        append(&format!("objects/{}", object.name), &bytes)?;
+        if let Some(manifest) = manifest {
+            append("manifest", manifest.as_bytes())?;
+        }
     }
-    if let Some(manifest) = manifest {
-        append("manifest", manifest.as_bytes())?;
-    }
-    drop(append);
     builder
         .into_inner()
         .map_err(|e| Error::io("finish a code archive", e))

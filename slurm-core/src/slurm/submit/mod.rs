@@ -28,6 +28,8 @@ mod script;
 mod stage;
 
 #[cfg(test)]
+mod code_tests;
+#[cfg(test)]
 mod tests;
 
 use self::attempt::{attempt, Failed};
