@@ -353,14 +353,7 @@ impl Transport for OpenSshTransport {
         args.push(command.shell_line()?);
         let mut process = tokio::process::Command::new(&self.builder.ssh_program);
         process.args(&args);
-        stream_process(
-            process,
-            command.stdin_bytes().map(<[u8]>::to_vec),
-            &command.label(),
-            command.effective_timeout(),
-            sink,
-        )
-        .await
+        stream_process(process, command, sink).await
     }
 
     /// The master forwards (`ssh -O forward -L 127.0.0.1:LOCAL:HOST:PORT`), so the

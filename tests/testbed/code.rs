@@ -18,6 +18,7 @@ use slurm_run_testsupport::examples::{example, run};
 use slurm_run_testsupport::transports::{openssh, ssh2};
 use slurm_run_testsupport::{cluster, small_spec, testbed_env};
 
+use crate::containers::submit_message;
 use crate::into_job::{wait_state, Over};
 
 /// A name no earlier run used.
@@ -73,16 +74,6 @@ fn code_spec(name: &str, dir: &Path, image: Option<String>) -> JobSpec {
     spec
 }
 
-/// The PENDING transition's message: what the submit says it sent.
-fn submit_note(record: &JobRecord) -> String {
-    record
-        .history()
-        .iter()
-        .find(|t| t.state() == JobState::Pending)
-        .and_then(|t| t.message().map(str::to_string))
-        .unwrap_or_default()
-}
-
 async fn run_job<T: Transport + 'static>(b: &Over<T>, spec: &JobSpec) -> (JobRecord, String) {
     let record = b.submit(spec, SubmitOptions::default()).await.unwrap();
     let done = wait_state(b, record.id(), JobState::Complete, 240).await;
@@ -118,9 +109,9 @@ async fn a_tree_is_sent_once_then_only_what_changed<T: Transport + 'static>(
         .sum::<usize>()
         + "*.log\n".len();
     assert!(
-        submit_note(&first).contains(&format!("1001 of 1001 files sent ({bytes} bytes)")),
+        submit_message(&first).contains(&format!("1001 of 1001 files sent ({bytes} bytes)")),
         "{}",
-        submit_note(&first)
+        submit_message(&first)
     );
 
     // One file changed and committed: that one file travels.
@@ -136,9 +127,9 @@ async fn a_tree_is_sent_once_then_only_what_changed<T: Transport + 'static>(
     assert_eq!(second.code_commit(), Some(head2.as_str()));
     let changed = "VALUE = 'changed'\n".len();
     assert!(
-        submit_note(&second).contains(&format!("1 of 1001 files sent ({changed} bytes)")),
+        submit_message(&second).contains(&format!("1 of 1001 files sent ({changed} bytes)")),
         "{}",
-        submit_note(&second)
+        submit_message(&second)
     );
     assert_ne!(first.code_dir(), second.code_dir());
 
@@ -170,10 +161,10 @@ async fn a_tree_is_sent_once_then_only_what_changed<T: Transport + 'static>(
         .await
         .unwrap();
     assert!(
-        submit_note(&record).contains("code tree")
-            && submit_note(&record).contains("already on the cluster (1001 files)"),
+        submit_message(&record).contains("code tree")
+            && submit_message(&record).contains("already on the cluster (1001 files)"),
         "{}",
-        submit_note(&record)
+        submit_message(&record)
     );
     assert_eq!(record.code_dir(), second.code_dir());
     wait_state(&again, record.id(), JobState::Complete, 240).await;

@@ -52,7 +52,7 @@ async fn run_to_end(h: &Harness, spec: &JobSpec) -> JobRecord {
 }
 
 /// The PENDING transition's message (what the submit says it did with the image).
-fn submit_message(record: &JobRecord) -> String {
+pub(crate) fn submit_message(record: &JobRecord) -> String {
     record
         .history()
         .iter()

@@ -2,19 +2,12 @@
 use super::commands::{srun_beside, StepContainer};
 use super::node_choice::{choose_node, NodeChoice};
 use super::parse::SlurmJobId;
-use crate::record::{JobId, JobRecord};
+use crate::record::JobRecord;
 use crate::spec::JobSpec;
 use crate::state::JobState;
-use crate::storage::RemotePath;
 
 fn record(state: JobState, nodes: &[&str]) -> JobRecord {
-    let spec = JobSpec::new("reach", "sleep 1");
-    let id = JobId::mint_for(&spec);
-    let dir = RemotePath::parse("/shared/results")
-        .unwrap()
-        .join(id.as_str())
-        .unwrap();
-    let mut record = JobRecord::new(id, &spec, dir).unwrap();
+    let mut record = super::testkit::record_of(&JobSpec::new("reach", "sleep 1"));
     record.state = state;
     record.nodes = nodes.iter().map(|n| n.to_string()).collect();
     record

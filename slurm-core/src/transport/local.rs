@@ -73,14 +73,7 @@ impl Transport for LocalTransport {
     async fn run_streamed(&self, command: &Command, sink: OutputSink) -> Result<i32> {
         let mut process = tokio::process::Command::new(command.program());
         process.args(command.get_args());
-        stream_process(
-            process,
-            command.stdin_bytes().map(<[u8]>::to_vec),
-            &command.label(),
-            command.effective_timeout(),
-            sink,
-        )
-        .await
+        stream_process(process, command, sink).await
     }
 
     /// Plain TCP: each connection to the local port is joined to a connection to the

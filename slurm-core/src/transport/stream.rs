@@ -3,11 +3,11 @@
 //! process runner that streams (LocalTransport, and the OpenSSH transport's `ssh`).
 
 use std::process::Stdio;
-use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::Command;
 use crate::{Error, Result};
 
 /// A piece of a streamed command's output.
@@ -22,18 +22,19 @@ pub enum OutputChunk {
 /// Where a streamed command's output goes, piece by piece.
 pub type OutputSink = UnboundedSender<OutputChunk>;
 
-/// Run `command` (a local process; its stdin is `stdin` or nothing), sending its
-/// output to `sink` as it arrives, and return its exit status (128 + the signal for a
-/// process killed by one). Past `timeout` the process is killed and the answer is a
-/// timeout error naming `label`.
+/// Run `process`, a local process standing for `command` (whose stdin it gets, whose
+/// label errors name, whose timeout bounds it), sending its output to `sink` as it
+/// arrives, and return its exit status (128 + the signal for a process killed by one).
+/// Past the timeout the process is killed and the answer is a timeout error.
 pub async fn stream_process(
-    mut command: tokio::process::Command,
-    stdin: Option<Vec<u8>>,
-    label: &str,
-    timeout: Duration,
+    mut process: tokio::process::Command,
+    command: &Command,
     sink: OutputSink,
 ) -> Result<i32> {
-    let mut child = command
+    let stdin = command.stdin_bytes().map(<[u8]>::to_vec);
+    let label = command.label();
+    let timeout = command.effective_timeout();
+    let mut child = process
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -110,13 +111,6 @@ mod tests {
     #[tokio::test]
     async fn output_arrives_before_the_command_ends() {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut command = tokio::process::Command::new("bash");
-        // The second line only comes once the first was read: streamed, not buffered.
-        command.args([
-            "-c",
-            "echo first; read -r _ < \"$1\"; echo err >&2; exit 3",
-            "x",
-        ]);
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("gate");
         assert!(std::process::Command::new("mkfifo")
@@ -124,14 +118,17 @@ mod tests {
             .status()
             .unwrap()
             .success());
-        command.arg(&fifo);
-        let run = tokio::spawn(stream_process(
-            command,
-            None,
-            "bash",
-            Duration::from_secs(30),
-            tx,
-        ));
+        // The second line only comes once the first was read: streamed, not buffered.
+        let mut process = tokio::process::Command::new("bash");
+        process
+            .args([
+                "-c",
+                "echo first; read -r _ < \"$1\"; echo err >&2; exit 3",
+                "x",
+            ])
+            .arg(&fifo);
+        let run =
+            tokio::spawn(async move { stream_process(process, &Command::new("bash"), tx).await });
         assert_eq!(
             rx.recv().await,
             Some(OutputChunk::Stdout(b"first\n".to_vec()))
@@ -147,11 +144,10 @@ mod tests {
     #[tokio::test]
     async fn a_command_past_its_deadline_is_a_timeout() {
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut command = tokio::process::Command::new("sleep");
-        command.arg("30");
-        let err = stream_process(command, None, "sleep", Duration::from_millis(200), tx)
-            .await
-            .unwrap_err();
+        let mut process = tokio::process::Command::new("sleep");
+        process.arg("30");
+        let command = Command::new("sleep").timeout(std::time::Duration::from_millis(200));
+        let err = stream_process(process, &command, tx).await.unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::Timeout);
     }
 }

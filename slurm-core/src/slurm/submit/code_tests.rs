@@ -31,6 +31,9 @@ fn entries(archive: &[u8]) -> Vec<String> {
     names
 }
 
+/// One code-put the mock saw: its arguments and its archive's entries.
+type Put = (Vec<String>, Vec<String>);
+
 fn tree() -> (tempfile::TempDir, crate::code::CodeTree) {
     let dir = tempfile::tempdir().unwrap();
     for (name, text) in [("a.py", "a\n"), ("b.py", "b\n"), ("c.py", "c\n")] {
@@ -44,7 +47,7 @@ fn tree() -> (tempfile::TempDir, crate::code::CodeTree) {
 async fn only_the_missing_objects_travel_and_a_made_tree_is_not_asked_about_again() {
     let (_dir, tree) = tree();
     let lacking = tree.objects[1].name.clone();
-    let put: Arc<Mutex<Vec<(Vec<String>, Vec<String>)>>> = Arc::default();
+    let put: Arc<Mutex<Vec<Put>>> = Arc::default();
     let seen = Arc::clone(&put);
     let mut remote = MockRemote::new();
     let answer = format!("{lacking}\n");
