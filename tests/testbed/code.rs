@@ -18,17 +18,8 @@ use slurm_run_testsupport::examples::{example, run};
 use slurm_run_testsupport::transports::{openssh, ssh2};
 use slurm_run_testsupport::{cluster, small_spec, testbed_env};
 
-use crate::containers::submit_message;
+use crate::containers::{stamp, submit_message};
 use crate::into_job::{wait_state, Over};
-
-/// A name no earlier run used.
-fn stamp() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{:x}", nanos & 0xffff_ffff_ffff)
-}
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Process::new("git")

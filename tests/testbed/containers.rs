@@ -20,7 +20,7 @@ use slurm_run_testsupport::cluster;
 use slurm_run_testsupport::examples::{example, run_input, ArgvWatch};
 
 /// A name no earlier run used.
-fn stamp() -> String {
+pub(crate) fn stamp() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
