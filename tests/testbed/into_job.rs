@@ -507,3 +507,62 @@ async fn slurmctl_forward_and_exec_over_openssh() {
     let master = Master::start(&testbed_env());
     slurmctl_forward_and_exec(Some(master), "openssh").await;
 }
+
+/// libssh2 opens one channel at a time per session: connections through a forward and
+/// commands starting their shells on a fresh Ssh2 connection all at once each get the
+/// channel they asked for (an echo through every connection, every command's own output).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_connections_and_new_shells_open_channels_side_by_side_over_ssh2() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _cluster = cluster::shared().await;
+    let tb = testbed_env();
+    let transport = std::sync::Arc::new(
+        slurm_ssh::Ssh2Transport::new(
+            slurm_run_testsupport::transports::ssh2_builder(&tb).with_sessions(1),
+        )
+        .unwrap(),
+    );
+    let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = server.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = server.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 8];
+                if s.read_exact(&mut buf).await.is_ok() {
+                    let _ = s.write_all(&buf).await;
+                }
+            });
+        }
+    });
+    // The forward first (no shell yet), then commands and connections together.
+    let forward = transport
+        .forward(0, &slurm_core::ForwardTarget::new("127.0.0.1", port))
+        .await
+        .unwrap();
+    let local = forward.local();
+    let mut tasks = Vec::new();
+    for i in 0..8u32 {
+        let t = std::sync::Arc::clone(&transport);
+        tasks.push(tokio::spawn(async move {
+            let out = t
+                .run(&slurm_core::Command::new("echo").arg(format!("command-{i}")))
+                .await
+                .unwrap();
+            assert_eq!(out.stdout_text().trim(), format!("command-{i}"));
+        }));
+        tasks.push(tokio::spawn(async move {
+            let word = format!("conn{i:04}");
+            let mut c = tokio::net::TcpStream::connect(local).await.unwrap();
+            c.write_all(word.as_bytes()).await.unwrap();
+            let mut answer = Vec::new();
+            tokio::time::timeout(Duration::from_secs(60), c.read_to_end(&mut answer))
+                .await
+                .expect("an answer through the forward")
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&answer), word);
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+}

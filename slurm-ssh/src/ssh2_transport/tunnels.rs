@@ -33,9 +33,11 @@ struct Tunnel {
 /// The forwarded connections of one session.
 #[derive(Default)]
 pub(crate) struct Tunnels {
-    /// Waiting for their channel to open.
+    /// Waiting for their channel to open, in order (the first is opened first).
     opening: Vec<TunnelRequest>,
     open: Vec<Tunnel>,
+    /// The first waiting connection's channel open is under way in libssh2.
+    open_pending: bool,
 }
 
 const CHUNK: usize = 32 * 1024;
@@ -46,6 +48,11 @@ impl Tunnels {
         self.opening.push(request);
     }
 
+    /// Whether a channel open of ours is under way (no other may start meanwhile).
+    pub(crate) fn open_pending(&self) -> bool {
+        self.open_pending
+    }
+
     /// Whether any forwarded connection is waiting or open.
     pub(crate) fn is_empty(&self) -> bool {
         self.opening.is_empty() && self.open.is_empty()
@@ -54,18 +61,28 @@ impl Tunnels {
     /// Open waiting channels and move bytes both ways as far as nothing blocks; end the
     /// connections that are done (either side closed, or their forward stopped).
     /// Returns whether anything happened.
-    pub(crate) fn step(&mut self, session: &Session) -> bool {
+    pub(crate) fn step(&mut self, session: &Session, shells_opening: bool) -> bool {
         let mut progress = false;
-        let mut still_opening = Vec::new();
-        for request in std::mem::take(&mut self.opening) {
-            if request.open.upgrade().is_none() {
-                progress = true;
-                continue;
-            }
+        // Connections whose forward is gone are dropped, but not one whose channel open
+        // is under way (it completes, then closes with the rest of the dead ones).
+        let pending = self.open_pending;
+        let mut index = 0;
+        self.opening.retain(|request| {
+            let keep = (pending && index == 0) || request.open.upgrade().is_some();
+            index += 1;
+            progress |= !keep;
+            keep
+        });
+        // libssh2 opens one channel at a time per session: a new open starts only when
+        // no shell's is under way, and an open under way is carried on to its end.
+        if !self.opening.is_empty() && (self.open_pending || !shells_opening) {
+            let request = &self.opening[0];
             let target = &request.target;
             match session.channel_direct_tcpip(&target.host, target.port, None) {
                 Ok(channel) => {
                     progress = true;
+                    self.open_pending = false;
+                    let request = self.opening.remove(0);
                     self.open.push(Tunnel {
                         request,
                         channel,
@@ -75,15 +92,16 @@ impl Tunnels {
                         remote_eof: false,
                     });
                 }
-                Err(e) if would_block(&e) => still_opening.push(request),
+                Err(e) if would_block(&e) => self.open_pending = true,
                 Err(e) => {
                     progress = true;
+                    self.open_pending = false;
                     tracing::warn!(%target, error = %e, "the login node could not open a forwarded connection");
+                    let request = self.opening.remove(0);
                     let _ = request.stream.shutdown(Shutdown::Both);
                 }
             }
         }
-        self.opening = still_opening;
         let mut kept = Vec::with_capacity(self.open.len());
         for mut tunnel in std::mem::take(&mut self.open) {
             match tunnel.pump() {

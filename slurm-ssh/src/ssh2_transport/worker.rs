@@ -127,11 +127,12 @@ impl Worker {
                 }
                 let mut done = Vec::new();
                 let max_channels = self.settings.max_channels;
+                conn.shells.open_elsewhere = self.tunnels.open_pending();
                 match conn
                     .shells
                     .step(&conn.session, &mut self.queue, max_channels, &mut done)
                 {
-                    Ok(p) => progress = p | self.tunnels.step(&conn.session),
+                    Ok(p) => progress = p | self.tunnels.step(&conn.session, conn.shells.opening()),
                     Err(reason) => {
                         let conn = self.conn.take().expect("connection present");
                         self.lost(conn, reason, &mut done);
