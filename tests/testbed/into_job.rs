@@ -566,3 +566,42 @@ async fn forwarded_connections_and_new_shells_open_channels_side_by_side_over_ss
         task.await.unwrap();
     }
 }
+
+/// `run_streamed` hands on output as it comes: the command's second line waits for a
+/// file the test makes only once the first line arrived (a transport that answered at
+/// the end would never see it: the command would time out).
+async fn output_streams_before_the_command_ends<T: Transport>(t: &T) {
+    let gate = format!("/tmp/slurm-run-stream-gate-{}", std::process::id());
+    let script = r#"echo first; i=0; while [ ! -e "$1" ] && [ "$i" -lt 600 ]; do sleep 0.1; i=$((i+1)); done; rm -f -- "$1"; echo second >&2; exit 4"#;
+    let command = slurm_core::Command::new("bash")
+        .args(["-c", script, "gate"])
+        .arg(&gate)
+        .timeout(Duration::from_secs(90));
+    let (sink, mut chunks) = tokio::sync::mpsc::unbounded_channel();
+    let run = t.run_streamed(&command, sink);
+    tokio::pin!(run);
+    let first = tokio::select! {
+        chunk = chunks.recv() => chunk,
+        done = &mut run => panic!("the command ended before its first line arrived: {done:?}"),
+    };
+    assert_eq!(first, Some(OutputChunk::Stdout(b"first\n".to_vec())));
+    let touch = slurm_core::Command::new("touch").arg(&gate);
+    assert!(t.run(&touch).await.unwrap().success());
+    assert_eq!(run.await.unwrap(), 4);
+    assert_eq!(
+        chunks.recv().await,
+        Some(OutputChunk::Stderr(b"second\n".to_vec()))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_streams_over_ssh2_before_the_command_ends() {
+    let _cluster = cluster::shared().await;
+    output_streams_before_the_command_ends(&ssh2(&testbed_env())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_streams_over_openssh_before_the_command_ends() {
+    let _cluster = cluster::shared().await;
+    output_streams_before_the_command_ends(&openssh(&testbed_env())).await;
+}

@@ -19,6 +19,7 @@ mod connect;
 #[cfg(test)]
 mod fake;
 mod shells;
+mod streams;
 mod tunnels;
 mod worker;
 
@@ -32,7 +33,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use slurm_core::{
-    listen_and_forward, Command, Error, ForwardTarget, Forwarding, Output, Result, Transport,
+    listen_and_forward, Command, Error, ForwardTarget, Forwarding, Output, OutputSink, Result,
+    Transport,
 };
 use tokio::sync::oneshot;
 
@@ -54,6 +56,8 @@ enum Msg {
     Connect(oneshot::Sender<Result<String>>),
     /// A forwarded local connection to carry over a `direct-tcpip` channel.
     Tunnel(tunnels::TunnelRequest),
+    /// A command to stream over an `exec` channel.
+    Stream(streams::StreamJob),
 }
 
 /// The async side's end of one session thread.
@@ -161,6 +165,36 @@ impl Transport for Ssh2Transport {
         worker.load.fetch_add(1, Ordering::Relaxed);
         if !worker.send(Msg::Job(job)) {
             worker.load.fetch_sub(1, Ordering::Relaxed);
+            return Err(Error::Transport {
+                message: "the SSH session thread stopped".into(),
+                may_have_run: false,
+            });
+        }
+        answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// An `exec` channel of the least loaded session (its login shell runs the command
+    /// line), its stdout and stderr handed on as they arrive, run by that session's
+    /// thread. Not one of the framed shells: the command gets no orphan clean-up (it
+    /// ends when its channel does) and counts against the server's MaxSessions.
+    async fn run_streamed(&self, command: &Command, sink: OutputSink) -> Result<i32> {
+        let worker = self
+            .workers
+            .iter()
+            .min_by_key(|w| w.load.load(Ordering::Relaxed))
+            .expect("at least one session");
+        let (reply, answer) = oneshot::channel();
+        let timeout = command.effective_timeout();
+        let job = streams::StreamJob {
+            line: command.shell_line()?,
+            stdin: command.stdin_bytes().map(<[u8]>::to_vec),
+            sink,
+            label: command.label(),
+            timeout,
+            deadline: Instant::now() + timeout,
+            reply,
+        };
+        if !worker.send(Msg::Stream(job)) {
             return Err(Error::Transport {
                 message: "the SSH session thread stopped".into(),
                 may_have_run: false,

@@ -17,6 +17,7 @@ use tokio::sync::oneshot;
 use super::backoff::Backoff;
 use super::channel::ConnFailure;
 use super::connect::{connect, Conn, ConnectFailure};
+use super::streams::Streams;
 use super::tunnels::Tunnels;
 use super::{Done, Job, Msg, WorkerHandle};
 use crate::config::Ssh2TransportBuilder;
@@ -64,6 +65,8 @@ struct Worker {
     orphans: Option<(String, Vec<Orphan>)>,
     /// Forwarded connections: each a `direct-tcpip` channel of the connection.
     tunnels: Tunnels,
+    /// Streamed commands: each an `exec` channel of the connection.
+    streams: Streams,
 }
 
 impl Worker {
@@ -85,6 +88,7 @@ impl Worker {
             last_failure: None,
             orphans: None,
             tunnels: Tunnels::default(),
+            streams: Streams::default(),
         }
     }
 
@@ -100,6 +104,7 @@ impl Worker {
                     Ok(Msg::Job(job)) => self.queue.push_back(job),
                     Ok(Msg::Connect(waiter)) => self.waiters.push(waiter),
                     Ok(Msg::Tunnel(request)) => self.tunnels.add(request),
+                    Ok(Msg::Stream(job)) => self.streams.add(job),
                     Err(TryRecvError::Empty) => break,
                     Err(TryRecvError::Disconnected) => {
                         if let Some(conn) = self.conn.take() {
@@ -111,8 +116,10 @@ impl Worker {
             }
             let now = Instant::now();
             self.expire_queued(now);
-            let wanted =
-                !self.queue.is_empty() || !self.waiters.is_empty() || !self.tunnels.is_empty();
+            let wanted = !self.queue.is_empty()
+                || !self.waiters.is_empty()
+                || !self.tunnels.is_empty()
+                || !self.streams.is_empty();
             if self.conn.is_none() && wanted && self.backoff.allows(now) {
                 self.connect();
                 continue;
@@ -127,12 +134,23 @@ impl Worker {
                 }
                 let mut done = Vec::new();
                 let max_channels = self.settings.max_channels;
-                conn.shells.open_elsewhere = self.tunnels.open_pending();
+                // libssh2 opens one channel at a time per session: shells, forwarded
+                // connections and streamed commands take turns.
+                conn.shells.open_elsewhere =
+                    self.tunnels.open_pending() || self.streams.open_pending();
                 match conn
                     .shells
                     .step(&conn.session, &mut self.queue, max_channels, &mut done)
                 {
-                    Ok(p) => progress = p | self.tunnels.step(&conn.session, conn.shells.opening()),
+                    Ok(p) => {
+                        let shells_opening = conn.shells.opening();
+                        progress = p | self
+                            .tunnels
+                            .step(&conn.session, shells_opening || self.streams.open_pending());
+                        progress |= self
+                            .streams
+                            .step(&conn.session, shells_opening || self.tunnels.open_pending());
+                    }
                     Err(reason) => {
                         let conn = self.conn.take().expect("connection present");
                         self.lost(conn, reason, &mut done);
@@ -160,8 +178,10 @@ impl Worker {
         // Commands left running remotely are killed by the next connection's first
         // shell, if it reaches the same host.
         self.orphans = Some((host, kills));
-        // Forwarded connections end with their channels (their local sockets close).
+        // Forwarded connections end with their channels (their local sockets close);
+        // streamed commands fail, saying whether they may have run.
         self.tunnels = Tunnels::default();
+        self.streams.abandon(&reason.to_string());
         if lived < MIN_HEALTHY_LIFE {
             self.backoff.failed(Instant::now());
         }
@@ -220,6 +240,7 @@ impl Worker {
                 for waiter in self.waiters.drain(..) {
                     let _ = waiter.send(Err(failure.to_error()));
                 }
+                self.streams.fail_all(|| failure.to_error());
                 self.last_failure = Some(failure);
             }
         }
@@ -240,6 +261,9 @@ impl Worker {
             events: libc::POLLIN,
             revents: 0,
         }];
+        if let Some(deadline) = self.streams.next_deadline() {
+            until = until.min(deadline);
+        }
         if let Some(conn) = &self.conn {
             until = until.min(conn.shells.next_deadline());
             let mut events = libc::POLLIN;
