@@ -109,3 +109,31 @@ fn an_exec_step_overlaps_the_job_and_keeps_each_argument_whole() {
         "a node name is checked"
     );
 }
+
+#[test]
+fn an_arrays_task_is_reached_on_its_own_first_node() {
+    let mut array =
+        super::testkit::record_of(&JobSpec::new("sweep", "sleep 1")).with_tasks([0, 1, 2]);
+    array.state = JobState::Running;
+    for (index, state, nodes) in [
+        (0, JobState::Complete, vec!["n1"]),
+        (1, JobState::Running, vec!["n2"]),
+        (2, JobState::Pending, vec![]),
+    ] {
+        let task = array.tasks.get_mut(&index).unwrap();
+        task.state = state;
+        task.nodes = nodes.into_iter().map(str::to_string).collect();
+    }
+    assert_eq!(choose_node(&array, &NodeChoice::Task(1)).unwrap(), "n2");
+    // The array's first running task stands for the array.
+    assert_eq!(choose_node(&array, &NodeChoice::First).unwrap(), "n2");
+    let err = choose_node(&array, &NodeChoice::Task(2)).unwrap_err();
+    assert!(
+        err.to_string().contains("task 2 of job") && err.to_string().contains("PENDING"),
+        "{err}"
+    );
+    assert!(choose_node(&array, &NodeChoice::Task(9))
+        .unwrap_err()
+        .to_string()
+        .contains("has no task 9"));
+}
