@@ -19,6 +19,7 @@ mod probe;
 mod render;
 mod scripts;
 mod slurmctl;
+mod testbed_scripts;
 mod smoke;
 mod ssh_faults;
 mod transports;
