@@ -1,43 +1,61 @@
 //! The test bed's own scripts (`testbed/`): shellcheck clean, and a failed image build
 //! stops there and stamps nothing (the stamp is what later `up`s trust).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use slurm_run_testsupport::workspace_root;
 
-/// Every script under `testbed/` (the executables and the sourced `.sh` files).
-fn testbed_scripts() -> Vec<std::path::PathBuf> {
+/// The scripts under `testbed/`: (the executables, the sourced `.sh` files).
+fn testbed_scripts() -> (Vec<PathBuf>, Vec<PathBuf>) {
     let dir = workspace_root().join("testbed");
-    let mut scripts: Vec<_> = std::fs::read_dir(&dir)
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|entry| entry.unwrap().path())
-        .filter(|path| {
-            let text = std::fs::read_to_string(path).unwrap_or_default();
-            path.extension().is_some_and(|e| e == "sh") || text.starts_with("#!/usr/bin/env bash")
-        })
         .collect();
-    scripts.sort();
-    scripts
+    paths.sort();
+    let executables = paths
+        .iter()
+        .filter(|path| {
+            std::fs::read_to_string(path).is_ok_and(|text| text.starts_with("#!/usr/bin/env bash"))
+        })
+        .cloned()
+        .collect();
+    let sourced = paths
+        .into_iter()
+        .filter(|path| path.extension().is_some_and(|e| e == "sh"))
+        .collect();
+    (executables, sourced)
 }
 
-#[test]
-fn every_testbed_script_parses_and_passes_shellcheck() {
-    let scripts = testbed_scripts();
-    let names: Vec<_> = scripts
+fn file_names(paths: &[PathBuf]) -> Vec<String> {
+    paths
         .iter()
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
-        .collect();
-    for expected in ["up", "down", "env", "admin", "lib.sh", "release.sh", "containers.sh"] {
+        .collect()
+}
+
+/// `bash -n` on every script; shellcheck on every executable with the files it sources
+/// (`--external-sources`: the sourced files are checked as part of each script using them).
+#[test]
+fn every_testbed_script_parses_and_passes_shellcheck() {
+    let (executables, sourced) = testbed_scripts();
+    let (names, libraries) = (file_names(&executables), file_names(&sourced));
+    for expected in ["up", "down", "env", "admin", "beds", "capture-fixtures"] {
         assert!(names.iter().any(|n| n == expected), "{expected} in {names:?}");
     }
-    for script in &scripts {
+    for expected in ["lib.sh", "release.sh", "containers.sh"] {
+        assert!(libraries.iter().any(|n| n == expected), "{expected} in {libraries:?}");
+    }
+    for script in executables.iter().chain(&sourced) {
         let parsed = std::process::Command::new("bash")
             .arg("-n")
             .arg(script)
             .output()
             .unwrap();
         assert!(parsed.status.success(), "{}: {parsed:?}", script.display());
+    }
+    for script in &executables {
         let checked = std::process::Command::new("shellcheck")
             .args(["--shell=bash", "--severity=style", "--external-sources"])
             .arg(script)
