@@ -96,8 +96,9 @@ namespace_alive() {
 
 # Start the keeper: a new mount namespace (private propagation: nothing here reaches the
 # host's mounts), the root filesystem bound onto itself (pivot_root wants a mount point;
-# enroot too), proc, sys, dev and the state folder mounted in it, then pivot_root into it
-# and the old root detached. The keeper only sleeps; the namespace and its mounts go
+# enroot too), proc, sys (without the mounts under it: the host's cgroup hierarchies stay
+# out of the cluster's reach), dev and the state folder mounted in it, then pivot_root
+# into it and the old root detached. The keeper only sleeps; the namespace and its mounts go
 # when its last process (the keeper, the daemons) ends.
 namespace_start() {
   namespace_alive && return 0
@@ -111,7 +112,7 @@ namespace_start() {
     root=$1 dir=$2 name=$3
     mount --bind "$root" "$root"
     mount -t proc proc "$root/proc"
-    mount --rbind /sys "$root/sys"
+    mount --bind /sys "$root/sys"
     mount --rbind /dev "$root/dev"
     mount --bind "$dir" "$root$dir"
     cd "$root"

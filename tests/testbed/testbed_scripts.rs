@@ -42,10 +42,16 @@ fn every_testbed_script_parses_and_passes_shellcheck() {
     let (executables, sourced) = testbed_scripts();
     let (names, libraries) = (file_names(&executables), file_names(&sourced));
     for expected in ["up", "down", "env", "admin", "beds", "capture-fixtures"] {
-        assert!(names.iter().any(|n| n == expected), "{expected} in {names:?}");
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} in {names:?}"
+        );
     }
     for expected in ["lib.sh", "release.sh", "containers.sh"] {
-        assert!(libraries.iter().any(|n| n == expected), "{expected} in {libraries:?}");
+        assert!(
+            libraries.iter().any(|n| n == expected),
+            "{expected} in {libraries:?}"
+        );
     }
     for script in executables.iter().chain(&sourced) {
         let parsed = std::process::Command::new("bash")

@@ -291,11 +291,7 @@ impl Testbed {
         let _ = std::fs::remove_file(self.pid_file(daemon));
         let conf = self.dir().join("etc/slurm.conf");
         let status = match daemon {
-            "slurmctld" => self
-                .admin("slurmctld")
-                .arg("-f")
-                .arg(&conf)
-                .status(),
+            "slurmctld" => self.admin("slurmctld").arg("-f").arg(&conf).status(),
             _ => self.admin("slurmdbd").status(),
         }
         .unwrap_or_else(|e| panic!("cannot start {daemon}: {e}"));
