@@ -43,7 +43,10 @@ async fn a_silent_connection_is_dropped_and_replaced_within_the_keepalive_bound(
     assert_eq!(out.stdout, b"through\n");
 
     // A command in flight when the connection goes silent.
-    let flag = std::env::temp_dir().join(format!("slurm-run-silent-{}", rand::random::<u64>()));
+    // In the shared results folder: the same path here and on the login node (whose
+    // /tmp is its release's root filesystem's on 24.11 and 26.05).
+    let flag = std::path::Path::new(tb.get("SLURM_BASE_RESULTS_DIR"))
+        .join(format!("slurm-run-silent-{}", rand::random::<u64>()));
     let nap = format!("40.{:04}", rand::random::<u16>() % 10_000);
     let long = Command::bash_script(
         r#"touch "$1"; sleep "$2"; echo finished"#,
