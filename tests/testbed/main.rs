@@ -23,5 +23,6 @@ mod scripts;
 mod slurmctl;
 mod smoke;
 mod ssh_faults;
+mod testbed_scripts;
 mod transports;
 mod wall_time;
