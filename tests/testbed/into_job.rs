@@ -90,6 +90,22 @@ async fn served_port<T: Transport + 'static>(b: &Over<T>, record: &JobRecord) ->
     }
 }
 
+/// Submit [`http_job`] named `name` serving `token`; its record once running, and the
+/// port its server listens on.
+async fn serving_job<T: Transport + 'static>(
+    b: &Over<T>,
+    name: &str,
+    token: &str,
+) -> (JobRecord, u16) {
+    let record = b
+        .submit(&http_job(name, token), SubmitOptions::default())
+        .await
+        .unwrap();
+    let record = wait_state(b, record.id(), JobState::Running, 120).await;
+    let port = served_port(b, &record).await;
+    (record, port)
+}
+
 /// `GET /index.html` at `local`: the response's body, or the error.
 fn fetch(local: SocketAddr) -> std::io::Result<String> {
     let mut stream = TcpStream::connect(local)?;
@@ -110,16 +126,8 @@ async fn forward_reaches_the_jobs_server<T: Transport + 'static>(transport: T, t
     let tb = testbed_env();
     let (b, _records) = backend_over(transport, &tb);
     let token = format!("served-by-the-job-{tag}");
-    let record = b
-        .submit(
-            &http_job(&format!("forward-{tag}"), &token),
-            SubmitOptions::default(),
-        )
-        .await
-        .unwrap();
+    let (record, port) = serving_job(&b, &format!("forward-{tag}"), &token).await;
     let id = record.id().clone();
-    let record = wait_state(&b, &id, JobState::Running, 120).await;
-    let port = served_port(&b, &record).await;
 
     let forward = b.forward(&id, &ForwardOptions::port(port)).await.unwrap();
     assert_eq!(forward.node(), record.nodes()[0]);
@@ -406,16 +414,9 @@ async fn slurmctl_forward_and_exec(master: Option<Master>, tag: &str) {
         config,
     );
     let token = format!("slurmctl-forward-{tag}");
-    let record = b
-        .submit(
-            &http_job(&format!("ctl-forward-{tag}"), &token),
-            SubmitOptions::default(),
-        )
-        .await
-        .unwrap();
+    let (record, port) = serving_job(&b, &format!("ctl-forward-{tag}"), &token).await;
     let id = record.id().to_string();
-    let record = wait_state(&b, record.id(), JobState::Running, 120).await;
-    let port = served_port(&b, &record).await.to_string();
+    let port = port.to_string();
 
     // --role on a job without roles: refused, naming the fix.
     let child = spawn_ctl(

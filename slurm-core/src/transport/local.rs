@@ -1,12 +1,9 @@
 //! `LocalTransport`: commands on this host, started directly (no shell).
 
-use std::process::Stdio;
-
 use async_trait::async_trait;
-use tokio::io::AsyncWriteExt;
 
 use super::forward::listen_and_forward;
-use super::stream::{exit_code, stream_process};
+use super::stream::{exit_code, spawn_piped, stream_process};
 use super::{Command, ForwardTarget, Forwarding, Output, OutputSink, Transport};
 use crate::{Error, Result};
 
@@ -27,29 +24,9 @@ impl LocalTransport {
 #[async_trait]
 impl Transport for LocalTransport {
     async fn run(&self, command: &Command) -> Result<Output> {
-        let mut child = tokio::process::Command::new(command.program())
-            .args(command.get_args())
-            .stdin(if command.stdin_bytes().is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| Error::io(format!("start `{}`", command.label()), e))?;
-        let stdin_task = match (child.stdin.take(), command.stdin_bytes()) {
-            (Some(mut pipe), Some(bytes)) => {
-                let bytes = bytes.to_vec();
-                Some(tokio::spawn(async move {
-                    // A command that exits without reading its input is not an error.
-                    let _ = pipe.write_all(&bytes).await;
-                    let _ = pipe.shutdown().await;
-                }))
-            }
-            _ => None,
-        };
+        let mut process = tokio::process::Command::new(command.program());
+        process.args(command.get_args());
+        let (child, stdin_task) = spawn_piped(&mut process, command)?;
         let deadline = command.effective_timeout();
         let waited = tokio::time::timeout(deadline, child.wait_with_output()).await;
         if let Some(task) = stdin_task {

@@ -5,10 +5,41 @@
 use std::process::Stdio;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Child;
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::task::JoinHandle;
 
 use super::Command;
 use crate::{Error, Result};
+
+/// Start `process`, a local process standing for `command`: its stdout and stderr piped,
+/// its stdin the command's bytes (written by a task of their own, returned so the caller
+/// may stop it; a process that exits without reading them is not an error) or nothing.
+pub(crate) fn spawn_piped(
+    process: &mut tokio::process::Command,
+    command: &Command,
+) -> Result<(Child, Option<JoinHandle<()>>)> {
+    let stdin = command.stdin_bytes().map(<[u8]>::to_vec);
+    let mut child = process
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| Error::io(format!("start `{}`", command.label()), e))?;
+    let writer = match (child.stdin.take(), stdin) {
+        (Some(mut pipe), Some(bytes)) => Some(tokio::spawn(async move {
+            let _ = pipe.write_all(&bytes).await;
+            let _ = pipe.shutdown().await;
+        })),
+        _ => None,
+    };
+    Ok((child, writer))
+}
 
 /// A piece of a streamed command's output.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,26 +62,9 @@ pub async fn stream_process(
     command: &Command,
     sink: OutputSink,
 ) -> Result<i32> {
-    let stdin = command.stdin_bytes().map(<[u8]>::to_vec);
     let label = command.label();
     let timeout = command.effective_timeout();
-    let mut child = process
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| Error::io(format!("start `{label}`"), e))?;
-    if let (Some(mut pipe), Some(bytes)) = (child.stdin.take(), stdin) {
-        tokio::spawn(async move {
-            let _ = pipe.write_all(&bytes).await;
-            let _ = pipe.shutdown().await;
-        });
-    }
+    let (mut child, _stdin) = spawn_piped(&mut process, command)?;
     let stdout = child.stdout.take().expect("piped stdout");
     let stderr = child.stderr.take().expect("piped stderr");
     let pumps = async {

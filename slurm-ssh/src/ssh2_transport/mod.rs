@@ -138,6 +138,14 @@ impl Ssh2Transport {
         }
         Ok(host)
     }
+
+    /// The session with the fewest commands under way: where new work goes.
+    fn least_loaded(&self) -> &WorkerHandle {
+        self.workers
+            .iter()
+            .min_by_key(|w| w.load.load(Ordering::Relaxed))
+            .expect("at least one session")
+    }
 }
 
 /// The answer of a command whose session thread went away before replying.
@@ -151,11 +159,7 @@ fn stopped() -> Error {
 #[async_trait]
 impl Transport for Ssh2Transport {
     async fn run(&self, command: &Command) -> Result<Output> {
-        let worker = self
-            .workers
-            .iter()
-            .min_by_key(|w| w.load.load(Ordering::Relaxed))
-            .expect("at least one session");
+        let worker = self.least_loaded();
         let (reply, answer) = oneshot::channel();
         let job = Job {
             command: command.clone(),
@@ -178,11 +182,7 @@ impl Transport for Ssh2Transport {
     /// thread. Not one of the framed shells: the command gets no orphan clean-up (it
     /// ends when its channel does) and counts against the server's MaxSessions.
     async fn run_streamed(&self, command: &Command, sink: OutputSink) -> Result<i32> {
-        let worker = self
-            .workers
-            .iter()
-            .min_by_key(|w| w.load.load(Ordering::Relaxed))
-            .expect("at least one session");
+        let worker = self.least_loaded();
         let (reply, answer) = oneshot::channel();
         let timeout = command.effective_timeout();
         let job = streams::StreamJob {
@@ -207,11 +207,7 @@ impl Transport for Ssh2Transport {
     /// least loaded when the forward opened), run by that session's thread: no new
     /// login, no process on the login node.
     async fn forward(&self, local_port: u16, target: &ForwardTarget) -> Result<Forwarding> {
-        let worker = self
-            .workers
-            .iter()
-            .min_by_key(|w| w.load.load(Ordering::Relaxed))
-            .expect("at least one session");
+        let worker = self.least_loaded();
         let tx = worker.tx.clone();
         let wake = worker
             .wake
