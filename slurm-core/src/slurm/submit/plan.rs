@@ -43,6 +43,8 @@ pub(crate) struct SubmitPlan {
     pub(crate) probe: Option<JobRecord>,
     /// The `--dependency` value: the parents still running, and the probe.
     pub(crate) dependency: Option<String>,
+    /// The job's code tree, once on the cluster.
+    pub(crate) code: Option<super::code::StagedCode>,
 }
 
 /// `spec`'s resources with the backend's defaults and the limits of `partitions`.
@@ -110,6 +112,7 @@ impl SubmitPlan {
             knobs: KnobSet::new(),
             probe: None,
             dependency: None,
+            code: None,
         })
     }
 
