@@ -69,6 +69,7 @@ pub(crate) fn stage(plan: &SubmitPlan, script: String, secrets: &SecretRegistry)
         record = record.retrying(previous);
     }
     record.excluded_nodes = plan.exclude.clone();
+    record.scheduler_release = plan.release.clone();
     record.submit_attempts = Some(1);
     record.secrets_staged = !secrets.is_empty();
     let mut note = String::new();
