@@ -355,7 +355,10 @@ async fn clients_killed_at_random_points_then_one_status_settles_every_record() 
     }
     // The last killed submit must be a few seconds old before a status settles it.
     std::thread::sleep(Duration::from_secs(6));
-    let store = FileRecordStore::new(state.path()).unwrap();
+    // slurmctl keeps a new state folder's records in its SQLite database.
+    let store = slurm_records::RecordsLocation::default_for(state.path())
+        .open()
+        .unwrap();
     let records = store.list(&RecordFilter::any()).unwrap();
     let before: BTreeMap<JobState, usize> = records.iter().fold(BTreeMap::new(), |mut m, r| {
         *m.entry(r.state()).or_default() += 1;

@@ -16,6 +16,7 @@ mod half_open;
 mod host_keys;
 mod pipelines;
 mod probe;
+mod records;
 mod render;
 mod scripts;
 mod slurmctl;

@@ -197,11 +197,7 @@ impl FileRecordStore {
     /// its file holds it; when `keep` succeeds the file is moved to `moved/<id>.json`
     /// beside the others (kept, not deleted), so the folder no longer lists it. When
     /// `keep` fails the record stays where it was, and its error is the answer.
-    pub fn move_out(
-        &self,
-        id: &JobId,
-        keep: impl FnOnce(&JobRecord) -> Result<()>,
-    ) -> Result<()> {
+    pub fn move_out(&self, id: &JobId, keep: impl FnOnce(&JobRecord) -> Result<()>) -> Result<()> {
         let _lock = self.lock(id)?;
         let (record, _) = self.read(id)?;
         keep(&record)?;

@@ -157,6 +157,8 @@ mod tests {
 
     crate::record_store_conformance!(
         conformance,
-        InMemory(Arc::new(MemoryRecordStore::new().with_redactor(suite_redactor())))
+        InMemory(Arc::new(
+            MemoryRecordStore::new().with_redactor(suite_redactor())
+        ))
     );
 }

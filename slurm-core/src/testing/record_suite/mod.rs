@@ -195,8 +195,14 @@ pub fn open_is_create_exclusive_and_get_reports_missing<F: RecordStoreFixture>(
     assert_eq!(missing.kind(), ErrorKind::NotFound, "{missing}");
     let other = record(JobId::mint("other"));
     store.open(&other).unwrap();
-    let many = store.get_many(&[other.id.clone(), r.id.clone(), other.id.clone()]).unwrap();
-    assert_eq!(many, vec![other.clone(), r.clone(), other.clone()], "in order, duplicates too");
+    let many = store
+        .get_many(&[other.id.clone(), r.id.clone(), other.id.clone()])
+        .unwrap();
+    assert_eq!(
+        many,
+        vec![other.clone(), r.clone(), other.clone()],
+        "in order, duplicates too"
+    );
     assert!(store.get_many(&[]).unwrap().is_empty());
     let never = JobId::mint("never");
     let absent = store.get_many(&[r.id.clone(), never.clone()]).unwrap_err();
@@ -223,13 +229,25 @@ pub fn mark_follows_the_state_machine<F: RecordStoreFixture>(fixture: &F, _case:
                 .message("submitted"),
         )
         .unwrap();
-    assert_eq!((r.state, r.backend_ref.clone()), (JobState::Pending, Some(job(42))));
+    assert_eq!(
+        (r.state, r.backend_ref.clone()),
+        (JobState::Pending, Some(job(42)))
+    );
     let r = store
-        .mark(&id, Mark::new(JobState::Pending, TransitionSource::Poll).backend_ref(job(43)))
+        .mark(
+            &id,
+            Mark::new(JobState::Pending, TransitionSource::Poll).backend_ref(job(43)),
+        )
         .unwrap();
-    assert_eq!((r.history.len(), r.backend_ref.clone()), (2, Some(job(42))), "a no-op");
+    assert_eq!(
+        (r.history.len(), r.backend_ref.clone()),
+        (2, Some(job(42))),
+        "a no-op"
+    );
     for state in [JobState::Running, JobState::Pending, JobState::Running] {
-        store.mark(&id, Mark::new(state, TransitionSource::Poll)).unwrap();
+        store
+            .mark(&id, Mark::new(state, TransitionSource::Poll))
+            .unwrap();
     }
     let wrong = store
         .mark(
@@ -250,7 +268,9 @@ pub fn mark_follows_the_state_machine<F: RecordStoreFixture>(fixture: &F, _case:
         )
         .unwrap();
     assert_eq!((r.err_class, r.node_fault), (Some(ErrorClass::Infra), true));
-    let r = store.mark(&id, Mark::new(JobState::Unknown, TransitionSource::Poll)).unwrap();
+    let r = store
+        .mark(&id, Mark::new(JobState::Unknown, TransitionSource::Poll))
+        .unwrap();
     assert_eq!(r.state, JobState::Error, "UNKNOWN over an end is ignored");
     let illegal = store
         .mark(&id, Mark::new(JobState::Canceled, TransitionSource::User))
@@ -259,15 +279,27 @@ pub fn mark_follows_the_state_machine<F: RecordStoreFixture>(fixture: &F, _case:
     assert!(illegal.to_string().contains(id.as_str()), "{illegal}");
     let stored = store.get(&id).unwrap();
     use JobState::*;
-    assert_eq!(states(&stored), vec![Submitting, Pending, Running, Pending, Running, Error]);
+    assert_eq!(
+        states(&stored),
+        vec![Submitting, Pending, Running, Pending, Running, Error]
+    );
     assert_eq!(stored.nodes, vec!["n1".to_string()]);
     let last = stored.last_message();
-    assert!(last.contains(crate::redact::REDACTED) && !last.contains(secret), "{last}");
+    assert!(
+        last.contains(crate::redact::REDACTED) && !last.contains(secret),
+        "{last}"
+    );
     let listed = store.list(&RecordFilter::any()).unwrap();
-    assert!(!format!("{listed:?}").contains(secret), "a secret was stored");
+    assert!(
+        !format!("{listed:?}").contains(secret),
+        "a secret was stored"
+    );
     let missing = JobId::mint("missing");
     let absent = store
-        .mark(&missing, Mark::new(JobState::Pending, TransitionSource::Poll))
+        .mark(
+            &missing,
+            Mark::new(JobState::Pending, TransitionSource::Poll),
+        )
         .unwrap_err();
     assert_eq!(absent.kind(), ErrorKind::NotFound, "{absent}");
 }
@@ -296,19 +328,41 @@ pub fn history_and_tasks_are_kept_in_order<F: RecordStoreFixture>(fixture: &F, _
         .mark(
             &id,
             Mark::new(JobState::Error, TransitionSource::Poll)
-                .task(1, TaskMark { message: Some("exit 3".into()), ..TaskMark::new(JobState::Error) })
+                .task(
+                    1,
+                    TaskMark {
+                        message: Some("exit 3".into()),
+                        ..TaskMark::new(JobState::Error)
+                    },
+                )
                 .task(2, TaskMark::new(JobState::Complete)),
         )
         .unwrap();
-    assert_eq!(r.state, JobState::Error, "an array with a failed task ends ERROR");
+    assert_eq!(
+        r.state,
+        JobState::Error,
+        "an array with a failed task ends ERROR"
+    );
     let stored = store.get(&id).unwrap();
     assert_eq!(stored, r, "the store keeps what mark returned");
     let tasks: Vec<JobState> = stored.tasks.values().map(|t| t.state).collect();
-    assert_eq!(tasks, vec![JobState::Complete, JobState::Error, JobState::Complete]);
-    assert_eq!(stored.tasks_to_retry().map(|t| t.to_string()).as_deref(), Some("1"));
+    assert_eq!(
+        tasks,
+        vec![JobState::Complete, JobState::Error, JobState::Complete]
+    );
+    assert_eq!(
+        stored.tasks_to_retry().map(|t| t.to_string()).as_deref(),
+        Some("1")
+    );
     let history = &stored.history;
-    assert_eq!(history.first().map(|t| t.source), Some(TransitionSource::Agent));
-    assert!(history.windows(2).all(|w| w[0].at <= w[1].at), "{history:?}");
+    assert_eq!(
+        history.first().map(|t| t.source),
+        Some(TransitionSource::Agent)
+    );
+    assert!(
+        history.windows(2).all(|w| w[0].at <= w[1].at),
+        "{history:?}"
+    );
     assert_eq!(history.last().map(|t| t.state), Some(JobState::Error));
 }
 
@@ -347,9 +401,14 @@ pub fn update_changes_fields_but_not_state<F: RecordStoreFixture>(fixture: &F, _
             Err(crate::Error::invalid("note", "the change itself failed"))
         })
         .unwrap_err();
-    assert!(failing.to_string().contains("the change itself failed"), "{failing}");
+    assert!(
+        failing.to_string().contains("the change itself failed"),
+        "{failing}"
+    );
     assert_eq!(store.get(&id).unwrap(), r, "nothing refused was stored");
-    let missing = store.update(&JobId::mint("missing"), &mut |_| Ok(())).unwrap_err();
+    let missing = store
+        .update(&JobId::mint("missing"), &mut |_| Ok(()))
+        .unwrap_err();
     assert_eq!(missing.kind(), ErrorKind::NotFound, "{missing}");
 }
 
@@ -371,34 +430,71 @@ pub fn list_filters_by_state_labels_and_time<F: RecordStoreFixture>(fixture: &F,
     }
     made.reverse();
     let mark = |i: usize, state| {
-        store.mark(&made[i], Mark::new(state, TransitionSource::Poll)).unwrap();
+        store
+            .mark(&made[i], Mark::new(state, TransitionSource::Poll))
+            .unwrap();
     };
     mark(0, JobState::Running);
     mark(1, JobState::Complete);
     mark(2, JobState::Pending);
     let list = |filter: RecordFilter| store.list(&filter).unwrap();
-    assert_eq!(ids(&list(RecordFilter::any())), made.iter().collect::<Vec<_>>(), "oldest first");
-    assert_eq!(ids(&list(RecordFilter::any().state(JobState::Running))), vec![&made[0]]);
     assert_eq!(
-        ids(&list(RecordFilter::any().state(JobState::Running).state(JobState::Complete))),
+        ids(&list(RecordFilter::any())),
+        made.iter().collect::<Vec<_>>(),
+        "oldest first"
+    );
+    assert_eq!(
+        ids(&list(RecordFilter::any().state(JobState::Running))),
+        vec![&made[0]]
+    );
+    assert_eq!(
+        ids(&list(
+            RecordFilter::any()
+                .state(JobState::Running)
+                .state(JobState::Complete)
+        )),
         vec![&made[0], &made[1]]
     );
-    assert_eq!(ids(&list(RecordFilter::any().label("action", "eval"))), vec![&made[1], &made[3]]);
     assert_eq!(
-        ids(&list(RecordFilter::any().label("action", "eval").label("arch", "dino"))),
+        ids(&list(RecordFilter::any().label("action", "eval"))),
         vec![&made[1], &made[3]]
     );
-    assert!(list(RecordFilter::any().label("action", "eval").label("arch", "vit")).is_empty());
     assert_eq!(
-        ids(&list(RecordFilter::any().label("action", "eval").state(JobState::Complete))),
+        ids(&list(
+            RecordFilter::any()
+                .label("action", "eval")
+                .label("arch", "dino")
+        )),
+        vec![&made[1], &made[3]]
+    );
+    assert!(list(
+        RecordFilter::any()
+            .label("action", "eval")
+            .label("arch", "vit")
+    )
+    .is_empty());
+    assert_eq!(
+        ids(&list(
+            RecordFilter::any()
+                .label("action", "eval")
+                .state(JobState::Complete)
+        )),
         vec![&made[1]]
     );
     assert_eq!(list(RecordFilter::any().active()).len(), 4);
     let at = |i: i64| base + chrono::Duration::minutes(i);
-    assert_eq!(ids(&list(RecordFilter::any().since(at(3)))), vec![&made[3], &made[4]]);
-    assert_eq!(ids(&list(RecordFilter::any().before(at(1)))), vec![&made[0]]);
     assert_eq!(
-        ids(&list(RecordFilter::any().since(at(1)).before(at(3)).active())),
+        ids(&list(RecordFilter::any().since(at(3)))),
+        vec![&made[3], &made[4]]
+    );
+    assert_eq!(
+        ids(&list(RecordFilter::any().before(at(1)))),
+        vec![&made[0]]
+    );
+    assert_eq!(
+        ids(&list(
+            RecordFilter::any().since(at(1)).before(at(3)).active()
+        )),
         vec![&made[2]]
     );
     // Labels changed by update are what the filter sees next.
@@ -414,7 +510,10 @@ pub fn list_filters_by_state_labels_and_time<F: RecordStoreFixture>(fixture: &F,
             Ok(())
         })
         .unwrap();
-    assert_eq!(ids(&list(RecordFilter::any().label("action", "eval"))), vec![&made[3], &made[4]]);
+    assert_eq!(
+        ids(&list(RecordFilter::any().label("action", "eval"))),
+        vec![&made[3], &made[4]]
+    );
 }
 
 /// A record an older slurm-run wrote (schema 2) reads as it was written, is listed and
@@ -429,7 +528,9 @@ pub fn a_record_of_an_older_schema_reads_and_moves_on<F: RecordStoreFixture>(
     let read = store.get(&written.id).unwrap();
     assert_eq!(read, written);
     assert_eq!(read.schema_version(), 2);
-    let errors = RecordFilter::any().state(JobState::Error).label("arch", "dino");
+    let errors = RecordFilter::any()
+        .state(JobState::Error)
+        .label("arch", "dino");
     assert_eq!(ids(&store.list(&errors).unwrap()), vec![&written.id]);
     let updated = store
         .update(&written.id, &mut |r| {
@@ -462,7 +563,10 @@ pub fn an_unreadable_record_is_skipped_and_reported<F: RecordStoreFixture>(
     let future = future.to_string();
     let can = fixture.plant(&torn, Planted::Unreadable);
     let can_newer = fixture.plant(&newer, Planted::Json(&future));
-    assert_eq!(can, can_newer, "a store holds both kinds of unreadable record, or neither");
+    assert_eq!(
+        can, can_newer,
+        "a store holds both kinds of unreadable record, or neither"
+    );
     let listing = store.list_readable(&RecordFilter::any()).unwrap();
     let mut listed: Vec<&JobId> = ids(&listing.records);
     listed.sort();
@@ -475,7 +579,10 @@ pub fn an_unreadable_record_is_skipped_and_reported<F: RecordStoreFixture>(
     }
     assert_eq!(listing.unreadable.len(), 2, "{:?}", listing.unreadable);
     for id in [&torn, &newer] {
-        let named = listing.unreadable.iter().any(|e| e.to_string().contains(id.as_str()));
+        let named = listing
+            .unreadable
+            .iter()
+            .any(|e| e.to_string().contains(id.as_str()));
         assert!(named, "{id} is named among {:?}", listing.unreadable);
     }
     for error in &listing.unreadable {
@@ -486,8 +593,15 @@ pub fn an_unreadable_record_is_skipped_and_reported<F: RecordStoreFixture>(
     let newer_error = store.get(&newer).unwrap_err();
     assert!(newer_error.to_string().contains("newer"), "{newer_error}");
     // The others go on.
-    store.mark(&good[0], Mark::new(JobState::Pending, TransitionSource::Poll)).unwrap();
-    let pending = store.list_readable(&RecordFilter::any().state(JobState::Pending)).unwrap();
+    store
+        .mark(
+            &good[0],
+            Mark::new(JobState::Pending, TransitionSource::Poll),
+        )
+        .unwrap();
+    let pending = store
+        .list_readable(&RecordFilter::any().state(JobState::Pending))
+        .unwrap();
     assert_eq!(ids(&pending.records), vec![&good[0]]);
 }
 
@@ -502,21 +616,45 @@ pub fn the_submit_lease_is_held_while_its_process_lives<F: RecordStoreFixture>(
     let id = JobId::mint("lease");
     assert_eq!(store.submit_in_progress(&id).unwrap(), Some(false));
     let shared = fixture.shared();
-    let mut holder = Worker::start(&case.test, shared.as_deref(), &store, Role::HoldLease(id.clone()));
+    let mut holder = Worker::start(
+        &case.test,
+        shared.as_deref(),
+        &store,
+        Role::HoldLease(id.clone()),
+    );
     assert_eq!(holder.next_line("held"), "held");
-    assert_eq!(store.submit_in_progress(&id).unwrap(), Some(true), "held by a live worker");
+    assert_eq!(
+        store.submit_in_progress(&id).unwrap(),
+        Some(true),
+        "held by a live worker"
+    );
     let other = JobId::mint("lease-other");
-    assert_eq!(store.submit_in_progress(&other).unwrap(), Some(false), "one lease per record");
+    assert_eq!(
+        store.submit_in_progress(&other).unwrap(),
+        Some(false),
+        "one lease per record"
+    );
     holder.kill();
     let deadline = Instant::now() + Duration::from_secs(60);
     while store.submit_in_progress(&id).unwrap() != Some(false) {
-        assert!(Instant::now() < deadline, "the dead worker's lease was never freed");
+        assert!(
+            Instant::now() < deadline,
+            "the dead worker's lease was never freed"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let lease = store.submit_lease(&id).unwrap();
-    assert_eq!(store.submit_in_progress(&id).unwrap(), Some(true), "taken again");
+    assert_eq!(
+        store.submit_in_progress(&id).unwrap(),
+        Some(true),
+        "taken again"
+    );
     drop(lease);
-    assert_eq!(store.submit_in_progress(&id).unwrap(), Some(false), "freed when dropped");
+    assert_eq!(
+        store.submit_in_progress(&id).unwrap(),
+        Some(false),
+        "freed when dropped"
+    );
 }
 
 /// The retry claim: of several workers (processes when the store is shared) that each
@@ -531,7 +669,9 @@ pub fn one_of_many_concurrent_claimers_wins_the_retry<F: RecordStoreFixture>(
     let previous = JobId::mint("claimed");
     store.open(&record(previous.clone())).unwrap();
     for state in [JobState::Pending, JobState::Running] {
-        store.mark(&previous, Mark::new(state, TransitionSource::Poll)).unwrap();
+        store
+            .mark(&previous, Mark::new(state, TransitionSource::Poll))
+            .unwrap();
     }
     store
         .mark(
@@ -544,7 +684,10 @@ pub fn one_of_many_concurrent_claimers_wins_the_retry<F: RecordStoreFixture>(
     let mut claimers: Vec<Worker> = nexts
         .iter()
         .map(|next| {
-            let role = Role::Claim { previous: previous.clone(), next: next.clone() };
+            let role = Role::Claim {
+                previous: previous.clone(),
+                next: next.clone(),
+            };
             Worker::start(&case.test, shared.as_deref(), &store, role)
         })
         .collect();
@@ -554,7 +697,10 @@ pub fn one_of_many_concurrent_claimers_wins_the_retry<F: RecordStoreFixture>(
     for claimer in &mut claimers {
         claimer.tell("go");
     }
-    let answers: Vec<String> = claimers.iter_mut().map(|c| c.next_line("its claim")).collect();
+    let answers: Vec<String> = claimers
+        .iter_mut()
+        .map(|c| c.next_line("its claim"))
+        .collect();
     for claimer in claimers {
         claimer.finish();
     }
@@ -566,14 +712,25 @@ pub fn one_of_many_concurrent_claimers_wins_the_retry<F: RecordStoreFixture>(
         .collect();
     assert_eq!(winners.len(), 1, "exactly one claim wins: {answers:?}");
     let winner = winners[0];
-    assert_eq!(store.get(&previous).unwrap().retried_as.as_ref(), Some(winner));
+    assert_eq!(
+        store.get(&previous).unwrap().retried_as.as_ref(),
+        Some(winner)
+    );
     for (next, answer) in nexts.iter().zip(&answers) {
         let r = store.get(next).unwrap();
         assert_eq!(r.retry_of.as_ref(), Some(&previous));
         if next == winner {
-            assert_eq!(r.state, JobState::Submitting, "the winner goes on to submit");
+            assert_eq!(
+                r.state,
+                JobState::Submitting,
+                "the winner goes on to submit"
+            );
         } else {
-            assert_eq!(answer, &format!("taken {winner}"), "a loser follows the winner");
+            assert_eq!(
+                answer,
+                &format!("taken {winner}"),
+                "a loser follows the winner"
+            );
             assert_eq!(r.state, JobState::NotSubmitted, "{r:?}");
         }
     }
@@ -591,7 +748,9 @@ pub fn writers_in_several_processes_lose_no_update<F: RecordStoreFixture>(
     let shared_record = JobId::mint("counted");
     store.open(&record(shared_record.clone())).unwrap();
     let shared = fixture.shared();
-    let prefixes: Vec<String> = (0..WRITERS).map(|w| format!("writer{w}-{}", JobId::mint("w"))).collect();
+    let prefixes: Vec<String> = (0..WRITERS)
+        .map(|w| format!("writer{w}-{}", JobId::mint("w")))
+        .collect();
     let writers: Vec<Worker> = prefixes
         .iter()
         .map(|prefix| {
@@ -607,7 +766,8 @@ pub fn writers_in_several_processes_lose_no_update<F: RecordStoreFixture>(
     for _ in 0..ROUNDS {
         store
             .update(&shared_record, &mut |r| {
-                r.labels.insert("counter".into(), (counter(r) + 1).to_string());
+                r.labels
+                    .insert("counter".into(), (counter(r) + 1).to_string());
                 Ok(())
             })
             .unwrap();
@@ -617,13 +777,22 @@ pub fn writers_in_several_processes_lose_no_update<F: RecordStoreFixture>(
         writer.finish();
     }
     let total = (WRITERS as u64 + 1) * u64::from(ROUNDS);
-    assert_eq!(counter(&store.get(&shared_record).unwrap()), total, "no update lost");
+    assert_eq!(
+        counter(&store.get(&shared_record).unwrap()),
+        total,
+        "no update lost"
+    );
     let all = store.list(&RecordFilter::any()).unwrap();
     assert_eq!(all.len(), 1 + WRITERS * ROUNDS as usize);
-    let pending = store.list(&RecordFilter::any().state(JobState::Pending)).unwrap();
+    let pending = store
+        .list(&RecordFilter::any().state(JobState::Pending))
+        .unwrap();
     assert_eq!(pending.len(), WRITERS * ROUNDS as usize);
     for prefix in &prefixes {
-        let own = pending.iter().filter(|r| r.id.as_str().starts_with(prefix.as_str())).count();
+        let own = pending
+            .iter()
+            .filter(|r| r.id.as_str().starts_with(prefix.as_str()))
+            .count();
         assert_eq!(own, ROUNDS as usize, "{prefix}");
     }
 }

@@ -37,7 +37,11 @@ pub(super) enum Role {
     Claim { previous: JobId, next: JobId },
     /// `rounds` times: add one to the `counter` label of `shared` and open a record
     /// of its own; then say `done`.
-    Write { shared: JobId, prefix: String, rounds: u32 },
+    Write {
+        shared: JobId,
+        prefix: String,
+        rounds: u32,
+    },
 }
 
 impl Role {
