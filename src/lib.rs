@@ -59,7 +59,8 @@ pub use slurm_core::{
     FileRecordStore, LocalBackend, LocalTransport, MemoryRecordStore, SlurmBackend,
 };
 pub use slurm_records::{
-    migrate_folder, Migration, PostgresRecordStore, RecordsLocation, SqliteRecordStore, RECORDS_VAR,
+    migrate_folder, Migration, PostgresRecordStore, RecordsLocation, SqliteRecordStore,
+    DEFAULT_DATABASE, RECORDS_VAR,
 };
 pub use slurm_render::HandlebarsRenderer;
 pub use slurm_ssh::{

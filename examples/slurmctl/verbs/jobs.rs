@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use slurm_run::prelude::*;
-use slurm_run::{migrate_folder, RECORDS_VAR};
+use slurm_run::{migrate_folder, DEFAULT_DATABASE, RECORDS_VAR};
 
 use crate::args::{parse_ids, Global};
 use crate::connect::{self, backend};
@@ -56,16 +56,24 @@ pub(crate) async fn cancel(
 }
 
 /// `records [--state S]`: the job records, oldest first (no remote call), from wherever
-/// they live.
+/// they live; a record that cannot be read is named on stderr (exit 2) and the others
+/// are listed.
 pub(crate) fn records(global: &Global, states: &[String], out: &Out) -> Result<u8> {
     let mut filter = RecordFilter::any();
     for s in states {
         filter = filter.state(s.parse::<JobState>()?);
     }
     let store = connect::records(global, &connect::state_dir(global)?)?.open()?;
-    let records = store.list(&filter)?;
-    out.jobs(records.iter().map(|r| (r, None)));
-    Ok(OK)
+    let listing = store.list_readable(&filter)?;
+    out.jobs(listing.records.iter().map(|r| (r, None)));
+    for error in &listing.unreadable {
+        out.error(error, BAD_INPUT);
+    }
+    Ok(if listing.unreadable.is_empty() {
+        OK
+    } else {
+        BAD_INPUT
+    })
 }
 
 /// `records migrate [--from DIR]`: a folder of JSON records into the database.
@@ -73,7 +81,7 @@ pub(crate) fn migrate(global: &Global, from: Option<&Path>, out: &Out) -> Result
     let state_dir = connect::state_dir(global)?;
     let to = match global.lookup(RECORDS_VAR) {
         Some(_) => connect::records(global, &state_dir)?,
-        None => RecordsLocation::Sqlite(state_dir.join(slurm_run::records::DEFAULT_DATABASE)),
+        None => RecordsLocation::Sqlite(state_dir.join(DEFAULT_DATABASE)),
     };
     if let RecordsLocation::Folder(dir) = &to {
         return Err(Error::config(
