@@ -277,6 +277,55 @@ impl SqliteRecordStore {
         Ok(record)
     }
 
+    /// Open every record of `records` in one transaction, as they are (an import: their
+    /// histories are not redacted again): all of them, or none when one fails. An id
+    /// that exists already is refused ([`Error::Invalid`] on `id`) and nothing is opened.
+    pub fn open_many(&self, records: &[JobRecord]) -> Result<()> {
+        let mut connection = self.connection();
+        let tx = connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.fail("opening records"))?;
+        for record in records {
+            let row = Row::of(record)?;
+            if !self.insert_in(&tx, &row)? {
+                return Err(Error::invalid(
+                    "id",
+                    format!(
+                        "record {} already exists in {}; nothing was opened",
+                        record.id(),
+                        self.origin()
+                    ),
+                ));
+            }
+        }
+        tx.commit().map_err(self.fail("opening records"))
+    }
+
+    /// Insert `row` in `tx`: `Ok(false)` when its id exists.
+    fn insert_in(&self, tx: &rusqlite::Transaction<'_>, row: &Row) -> Result<bool> {
+        let added = tx
+            .prepare_cached(&format!(
+                "INSERT INTO {RECORDS_TABLE} (id, state, terminal, submitted_at, updated_at, version, body) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6) ON CONFLICT (id) DO NOTHING"
+            ))
+            .and_then(|mut insert| {
+                insert.execute(params![
+                    row.id,
+                    row.state,
+                    row.terminal,
+                    row.submitted_at,
+                    row.updated_at,
+                    row.body
+                ])
+            })
+            .map_err(self.fail("opening a record"))?;
+        if added == 0 {
+            return Ok(false);
+        }
+        self.write_labels(tx, row)?;
+        Ok(true)
+    }
+
     /// Store `record` as it is (no redaction): `Ok(false)` when its id exists.
     pub(crate) fn insert(&self, record: &JobRecord) -> Result<bool> {
         let row = Row::of(record)?;
@@ -289,19 +338,9 @@ impl SqliteRecordStore {
         let tx = connection
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.fail("opening a record"))?;
-        let added = tx
-            .execute(
-                &format!(
-                    "INSERT INTO {RECORDS_TABLE} (id, state, terminal, submitted_at, updated_at, version, body) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6) ON CONFLICT (id) DO NOTHING"
-                ),
-                params![row.id, row.state, row.terminal, row.submitted_at, row.updated_at, row.body],
-            )
-            .map_err(self.fail("opening a record"))?;
-        if added == 0 {
+        if !self.insert_in(&tx, row)? {
             return Ok(false);
         }
-        self.write_labels(&tx, row)?;
         tx.commit().map_err(self.fail("opening a record"))?;
         Ok(true)
     }

@@ -142,6 +142,7 @@ impl PostgresRecordStore {
     }
 
     /// Store `rows` as they are, in one transaction; for each, whether it was new.
+    #[cfg(feature = "testing")]
     pub(crate) fn insert_rows(&self, rows: Vec<Row>) -> Result<Vec<bool>> {
         self.call(move |session| session.insert(rows))
     }
