@@ -407,11 +407,7 @@ impl RecordStore for SqliteRecordStore {
     }
 
     fn list(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
-        let mut listing = self.list_readable(filter)?;
-        match listing.unreadable.is_empty() {
-            true => Ok(listing.records),
-            false => Err(listing.unreadable.remove(0)),
-        }
+        self.list_readable(filter)?.into_all()
     }
 
     fn list_readable(&self, filter: &RecordFilter) -> Result<Listing> {

@@ -158,6 +158,36 @@ async fn two_replicas_on_postgres_retry_an_infra_failure_once_and_agree() {
         assert_eq!(a.get(record.id().as_str()), Some(&stored), "{}", outputs[0]);
         assert_eq!(b.get(record.id().as_str()), Some(&stored), "{}", outputs[1]);
     }
+    // `slurmctl records --json` lists from PostgreSQL what the database holds (a fresh
+    // state folder: nothing local to read).
+    let fresh = tempfile::tempdir().unwrap();
+    let listed = run(
+        &ctl,
+        &["--json", "records"],
+        &replica(fresh.path(), database.url()),
+        Duration::from_secs(60),
+    );
+    let mut listed: Vec<(String, String)> = listed
+        .expect_code(0)
+        .json_lines()
+        .iter()
+        .map(|v| {
+            (
+                v["id"].as_str().unwrap().into(),
+                v["state"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let mut stored: Vec<(String, String)> = all
+        .iter()
+        .map(|r| (r.id().to_string(), r.state().to_string()))
+        .collect();
+    listed.sort();
+    stored.sort();
+    assert_eq!(
+        listed, stored,
+        "records --json lists the database's records"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

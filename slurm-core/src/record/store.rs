@@ -88,6 +88,17 @@ pub struct Listing {
     pub unreadable: Vec<Error>,
 }
 
+impl Listing {
+    /// Every record, or the error of the first that could not be read (what
+    /// [`RecordStore::list`] answers, for a store that lists through `list_readable`).
+    pub fn into_all(mut self) -> Result<Vec<JobRecord>> {
+        match self.unreadable.is_empty() {
+            true => Ok(self.records),
+            false => Err(self.unreadable.remove(0)),
+        }
+    }
+}
+
 /// A held submit lease (see [`RecordStore::submit_lease`]); released on drop.
 pub struct SubmitLease {
     _held: Option<Box<dyn std::any::Any + Send + Sync>>,
