@@ -11,9 +11,15 @@
 
 use std::time::{Duration, Instant};
 
-use slurm_core::{Backend, Command, SlurmJobId, Transport};
+use std::sync::Arc;
+
+use slurm_core::{Backend, Command, JobId, RecordStore, SlurmBackend, SlurmJobId, Transport};
+use slurm_records::testing::PostgresFixture;
+use slurm_records::{PostgresRecordStore, SqliteRecordStore};
+use slurm_render::HandlebarsRenderer;
+use slurm_run_testsupport::backend::Harness;
 use slurm_run_testsupport::bench::cluster::{
-    cancel_all, fresh_ssh, fresh_ssh_each, held_jobs, over_connection, track,
+    cancel_all, fresh_ssh, fresh_ssh_each, held_jobs, over_connection, track, user_rpcs,
 };
 use slurm_run_testsupport::bench::{median, Area, Baseline, Row, Series};
 use slurm_run_testsupport::{backend, examples};
@@ -95,6 +101,7 @@ async fn main() {
         points: Vec::new(),
     };
     let me = Command::new("squeue").args(["--noheader", "--states=all", FORMAT, "--me"]);
+    let mut bares = std::collections::BTreeMap::new();
     for n in SIZES {
         let samples = if n >= 10_000 { 5 } else { 9 };
         let ids = &records[..n];
@@ -117,6 +124,7 @@ async fn main() {
         } else {
             ("squeue --me", by_me)
         };
+        bares.insert(n, (bare_what, bare));
         let line = |id: &SlurmJobId| format!("sacct -j {id} -X -n -o State%30");
         let fresh = if n <= 100 {
             Baseline::measured(
@@ -160,6 +168,101 @@ async fn main() {
         );
     }
     area.series = vec![library_series, list_series, me_series, fresh_series];
+
+    // The same polls with the records in each database store, over the same connection.
+    let copies = database_copies(&h, &records);
+    for (name, backend, _keep) in &copies {
+        for n in [100, 10_000] {
+            let ids = &records[..n];
+            backend.status_many(ids).await.expect("warm-up poll");
+            let mut times = Vec::new();
+            for _ in 0..5 {
+                h.transport.reset();
+                let start = Instant::now();
+                let statuses = backend.status_many(ids).await.expect("poll");
+                times.push(start.elapsed());
+                assert_eq!(statuses.len(), n);
+                assert_eq!(h.transport.count(), 1, "one round trip per poll");
+            }
+            let (bare_what, bare) = bares[&n];
+            area.push(
+                Row::new(
+                    format!("poll of {n} pending jobs, records in {name}"),
+                    median(times),
+                )
+                .bare(Baseline::measured(bare_what, bare))
+                .aim(1.2),
+            );
+        }
+    }
+    drop(copies);
+
+    // The controller's load: the RPCs one poll cycle sends slurmctld and slurmdbd, beside
+    // one `squeue -j` and one `sacct -j` per job over the same connection (measured for
+    // up to 100 jobs, counted for a sample of FRESH_SAMPLE and scaled above).
+    let mut load = vec![
+        "The load on the scheduler (RPCs counted by `sdiag` and `sacctmgr show stats` for the \
+         job user; one poll cycle of held jobs, squeue settles them all):\n\n\
+         | jobs | slurm-run, one poll: slurmctld / slurmdbd | one `squeue -j` per job | one `sacct -j` per job |\n\
+         |---|---|---|---|"
+            .to_string(),
+    ];
+    for n in [1, 100, 10_000] {
+        let (ctld, dbd) = rpcs_of(&h, async {
+            h.backend.status_many(&records[..n]).await.expect("poll");
+        })
+        .await;
+        let sample: Vec<&SlurmJobId> = if n <= 100 {
+            all[..n].iter().collect()
+        } else {
+            all[..n]
+                .iter()
+                .step_by(n / FRESH_SAMPLE)
+                .take(FRESH_SAMPLE)
+                .collect()
+        };
+        let scale = n as f64 / sample.len() as f64;
+        let per_job = |program: &'static [&'static str]| {
+            let sample = &sample;
+            let h = &h;
+            async move {
+                rpcs_of(h, async {
+                    for id in sample.iter() {
+                        let out = h
+                            .transport
+                            .run(
+                                &Command::new(program[0])
+                                    .args(program[1..].iter().copied())
+                                    .arg(format!("--jobs={id}")),
+                            )
+                            .await
+                            .expect("a bare command");
+                        assert!(out.success(), "{program:?}: {}", out.stderr_text());
+                    }
+                })
+                .await
+            }
+        };
+        let (squeue_ctld, squeue_dbd) = per_job(&["squeue", "--noheader"]).await;
+        let (sacct_ctld, sacct_dbd) =
+            per_job(&["sacct", "--noheader", "-X", "--format=State"]).await;
+        let shown = |rpcs: u64| {
+            let scaled = (rpcs as f64 * scale).round();
+            if scale > 1.0 {
+                format!("{scaled:.0} (scaled from {})", sample.len())
+            } else {
+                format!("{scaled:.0}")
+            }
+        };
+        load.push(format!(
+            "| {n} | {ctld} / {dbd} | {} / {} | {} / {} |",
+            shown(squeue_ctld),
+            shown(squeue_dbd),
+            shown(sacct_ctld),
+            shown(sacct_dbd)
+        ));
+    }
+    area.notes.push(load.join("\n"));
 
     // A cold `slurmctl status` of 100 jobs: a new process that connects, polls once and
     // prints, against one fresh `ssh host squeue` of the same 100 jobs.
@@ -308,4 +411,54 @@ async fn main() {
     );
     cancel_all(&h, &all).await;
     area.save();
+}
+
+/// The job user's RPCs to slurmctld and slurmdbd while `work` runs.
+async fn rpcs_of(h: &Harness, work: impl std::future::Future<Output = ()>) -> (u64, u64) {
+    let (ctld, dbd) = user_rpcs(&h.testbed);
+    work.await;
+    let (ctld_after, dbd_after) = user_rpcs(&h.testbed);
+    (ctld_after - ctld, dbd_after - dbd)
+}
+
+/// A backend over the harness's connection with its records in one database store: the
+/// store's name, the backend, and what keeps its store alive.
+type DatabaseCopy = (
+    &'static str,
+    SlurmBackend<slurm_run_testsupport::backend::Stack, HandlebarsRenderer, Box<dyn RecordStore>>,
+    Box<dyn std::any::Any>,
+);
+
+/// Backends over the harness's connection whose records (copies of `records`) are in a
+/// SQLite database and in a PostgreSQL schema of the test bed's server; each with what
+/// keeps its store alive.
+fn database_copies(h: &Harness, records: &[JobId]) -> Vec<DatabaseCopy> {
+    let kept = h
+        .backend
+        .store()
+        .get_many(records)
+        .expect("the tracked records");
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = SqliteRecordStore::open(dir.path().join("records.sqlite")).unwrap();
+    sqlite.open_many(&kept).unwrap();
+    let url = h.testbed.get("SLURM_RUN_TEST_POSTGRES_URL").to_string();
+    let schema = PostgresFixture::new(&url);
+    let postgres = PostgresRecordStore::connect(schema.url()).unwrap();
+    postgres.open_many(&kept).unwrap();
+    let backend = |store: Box<dyn RecordStore>| {
+        SlurmBackend::new(
+            Arc::clone(&h.transport),
+            HandlebarsRenderer::new(),
+            store,
+            h.backend.config().clone(),
+        )
+    };
+    vec![
+        (
+            "SQLite",
+            backend(Box::new(sqlite)),
+            Box::new(dir) as Box<dyn std::any::Any>,
+        ),
+        ("PostgreSQL", backend(Box::new(postgres)), Box::new(schema)),
+    ]
 }

@@ -1,15 +1,17 @@
-//! The client at scale (no test bed): a record folder of 100,000 jobs (90,000 ended,
-//! 10,000 live), listed whole, filtered by state, and the live ones watched; then a
-//! watch of the 10,000 live jobs over an hour of simulated polls (360 polls, the
-//! default 10 s apart) whose resident memory must stay flat. Time and peak resident
-//! memory of each; the baseline is reading the record files' bytes without parsing
-//! them (the floor of a store of one file per record).
+//! The client at scale, for each record store side by side (no cluster): 100,000 jobs
+//! (90,000 ended, 10,000 live) kept by the file store (a folder of JSON files), the
+//! SQLite store and the PostgreSQL store (the test bed's server:
+//! `SLURM_RUN_TEST_POSTGRES_URL`), each listed whole, filtered by state, and the live
+//! ones watched; then a watch of the 10,000 live jobs over an hour of simulated polls
+//! (360 polls, the default 10 s apart) whose heap must stay flat. Time and peak heap of
+//! each; for the file store, the baseline is reading the record files' bytes without
+//! parsing them (the floor of a store of one file per record).
 //!
 //! The cluster is simulated: [`SimulatedCluster`] is a `Transport` that answers the
 //! poll's own command (the ids it asks about, on stdin) with squeue rows in the poll's
 //! framing, each job PENDING until its turn to run and RUNNING after, so the watch
-//! marks records as a real one would, without the test bed. Writes the `records` area of
-//! `BENCHMARKS.md`. `cargo bench --bench records`.
+//! marks records as a real one would, without the cluster. Writes the `records` area of
+//! `BENCHMARKS.md`. `cargo bench --bench records` (with the test bed's PostgreSQL up).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -18,10 +20,12 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use futures::StreamExt;
 use slurm_core::{
-    Backend, BackendRef, Command, FileRecordStore, JobId, JobRecord, JobSpec, JobState, Mark,
-    MemoryRecordStore, Output, RecordFilter, RecordStore, RemotePath, SlurmBackend, SlurmConfig,
-    TransitionSource, Transport, WatchEvent, WatchOptions,
+    Backend, BackendRef, Command, JobId, JobRecord, JobSpec, JobState, Mark, MemoryRecordStore,
+    Output, RecordFilter, RecordStore, RemotePath, SlurmBackend, SlurmConfig, TransitionSource,
+    Transport, WatchEvent, WatchOptions,
 };
+use slurm_records::testing::PostgresFixture;
+use slurm_records::{PostgresRecordStore, RecordsLocation, SqliteRecordStore};
 use slurm_render::HandlebarsRenderer;
 use slurm_run_testsupport::bench::heap::{self, Counting};
 use slurm_run_testsupport::bench::{memory_mib, ms, Area, Baseline, Row};
@@ -119,13 +123,13 @@ impl Transport for SimulatedCluster {
     }
 }
 
-/// Write `RECORDS` record files into `dir` as the file store keeps them: the first
-/// `LIVE` PENDING, the rest COMPLETE, ERROR or CANCELED, each with its history.
-fn make_records(dir: &std::path::Path) -> Vec<JobId> {
+/// `RECORDS` records as a store keeps them: the first `LIVE` PENDING, the rest
+/// COMPLETE, ERROR or CANCELED, each with its history.
+fn make_records() -> Vec<JobRecord> {
     let memory = MemoryRecordStore::new();
     let spec = JobSpec::new("scale", "python train.py --epochs 3");
     let results = RemotePath::parse("/lustre/results").unwrap();
-    let mut live = Vec::with_capacity(LIVE);
+    let mut records = Vec::with_capacity(RECORDS);
     for i in 0..RECORDS {
         let id = JobId::parse(&format!("scale-{i:06}")).unwrap();
         let record = JobRecord::new(id.clone(), &spec, results.join(id.as_str()).unwrap()).unwrap();
@@ -141,17 +145,60 @@ fn make_records(dir: &std::path::Path) -> Vec<JobId> {
             memory.mark(&id, mark(JobState::Running)).unwrap();
             let end = [JobState::Complete, JobState::Error, JobState::Canceled][i % 3];
             memory.mark(&id, mark(end)).unwrap();
-        } else {
-            live.push(id.clone());
         }
-        let record = memory.get(&id).unwrap();
+        records.push(memory.get(&id).unwrap());
+    }
+    records
+}
+
+/// A store under measure: its name, where it is, and what keeps it alive.
+struct Candidate {
+    name: &'static str,
+    location: RecordsLocation,
+    _keep: Box<dyn std::any::Any>,
+}
+
+/// The three stores, each holding `records` (written the way each keeps them).
+fn candidates(records: &[JobRecord]) -> Vec<Candidate> {
+    let folder = tempfile::tempdir().unwrap();
+    for record in records {
         std::fs::write(
-            dir.join(format!("{id}.json")),
-            serde_json::to_vec_pretty(&record).unwrap(),
+            folder.path().join(format!("{}.json", record.id())),
+            serde_json::to_vec_pretty(record).unwrap(),
         )
         .unwrap();
     }
-    live
+    let sqlite_dir = tempfile::tempdir().unwrap();
+    let sqlite = sqlite_dir.path().join("records.sqlite");
+    SqliteRecordStore::open(&sqlite)
+        .unwrap()
+        .open_many(records)
+        .unwrap();
+    let url = std::env::var("SLURM_RUN_TEST_POSTGRES_URL").expect(
+        "SLURM_RUN_TEST_POSTGRES_URL: the test bed's PostgreSQL (testbed/up; eval \"$(testbed/env)\")",
+    );
+    let postgres = PostgresFixture::new(&url);
+    PostgresRecordStore::connect(postgres.url())
+        .unwrap()
+        .open_many(records)
+        .unwrap();
+    vec![
+        Candidate {
+            name: "files",
+            location: RecordsLocation::Folder(folder.path().to_path_buf()),
+            _keep: Box::new(folder),
+        },
+        Candidate {
+            name: "SQLite",
+            location: RecordsLocation::Sqlite(sqlite),
+            _keep: Box::new(sqlite_dir),
+        },
+        Candidate {
+            name: "PostgreSQL",
+            location: RecordsLocation::Postgres(postgres.url().to_string()),
+            _keep: Box::new(postgres),
+        },
+    ]
 }
 
 /// Time and peak heap (MiB, over what was held before) of `work`.
@@ -174,18 +221,22 @@ fn main() {
         .build()
         .unwrap();
     let mut area = Area::new("records", "reading the record files' bytes, unparsed", "-");
-    let dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let live = make_records(dir.path());
+    let records = make_records();
+    let live: Vec<JobId> = records[..LIVE].iter().map(|r| r.id().clone()).collect();
+    let stores = candidates(&records);
+    drop(records);
     println!(
-        "{RECORDS} records written in {:.1} s",
+        "{RECORDS} records made and stored three ways in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    let store = FileRecordStore::new(dir.path()).unwrap();
-
+    let folder = match &stores[0].location {
+        RecordsLocation::Folder(dir) => dir.clone(),
+        _ => unreachable!("the file store comes first"),
+    };
     let (bytes, raw, _) = measured(|| {
         let mut total = 0usize;
-        for entry in std::fs::read_dir(dir.path()).unwrap() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "json") {
                 total += std::fs::read(&path).unwrap().len();
@@ -194,42 +245,111 @@ fn main() {
         total
     });
     let floor = Baseline::measured(format!("{:.0} MiB read", bytes as f64 / 1048576.0), raw);
-
-    let (all, took, peak) = measured(|| store.list(&RecordFilter::any()).unwrap());
-    assert_eq!(all.len(), RECORDS);
-    drop(all);
-    area.push(
-        Row::new(format!("list {RECORDS} records"), took)
-            .bare(floor.clone())
+    let mut notes = Vec::new();
+    for candidate in &stores {
+        let name = candidate.name;
+        let with_floor = |row: Row| match name {
+            "files" => row.bare(floor.clone()),
+            _ => row,
+        };
+        // A store just opened: nothing read before.
+        let store = candidate.location.open().unwrap();
+        let (all, took, peak) = measured(|| store.list(&RecordFilter::any()).unwrap());
+        assert_eq!(all.len(), RECORDS);
+        drop(all);
+        let aim = if name == "SQLite" {
+            format!(
+                "; aim under 300 ms: {}",
+                if took.as_millis() < 300 {
+                    "met"
+                } else {
+                    "**not met**"
+                }
+            )
+        } else {
+            String::new()
+        };
+        area.push(with_floor(
+            Row::new(format!("{name}: list {RECORDS} records"), took)
+                .note(format!("peak heap +{peak:.0} MiB{aim}")),
+        ));
+        let (pending, took, peak) = measured(|| {
+            store
+                .list(&RecordFilter::any().state(JobState::Pending))
+                .unwrap()
+        });
+        assert_eq!(pending.len(), LIVE);
+        drop(pending);
+        area.push(with_floor(
+            Row::new(
+                format!("{name}: filter {RECORDS} records by state ({LIVE} PENDING)"),
+                took,
+            )
             .note(format!("peak heap +{peak:.0} MiB")),
-    );
-    let (running, took, peak) = measured(|| {
-        store
-            .list(&RecordFilter::any().state(JobState::Pending))
-            .unwrap()
-    });
-    assert_eq!(running.len(), LIVE);
-    area.push(
-        Row::new(
-            format!("filter {RECORDS} records by state ({LIVE} PENDING)"),
+        ));
+        let label = RecordFilter::any().label("no-such", "label");
+        let (none, took, _) = measured(|| store.list(&label).unwrap());
+        assert!(none.is_empty());
+        area.push(Row::new(
+            format!("{name}: filter {RECORDS} records by a label none has"),
             took,
-        )
-        .bare(floor.clone())
-        .note(format!("peak heap +{peak:.0} MiB")),
-    );
+        ));
+        drop(store);
 
+        let (polls, per_poll, samples) = watch(&rt, &candidate.location, &live, &mut area, name);
+        let first = samples.first().copied().unwrap_or_default();
+        let last = samples.last().copied().unwrap_or_default();
+        let max = samples.iter().map(|s| s.1).fold(0.0, f64::max);
+        println!("{name}: heap and resident memory through the hour (poll, heap MiB, resident MiB): {samples:?}");
+        notes.push(format!(
+            "{name}: {polls} polls, {per_poll:.1} ms each; heap {:.1} MiB at poll {}, {:.1} MiB at poll {} (at most {max:.1})",
+            first.1, first.0, last.1, last.0
+        ));
+    }
+    area.notes.push(format!(
+        "{RECORDS} records (`FileRecordStore`: one JSON file each; `SqliteRecordStore`: one \
+         database file; `PostgresRecordStore`: the test bed's server on this machine, over \
+         TCP on 127.0.0.1): {LIVE} live, the rest ended. Each listing is by a store just \
+         opened (nothing kept from an earlier read). Peak heap is the most the process \
+         held on the heap during the figure over what it held before (a counting \
+         allocator: the system allocator's reuse would hide it from the resident size). \
+         The watch's cluster is simulated (a transport that answers the poll's command \
+         with squeue rows; each job turns RUNNING once in the hour's first 300 polls, so \
+         records are marked as in a real watch, and all end COMPLETED at its last poll, \
+         which ends the watch); no cluster is involved, so these are the client's own \
+         costs. The heap grows a little while jobs start (each record kept gains a \
+         transition) and stays flat once all have (polls 300 to 360)."
+    ));
+    area.notes.push(format!(
+        "The hour of polls, per store: {}.",
+        notes.join("; ")
+    ));
+    area.save();
+}
+
+/// The watch of the `live` jobs of the store at `location`: the first poll (finding them
+/// and polling once), then an hour of polls until every job has ended. Pushes the two
+/// figures; answers the polls of the hour, the time per poll (ms) and the memory samples.
+fn watch(
+    rt: &tokio::runtime::Runtime,
+    location: &RecordsLocation,
+    live: &[JobId],
+    area: &mut Area,
+    name: &str,
+) -> (usize, f64, Vec<(usize, f64, f64)>) {
     // The first poll (below) and the hour after it; the jobs end at the hour's last poll.
     let cluster = Arc::new(SimulatedCluster::new(1 + HOUR_OF_POLLS, 36));
+    let state = tempfile::tempdir().unwrap();
     let config = SlurmConfig::builder()
         .with_partition("gpu")
         .with_results_root("/lustre/results")
-        .with_state_dir(dir.path())
+        .with_state_dir(state.path())
         .build()
         .unwrap();
     let backend = SlurmBackend::new(
         Arc::clone(&cluster),
         HandlebarsRenderer::new(),
-        FileRecordStore::new(dir.path()).unwrap(),
+        location.open().unwrap(),
         config,
     );
     let (first, took, peak) = measured(|| {
@@ -249,10 +369,9 @@ fn main() {
     drop(first);
     area.push(
         Row::new(
-            format!("watch of the {LIVE} live ones: find them, one poll"),
+            format!("{name}: watch of the {LIVE} live ones: find them, one poll"),
             took,
         )
-        .bare(floor)
         .note(format!("peak heap +{peak:.0} MiB; simulated cluster")),
     );
 
@@ -266,7 +385,7 @@ fn main() {
             interval: Duration::from_millis(1),
             ..WatchOptions::default()
         };
-        let mut events = backend.watch(&live, options);
+        let mut events = backend.watch(live, options);
         let (mut running, mut ended) = (0usize, 0usize);
         while let Some(event) = events.next().await {
             if let WatchEvent::Transition { status, .. } = event.expect("a watch event") {
@@ -291,28 +410,13 @@ fn main() {
     let first = samples.first().copied().unwrap_or_default();
     let last = samples.last().copied().unwrap_or_default();
     let max = samples.iter().map(|s| s.1).fold(0.0, f64::max);
-    println!(
-        "heap and resident memory through the hour (poll, heap MiB, resident MiB): {samples:?}"
-    );
+    let per_poll = ms(hour) / polls as f64;
     area.push(
-        Row::new(format!("watch of {LIVE} live jobs, {HOUR_OF_POLLS} polls (an hour at 10 s)"), hour)
+        Row::new(format!("{name}: watch of {LIVE} live jobs, {HOUR_OF_POLLS} polls (an hour at 10 s)"), hour)
             .note(format!(
-                "heap {:.1} MiB at poll {}, {:.1} MiB at poll {} (at most {max:.1} MiB); resident {:.0} then {:.0} MiB; {:.1} ms per poll",
+                "heap {:.1} MiB at poll {}, {:.1} MiB at poll {} (at most {max:.1} MiB); resident {:.0} then {:.0} MiB; {per_poll:.1} ms per poll",
                 first.1, first.0, last.1, last.0, first.2, last.2,
-                ms(hour) / polls as f64
             )),
     );
-    area.notes.push(format!(
-        "{RECORDS} records of one folder (`FileRecordStore`, one JSON file each): {LIVE} \
-         live, the rest ended. Peak heap is the most the process held on the heap during the \
-         figure over what it held before (a counting allocator: the system allocator's \
-         reuse would hide it from the resident size). The watch's cluster is simulated (a \
-         transport that answers the poll's command with squeue rows; each job turns RUNNING \
-         once in the hour's first 300 polls, so records are marked as in a real watch, and \
-         all end COMPLETED at its last poll, which ends the watch); no test bed is \
-         involved, so these are the client's own costs. The heap grows a little while jobs \
-         start (each record the store keeps read gains a transition) and stays flat once \
-         all have (polls 300 to 360)."
-    ));
-    area.save();
+    (polls, per_poll, samples)
 }

@@ -97,7 +97,8 @@ async fn run(opts: Opts) -> Result<ExitCode> {
         Which::Slurm => {
             let config = SlurmConfig::from_env()?;
             let marker_dir = config.results_root.clone();
-            let store = FileRecordStore::new(&config.state_dir)?;
+            // Records where SLURM_RUN_RECORDS says (default: the state folder's SQLite database).
+            let store = RecordsLocation::from_env(&config.state_dir)?.open()?;
             let ssh = Ssh2TransportBuilder::from_env()?.build()?;
             let backend = SlurmBackend::new(ssh, HandlebarsRenderer::new(), store, config);
             (Arc::new(backend), marker_dir)

@@ -40,7 +40,8 @@ fn stage(name: &str, command: &str) -> Result<JobSpec> {
 
 async fn run() -> Result<ExitCode> {
     let config = SlurmConfig::from_env()?;
-    let store = FileRecordStore::new(&config.state_dir)?;
+    // Records where SLURM_RUN_RECORDS says (default: the state folder's SQLite database).
+    let store = RecordsLocation::from_env(&config.state_dir)?.open()?;
     let ssh = Ssh2TransportBuilder::from_env()?.build()?;
     let backend = SlurmBackend::new(ssh, HandlebarsRenderer::new(), store, config);
 

@@ -82,7 +82,8 @@ async fn run() -> Result<ExitCode> {
     let (probe, image) = arguments()?;
     // 1. Wire the backend from the environment.
     let config = SlurmConfig::from_env()?;
-    let store = FileRecordStore::new(&config.state_dir)?;
+    // Records where SLURM_RUN_RECORDS says (default: the state folder's SQLite database).
+    let store = RecordsLocation::from_env(&config.state_dir)?.open()?;
     let ssh = Ssh2TransportBuilder::from_env()?.build()?;
     let backend = SlurmBackend::new(ssh, HandlebarsRenderer::new(), store, config);
 

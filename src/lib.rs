@@ -10,7 +10,8 @@
 //! This facade only re-exports: the names programs use, at the top level, the few most
 //! programs need in [`prelude`], and the workspace crates whole: [`core`] (the domain and
 //! the `Backend`, `Transport`, `Renderer` and `RecordStore` seams, every name at its
-//! root), [`ssh`] (the SSH transports) and [`render`] (the sbatch templates and the lint).
+//! root), [`ssh`] (the SSH transports), [`render`] (the sbatch templates and the lint) and
+//! [`records`] (records in SQLite or PostgreSQL, and the setting that chooses the store).
 //!
 //! # Embedding
 //! ```no_run
@@ -22,7 +23,9 @@
 //! # async fn demo() -> slurm_run::Result<()> {
 //! // Everything from the environment: SLURM_HOSTNAME, SLURM_USER, SSH_KEY_PATH, SLURM_PARTITION, ...
 //! let config = SlurmConfig::from_env()?;
-//! let store = FileRecordStore::new(&config.state_dir)?;
+//! // SLURM_RUN_RECORDS chooses the store (sqlite://PATH, postgres://..., a folder);
+//! // unset, the state folder's SQLite database.
+//! let store = RecordsLocation::from_env(&config.state_dir)?.open()?;
 //! let ssh = Ssh2TransportBuilder::from_env()?.build()?;
 //! let backend: Arc<dyn Backend> =
 //!     Arc::new(SlurmBackend::new(ssh, HandlebarsRenderer::new(), store, config));
@@ -43,6 +46,7 @@
 #![deny(missing_docs)]
 
 pub use slurm_core as core;
+pub use slurm_records as records;
 pub use slurm_render as render;
 pub use slurm_ssh as ssh;
 
@@ -53,6 +57,10 @@ pub use slurm_core::{Backend, BackendExt, RecordStore, Renderer, Transport};
 // Their implementations.
 pub use slurm_core::{
     FileRecordStore, LocalBackend, LocalTransport, MemoryRecordStore, SlurmBackend,
+};
+pub use slurm_records::{
+    migrate_folder, Migration, PostgresRecordStore, RecordsLocation, SqliteRecordStore,
+    DEFAULT_DATABASE, RECORDS_VAR,
 };
 pub use slurm_render::HandlebarsRenderer;
 pub use slurm_ssh::{
@@ -113,6 +121,7 @@ pub mod prelude {
         PreflightReport, RecordFilter, RecordStore, Renderer, Result, RetryPolicy, SlurmBackend,
         SlurmConfig, SubmitOptions, Sweep, TaskSet, Transport, WallTime, WatchEvent, WatchOptions,
     };
+    pub use slurm_records::RecordsLocation;
     pub use slurm_render::HandlebarsRenderer;
     pub use slurm_ssh::{Ssh2Transport, Ssh2TransportBuilder};
 }

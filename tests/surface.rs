@@ -41,6 +41,7 @@ fn library_modules_are_private_behind_their_roots_reexports() {
         ("slurm-core", &["testing"][..]),
         ("slurm-ssh", &[][..]),
         ("slurm-render", &[][..]),
+        ("slurm-records", &["testing"][..]),
     ] {
         let lib = read(&workspace().join(krate).join("src/lib.rs"));
         assert!(
@@ -61,7 +62,7 @@ fn library_modules_are_private_behind_their_roots_reexports() {
 #[test]
 fn no_hidden_item_is_part_of_a_library_api() {
     let mut files = vec![workspace().join("src/lib.rs")];
-    for krate in ["slurm-core", "slurm-ssh", "slurm-render"] {
+    for krate in ["slurm-core", "slurm-ssh", "slurm-render", "slurm-records"] {
         sources(&workspace().join(krate).join("src"), &mut files);
     }
     for file in files {
@@ -159,7 +160,9 @@ fn the_facade_examples_use_only_what_the_facade_reexports() {
             "slurm_run::core",
             "slurm_run::ssh",
             "slurm_run::render",
+            "slurm_run::records",
             "slurm_core",
+            "slurm_records",
         ] {
             assert!(
                 !text.contains(inner),

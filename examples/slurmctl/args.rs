@@ -49,9 +49,15 @@ pub(crate) struct Global {
     /// Account for #SBATCH --account [env: SLURM_ACCOUNT].
     #[arg(long, global = true)]
     pub(crate) account: Option<String>,
-    /// Local folder of job records [env: SLURM_RUN_STATE_DIR] [default: ~/.slurm-run/jobs].
+    /// Local state folder (the records' SQLite database, or a folder of JSON records)
+    /// [env: SLURM_RUN_STATE_DIR] [default: ~/.slurm-run/jobs].
     #[arg(long = "state-dir", global = true, value_name = "DIR")]
     pub(crate) state_dir: Option<PathBuf>,
+    /// Where records live: sqlite://PATH, postgres://user:password@host:port/db, or a
+    /// folder of JSON records [env: SLURM_RUN_RECORDS] [default: the state folder's
+    /// records.sqlite, or its JSON records when it holds some].
+    #[arg(long, global = true, value_name = "LOCATION")]
+    pub(crate) records: Option<String>,
     /// SSH client: ssh2 (libssh2) or openssh (the system ssh through a ControlMaster, for ProxyJump and 2FA).
     #[arg(
         long,
@@ -138,11 +144,13 @@ pub(crate) enum Cmd {
         #[arg(long, value_name = "LIST")]
         tasks: Option<String>,
     },
-    /// The local job records, oldest first (no remote call).
+    /// The job records, oldest first (no remote call), from wherever they live.
     Records {
         /// Only records in this state (repeat or comma-separate for several).
         #[arg(long, value_name = "STATE", value_delimiter = ',')]
         state: Vec<String>,
+        #[command(subcommand)]
+        action: Option<RecordsCmd>,
     },
     /// Print the batch script a submit of SPEC would write (secrets are never in it).
     Render {
@@ -214,6 +222,20 @@ impl NodeFlags {
 }
 
 #[derive(Debug, Subcommand)]
+pub(crate) enum RecordsCmd {
+    /// Move a folder of JSON records into the database --records names (default: the
+    /// state folder's records.sqlite), losing nothing: each record is copied, read back
+    /// and compared before its file moves to the folder's moved/. What cannot move
+    /// (unreadable, a submit in progress, held otherwise) stays and is named (exit 2);
+    /// run it again to move what is left.
+    Migrate {
+        /// The folder of JSON records (default: the state folder).
+        #[arg(long, value_name = "DIR")]
+        from: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub(crate) enum CredentialsCmd {
     /// Install (or replace) REGISTRY's credentials, keeping other registries' lines. The
     /// secret is read from stdin (one line), or from the environment variable
@@ -252,6 +274,7 @@ impl Global {
             "SLURM_BASE_RESULTS_DIR" => self.results_root.clone(),
             "SLURM_ACCOUNT" => self.account.clone(),
             "SLURM_RUN_STATE_DIR" => self.state_dir.as_ref().map(|p| p.display().to_string()),
+            "SLURM_RUN_RECORDS" => self.records.clone(),
             _ => None,
         };
         flag.or_else(|| std::env::var(name).ok())

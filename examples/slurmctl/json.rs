@@ -85,6 +85,29 @@ pub(crate) fn script(id: &str, name: &str, script: &str) -> Value {
     json!({"id": id, "name": name, "state": null, "script": script})
 }
 
+/// What `records migrate` did: the records moved and already there, and each one left
+/// with why.
+pub(crate) fn migration(
+    from: &std::path::Path,
+    to: &slurm_run::RecordsLocation,
+    migration: &slurm_run::Migration,
+) -> Value {
+    let ids = |ids: &[slurm_run::JobId]| ids.iter().map(|id| id.to_string()).collect::<Vec<_>>();
+    let left: Vec<Value> = migration
+        .left
+        .iter()
+        .map(|(what, why)| json!({"record": what, "why": why.to_string()}))
+        .collect();
+    json!({
+        "from": from.display().to_string(),
+        "to": to.to_string(),
+        "moved": ids(&migration.moved),
+        "already": ids(&migration.already),
+        "left": left,
+        "complete": migration.complete(),
+    })
+}
+
 /// An error, with its kind, the field it names and the exit status.
 pub(crate) fn error(error: &Error, code: u8) -> Value {
     json!({

@@ -104,6 +104,21 @@ impl Out {
         self.lines(text::checks(self.style, checks));
     }
 
+    /// What `records migrate` did: one JSON object, or a summary line and one line per
+    /// record left in the folder.
+    pub(crate) fn migration(
+        &self,
+        from: &std::path::Path,
+        to: &slurm_run::RecordsLocation,
+        migration: &slurm_run::Migration,
+    ) {
+        if self.json {
+            self.line(&json::migration(from, to, migration).to_string());
+            return;
+        }
+        self.line(&format!("{} -> {to}: {migration}", from.display()));
+    }
+
     /// An error on stderr: text, or one JSON object with `--json`.
     pub(crate) fn error(&self, error: &Error, code: u8) {
         let message = if self.json {

@@ -45,8 +45,10 @@
 //!   [`is_secret_name`], [`REDACTED`], [`MIN_SECRET_LEN`].
 //! - **The `RecordStore` seam**, where records live: [`RecordStore`], the [`Mark`] (and
 //!   [`TaskMark`]) it applies by the rules every store keeps ([`JobRecord::apply_mark`],
-//!   [`JobRecord::apply_update`], [`JobRecord::redact_history`]), [`SubmitLease`],
-//!   [`RecordFilter`]; [`FileRecordStore`], [`MemoryRecordStore`].
+//!   [`JobRecord::apply_update`], [`JobRecord::redact_history`],
+//!   [`JobRecord::from_stored_json`]), [`SubmitLease`], [`RecordFilter`], [`Listing`];
+//!   [`FileRecordStore`], [`MemoryRecordStore`] (SQLite and PostgreSQL stores are in the
+//!   `slurm-records` crate, to keep this one free of database clients).
 //! - **The two backends and their configurations**: [`LocalBackend`] (jobs as local
 //!   processes); [`SlurmBackend`] with its [`SlurmConfig`] ([`SlurmConfig::builder`] gives
 //!   a [`SlurmConfigBuilder`]; [`default_state_dir`]; [`SETTLE_AFTER`]), [`SlurmSubmitOptions`] and
@@ -135,7 +137,8 @@ pub use render::{
 
 // The RecordStore seam: where records live.
 pub use record::{
-    FileRecordStore, Mark, MemoryRecordStore, RecordFilter, RecordStore, SubmitLease, TaskMark,
+    FileRecordStore, Listing, Mark, MemoryRecordStore, RecordFilter, RecordStore, SubmitLease,
+    TaskMark,
 };
 
 // The two backends and their configurations.

@@ -262,22 +262,18 @@ fn slurmctl_command(
     command
 }
 
-/// One whole submit: when its record file appeared, and when the process ended.
+/// One whole submit: when its record appeared (in the state folder's database, where
+/// slurmctl keeps a new folder's records), and when the process ended.
 fn time_one_submit(
     ctl: &std::path::Path,
     spec: &str,
     env: &[(String, String)],
     state: &std::path::Path,
 ) -> (Duration, Duration) {
-    let count = || {
-        std::fs::read_dir(state)
-            .map(|d| {
-                d.flatten()
-                    .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
-                    .count()
-            })
-            .unwrap_or(0)
-    };
+    let store = slurm_records::RecordsLocation::default_for(state)
+        .open()
+        .unwrap();
+    let count = || store.list(&RecordFilter::any()).unwrap().len();
     let before = count();
     let started = Instant::now();
     let mut child = slurmctl_command(ctl, &["--json", "submit", spec], env)
@@ -355,7 +351,10 @@ async fn clients_killed_at_random_points_then_one_status_settles_every_record() 
     }
     // The last killed submit must be a few seconds old before a status settles it.
     std::thread::sleep(Duration::from_secs(6));
-    let store = FileRecordStore::new(state.path()).unwrap();
+    // slurmctl keeps a new state folder's records in its SQLite database.
+    let store = slurm_records::RecordsLocation::default_for(state.path())
+        .open()
+        .unwrap();
     let records = store.list(&RecordFilter::any()).unwrap();
     let before: BTreeMap<JobState, usize> = records.iter().fold(BTreeMap::new(), |mut m, r| {
         *m.entry(r.state()).or_default() += 1;

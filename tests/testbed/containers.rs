@@ -319,13 +319,21 @@ async fn slurmctl_credentials_then_conversion_on_the_cpu_partition_then_a_contai
     assert_eq!(conversion_job(&again), None, "{}", submit_message(&again));
     assert_eq!(again.container_image(), Some(sqsh.as_str()));
     assert_eq!(identity(&h, &sqsh).await, before);
-    // No local file slurmctl wrote (its record folder) holds the secret.
-    let written: String = std::fs::read_dir(state.path())
+    // No local file slurmctl wrote (its records database, and what sits beside it) holds
+    // the secret: their bytes are searched (the database is not text).
+    let written: Vec<u8> = std::fs::read_dir(state.path())
         .unwrap()
         .flatten()
-        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .filter(|e| e.path().is_file())
+        .flat_map(|e| std::fs::read(e.path()).unwrap())
         .collect();
-    assert!(!written.contains(&secret));
+    assert!(
+        !written.is_empty(),
+        "slurmctl kept its records in the state folder"
+    );
+    assert!(!written
+        .windows(secret.len())
+        .any(|w| w == secret.as_bytes()));
     remove_root(&h).await;
 }
 

@@ -429,7 +429,10 @@ async fn two_slurmctl_watchers_retry_an_infra_failure_once() {
     for watcher in watchers {
         watcher.join().unwrap().expect_code(4);
     }
-    let store = slurm_core::FileRecordStore::new(state.path()).unwrap();
+    // slurmctl keeps a new state folder's records in its SQLite database.
+    let store = slurm_records::RecordsLocation::default_for(state.path())
+        .open()
+        .unwrap();
     let first = store.get(&slurm_core::JobId::parse(&id).unwrap()).unwrap();
     let retries: Vec<JobRecord> = store
         .list(&RecordFilter::any())

@@ -49,10 +49,14 @@ fn quickstart_runs_a_two_node_job_to_complete() {
         .is_some_and(|id| id.parse::<u64>().is_ok()));
     let id = record["id"].as_str().unwrap();
     assert!(id.starts_with("quickstart-"));
-    let stored: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(state.path().join(format!("{id}.json"))).unwrap())
-            .unwrap();
-    assert_eq!(stored, record);
+    // A new state folder keeps its records in SQLite (the default store).
+    let store = slurm_records::RecordsLocation::default_for(state.path())
+        .open()
+        .unwrap();
+    let stored = store
+        .get(&slurm_core::JobId::parse(id).unwrap())
+        .expect("the record in the state folder's database");
+    assert_eq!(serde_json::to_value(&stored).unwrap(), record);
 }
 
 /// Issue 13, point 4: the quickstart's switch. In the torch image with `--probe always`
@@ -77,11 +81,14 @@ fn quickstart_probe_switch_with_the_torch_image() {
     assert!(stdout.contains("rank 1 of 2 on n2"), "{stdout}");
     assert!(stdout.contains("-> COMPLETE"), "{stdout}");
     // The probe's record sits beside the job's.
-    let records = std::fs::read_dir(state.path())
+    let store = slurm_records::RecordsLocation::default_for(state.path())
+        .open()
+        .unwrap();
+    let records = store
+        .list(&slurm_core::RecordFilter::any().label("slurm-run-probe", "nccl"))
         .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("nccl-probe-"))
-        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .iter()
+        .filter(|r| r.id().as_str().starts_with("nccl-probe-"))
         .count();
     assert_eq!(records, 1);
 
@@ -100,7 +107,24 @@ fn quickstart_exits_3_when_the_cluster_does_not_answer() {
     let (out, state) = run_example("quickstart", &[], &[("SLURM_HOSTNAME", "127.0.0.1:1")]);
     out.expect_code(3);
     assert!(out.stdout.contains("FAIL ssh"), "{}", out.stdout);
-    assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
+    // Nothing recorded: the state folder holds at most its (empty) records database.
+    let files: Vec<String> = std::fs::read_dir(state.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        files
+            .iter()
+            .all(|f| f.starts_with(slurm_records::DEFAULT_DATABASE)),
+        "{files:?}"
+    );
+    let store = slurm_records::RecordsLocation::default_for(state.path())
+        .open()
+        .unwrap();
+    assert!(store
+        .list(&slurm_core::RecordFilter::any())
+        .unwrap()
+        .is_empty());
 }
 
 #[test]

@@ -61,18 +61,15 @@ impl Ctl {
         path.display().to_string()
     }
 
-    /// The number of records in this test's folder.
+    /// The number of records in this test's state folder (in its SQLite database, or
+    /// its JSON records, whichever slurmctl chose).
     fn record_count(&self) -> usize {
-        std::fs::read_dir(self.state.path())
+        slurm_records::RecordsLocation::default_for(self.state.path())
+            .open()
             .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .path()
-                    .extension()
-                    .is_some_and(|x| x == "json")
-            })
-            .count()
+            .list(&slurm_core::RecordFilter::any())
+            .unwrap()
+            .len()
     }
 
     /// Submit a spec with `--json` and return its one JSON object.

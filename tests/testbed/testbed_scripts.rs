@@ -47,7 +47,7 @@ fn every_testbed_script_parses_and_passes_shellcheck() {
             "{expected} in {names:?}"
         );
     }
-    for expected in ["lib.sh", "release.sh", "containers.sh"] {
+    for expected in ["lib.sh", "release.sh", "containers.sh", "postgres.sh"] {
         assert!(
             libraries.iter().any(|n| n == expected),
             "{expected} in {libraries:?}"

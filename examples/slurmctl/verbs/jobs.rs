@@ -1,13 +1,14 @@
-//! The commands on jobs already submitted: `status`, `cancel`, and `records` (local only).
+//! The commands on jobs already submitted: `status`, `cancel`, and `records` (no remote
+//! call; `records migrate` moves a folder of JSON records into a database).
 
-use std::path::PathBuf;
+use std::path::Path;
 
-use slurm_run::default_state_dir;
 use slurm_run::prelude::*;
+use slurm_run::{migrate_folder, DEFAULT_DATABASE, RECORDS_VAR};
 
 use crate::args::{parse_ids, Global};
-use crate::connect::backend;
-use crate::exit::OK;
+use crate::connect::{self, backend};
+use crate::exit::{BAD_INPUT, OK};
 use crate::output::Out;
 use crate::progress::Progress;
 
@@ -54,17 +55,48 @@ pub(crate) async fn cancel(
     Ok(OK)
 }
 
-/// `records [--state S]`: the local job records, oldest first (no remote call).
+/// `records [--state S]`: the job records, oldest first (no remote call), from wherever
+/// they live; a record that cannot be read is named on stderr (exit 2) and the others
+/// are listed.
 pub(crate) fn records(global: &Global, states: &[String], out: &Out) -> Result<u8> {
     let mut filter = RecordFilter::any();
     for s in states {
         filter = filter.state(s.parse::<JobState>()?);
     }
-    let dir = match global.lookup("SLURM_RUN_STATE_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => default_state_dir()?,
+    let store = connect::records(global, &connect::state_dir(global)?)?.open()?;
+    let listing = store.list_readable(&filter)?;
+    out.jobs(listing.records.iter().map(|r| (r, None)));
+    for error in &listing.unreadable {
+        out.error(error, BAD_INPUT);
+    }
+    Ok(if listing.unreadable.is_empty() {
+        OK
+    } else {
+        BAD_INPUT
+    })
+}
+
+/// `records migrate [--from DIR]`: a folder of JSON records into the database.
+pub(crate) fn migrate(global: &Global, from: Option<&Path>, out: &Out) -> Result<u8> {
+    let state_dir = connect::state_dir(global)?;
+    let to = match global.lookup(RECORDS_VAR) {
+        Some(_) => connect::records(global, &state_dir)?,
+        None => RecordsLocation::Sqlite(state_dir.join(DEFAULT_DATABASE)),
     };
-    let records = FileRecordStore::new(dir)?.list(&filter)?;
-    out.jobs(records.iter().map(|r| (r, None)));
-    Ok(OK)
+    if let RecordsLocation::Folder(dir) = &to {
+        return Err(Error::config(
+            RECORDS_VAR,
+            format!(
+                "{} is a folder: records migrate moves a folder into a database; give --records sqlite://PATH or postgres://...",
+                dir.display()
+            ),
+        ));
+    }
+    let from = from.map(Path::to_path_buf).unwrap_or(state_dir);
+    let store = to.open()?;
+    let progress = Progress::start(&format!("moving {} into {to}", from.display()));
+    let migration = migrate_folder(&from, store.as_ref())?;
+    progress.finish();
+    out.migration(&from, &to, &migration);
+    Ok(if migration.complete() { OK } else { BAD_INPUT })
 }

@@ -9,14 +9,21 @@ mod watch;
 
 use slurm_run::prelude::{LogOptions, LogStream, Result};
 
-use crate::args::{Cli, Cmd};
+use crate::args::{Cli, Cmd, RecordsCmd};
 use crate::output::Out;
 
 /// Run the command `cli` names; its exit status.
 pub(crate) async fn run(cli: &Cli, out: &Out) -> Result<u8> {
     let global = &cli.global;
     match &cli.command {
-        Cmd::Records { state } => jobs::records(global, state, out),
+        Cmd::Records {
+            action: Some(RecordsCmd::Migrate { from }),
+            ..
+        } => jobs::migrate(global, from.as_deref(), out),
+        Cmd::Records {
+            state,
+            action: None,
+        } => jobs::records(global, state, out),
         Cmd::Preflight { spec } => specs::preflight(global, spec.as_ref(), out).await,
         Cmd::Submit { spec, after, probe } => specs::submit(global, spec, after, *probe, out).await,
         Cmd::Status { ids } => jobs::status(global, ids, out).await,

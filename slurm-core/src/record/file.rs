@@ -13,7 +13,8 @@
 //! record is linked into place without replacing anything (create-exclusive).
 //!
 //! `get` keeps what it read with the identity of the file it came from, so an unchanged
-//! record is not read and parsed again (see `read_cache.rs`); `list` reads every file.
+//! record is not read and parsed again (see `read_cache.rs`); `list` does the same for
+//! every file, and `list_readable` leaves out (and names) the files it cannot read.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
@@ -21,14 +22,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::read_cache::{FileIdentity, ReadCache};
-use crate::record::{
-    JobId, JobRecord, Mark, RecordFilter, RecordStore, SubmitLease, SCHEMA_VERSION,
-};
+use crate::record::{JobId, JobRecord, Listing, Mark, RecordFilter, RecordStore, SubmitLease};
 use crate::redact::SecretRegistry;
 use crate::{Error, Result};
 
 /// The prefix of temporary files (ignored when loading).
 const TEMP_PREFIX: &str = ".tmp-";
+
+/// The folder (inside the record folder) of records moved out by
+/// [`FileRecordStore::move_out`].
+const MOVED_DIR: &str = "moved";
 
 /// Records as JSON files in one folder, shared safely by threads and processes.
 #[derive(Debug, Clone)]
@@ -166,20 +169,12 @@ impl FileRecordStore {
             }
             Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
         };
-        let corrupt = |message: String| Error::CorruptRecord {
-            path: path.display().to_string(),
-            message,
-        };
-        let record: JobRecord =
-            serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
-        if record.schema_version > SCHEMA_VERSION {
-            return Err(corrupt(format!(
-                    "schema version {} is newer than this slurm-run ({SCHEMA_VERSION}); upgrade slurm-run",
-                record.schema_version
-            )));
-        }
+        let record = JobRecord::from_stored_json(&bytes, &path.display().to_string())?;
         if &record.id != id {
-            return Err(corrupt(format!("holds id {} instead of {id}", record.id)));
+            return Err(Error::CorruptRecord {
+                path: path.display().to_string(),
+                message: format!("holds id {} instead of {id}", record.id),
+            });
         }
         Ok((record, identity))
     }
@@ -195,6 +190,29 @@ impl FileRecordStore {
         let (record, identity) = self.read(id)?;
         self.cache.keep(id, identity, &record);
         Ok(record)
+    }
+
+    /// Move record `id` out of the folder once `keep` has stored it elsewhere: under the
+    /// record's lock (no other process changes it meanwhile), `keep` gets the record as
+    /// its file holds it; when `keep` succeeds the file is moved to `moved/<id>.json`
+    /// beside the others (kept, not deleted), so the folder no longer lists it. When
+    /// `keep` fails the record stays where it was, and its error is the answer.
+    pub fn move_out(&self, id: &JobId, keep: impl FnOnce(&JobRecord) -> Result<()>) -> Result<()> {
+        let _lock = self.lock(id)?;
+        let (record, _) = self.read(id)?;
+        keep(&record)?;
+        let moved = self.dir.join(MOVED_DIR);
+        fs::create_dir_all(&moved)
+            .map_err(|e| Error::io(format!("creating {}", moved.display()), e))?;
+        let to = moved.join(format!("{id}.json"));
+        fs::rename(self.record_path(id), &to)
+            .map_err(|e| Error::io(format!("moving record {id} to {}", to.display()), e))?;
+        for dir in [&self.dir, &moved] {
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| Error::io(format!("syncing the folder {}", dir.display()), e))?;
+        }
+        Ok(())
     }
 
     /// The ids of every record file in the folder (temporary and lock files skipped).
@@ -257,18 +275,25 @@ impl RecordStore for FileRecordStore {
     }
 
     fn list(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
-        let mut out = Vec::new();
+        self.list_readable(filter)?.into_all()
+    }
+
+    fn list_readable(&self, filter: &RecordFilter) -> Result<Listing> {
+        let mut listing = Listing::default();
         for id in self.ids()? {
-            match self.read(&id) {
-                Ok((r, _)) if filter.matches(&r) => out.push(r),
+            // An unchanged file is not read again (a stat instead, as `get`).
+            match self.read_kept(&id) {
+                Ok(r) if filter.matches(&r) => listing.records.push(r),
                 Ok(_) => {}
                 // Removed between listing and reading.
                 Err(Error::NotFound(_)) => {}
-                Err(e) => return Err(e),
+                Err(e) => listing.unreadable.push(e),
             }
         }
-        out.sort_by(|a, b| (a.submitted_at, &a.id).cmp(&(b.submitted_at, &b.id)));
-        Ok(out)
+        listing
+            .records
+            .sort_by(|a, b| (a.submitted_at, &a.id).cmp(&(b.submitted_at, &b.id)));
+        Ok(listing)
     }
 
     fn submit_lease(&self, id: &JobId) -> Result<SubmitLease> {
@@ -438,6 +463,36 @@ mod tests {
         assert!(n >= CRASH_IDS.len());
         assert!(counter(&store.get(&first).unwrap()) >= ROUNDS);
     }
+
+    /// A record folder for the RecordStore conformance suite; other processes open the
+    /// same folder.
+    struct Folder(Arc<FileRecordStore>, tempfile::TempDir);
+
+    impl crate::testing::record_suite::RecordStoreFixture for Folder {
+        fn store(&self) -> Arc<dyn RecordStore> {
+            self.0.clone()
+        }
+        fn shared(&self) -> Option<String> {
+            Some(self.1.path().display().to_string())
+        }
+        fn open_shared(shared: &str) -> Result<Box<dyn RecordStore>> {
+            Ok(Box::new(FileRecordStore::new(shared)?))
+        }
+        fn plant(&self, id: &JobId, planted: crate::testing::record_suite::Planted<'_>) -> bool {
+            fs::write(self.0.record_path(id), planted.bytes()).unwrap();
+            true
+        }
+    }
+
+    fn folder() -> Folder {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileRecordStore::new(dir.path())
+            .unwrap()
+            .with_redactor(crate::testing::record_suite::suite_redactor());
+        Folder(Arc::new(store), dir)
+    }
+
+    crate::record_store_conformance!(conformance, folder());
 
     #[test]
     fn open_is_create_exclusive_and_get_reports_missing() {

@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
+
 use crate::state::JobState;
 
 use super::JobRecord;
@@ -15,6 +17,10 @@ pub struct RecordFilter {
     pub labels: BTreeMap<String, String>,
     /// Only records not yet terminal.
     pub active_only: bool,
+    /// Only records opened at or after this time.
+    pub submitted_since: Option<DateTime<Utc>>,
+    /// Only records opened before this time.
+    pub submitted_before: Option<DateTime<Utc>>,
 }
 
 impl RecordFilter {
@@ -41,10 +47,28 @@ impl RecordFilter {
         self
     }
 
+    /// Only records opened at or after `since`.
+    pub fn since(mut self, since: DateTime<Utc>) -> Self {
+        self.submitted_since = Some(since);
+        self
+    }
+
+    /// Only records opened before `before`.
+    pub fn before(mut self, before: DateTime<Utc>) -> Self {
+        self.submitted_before = Some(before);
+        self
+    }
+
     /// Whether `record` passes.
     pub fn matches(&self, record: &JobRecord) -> bool {
         (self.states.is_empty() || self.states.contains(&record.state))
             && (!self.active_only || !record.state.is_terminal())
+            && self
+                .submitted_since
+                .is_none_or(|since| record.submitted_at >= since)
+            && self
+                .submitted_before
+                .is_none_or(|before| record.submitted_at < before)
             && self
                 .labels
                 .iter()

@@ -127,3 +127,38 @@ impl RecordStore for MemoryRecordStore {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::record_suite::{suite_redactor, Planted, RecordStoreFixture};
+
+    /// A store in memory for the RecordStore conformance suite: no other process reaches
+    /// it (its workers are threads), and its records are never unreadable.
+    struct InMemory(Arc<MemoryRecordStore>);
+
+    impl RecordStoreFixture for InMemory {
+        fn store(&self) -> Arc<dyn RecordStore> {
+            self.0.clone()
+        }
+        fn shared(&self) -> Option<String> {
+            None
+        }
+        fn open_shared(_: &str) -> Result<Box<dyn RecordStore>> {
+            unreachable!("no other process reaches a store in memory")
+        }
+        fn plant(&self, _id: &JobId, planted: Planted<'_>) -> bool {
+            match JobRecord::from_stored_json(planted.bytes(), "a planted record") {
+                Ok(record) => self.0.open(&record).is_ok(),
+                Err(_) => false,
+            }
+        }
+    }
+
+    crate::record_store_conformance!(
+        conformance,
+        InMemory(Arc::new(
+            MemoryRecordStore::new().with_redactor(suite_redactor())
+        ))
+    );
+}

@@ -2,6 +2,7 @@
 //! update, and the claim of a retry.
 
 use std::fmt;
+use std::sync::Arc;
 
 use chrono::Utc;
 
@@ -19,6 +20,14 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
 
     /// The record `id`, or [`Error::NotFound`].
     fn get(&self, id: &JobId) -> Result<JobRecord>;
+
+    /// The records `ids`, in their order (duplicates included); the first that cannot
+    /// be had is the error, as [`RecordStore::get`] says it. What a poll reads its
+    /// records with: the default asks [`RecordStore::get`] for each, a database store
+    /// answers all of them in one query.
+    fn get_many(&self, ids: &[JobId]) -> Result<Vec<JobRecord>> {
+        ids.iter().map(|id| self.get(id)).collect()
+    }
 
     /// Change the state of `id` through the state machine (the legal changes of
     /// [`JobState`](crate::JobState)): an applied change appends to the history
@@ -39,6 +48,18 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
     /// The records passing `filter`, oldest first.
     fn list(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>>;
 
+    /// The records passing `filter` that can be read, oldest first, and apart the
+    /// errors of those that cannot (a corrupt file, a schema newer than this
+    /// slurm-run): the listing the backends' own steps use, so that one unreadable
+    /// record costs only itself. The default lists with [`RecordStore::list`] (a store
+    /// whose records are always readable).
+    fn list_readable(&self, filter: &RecordFilter) -> Result<Listing> {
+        Ok(Listing {
+            records: self.list(filter)?,
+            unreadable: Vec::new(),
+        })
+    }
+
     /// Mark a submit of `id` as in progress for as long as the returned lease lives
     /// (taken before the record is opened, dropped when the submit returns or its
     /// process dies), so that [`RecordStore::submit_in_progress`] tells others not to
@@ -55,6 +76,26 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
     fn submit_in_progress(&self, id: &JobId) -> Result<Option<bool>> {
         let _ = id;
         Ok(None)
+    }
+}
+
+/// What [`RecordStore::list_readable`] read.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// The records read, oldest first.
+    pub records: Vec<JobRecord>,
+    /// Why each record that could not be read could not (one error per record).
+    pub unreadable: Vec<Error>,
+}
+
+impl Listing {
+    /// Every record, or the error of the first that could not be read (what
+    /// [`RecordStore::list`] answers, for a store that lists through `list_readable`).
+    pub fn into_all(mut self) -> Result<Vec<JobRecord>> {
+        match self.unreadable.is_empty() {
+            true => Ok(self.records),
+            false => Err(self.unreadable.remove(0)),
+        }
     }
 }
 
@@ -88,6 +129,48 @@ impl fmt::Debug for SubmitLease {
 #[allow(dead_code)]
 fn _record_store_is_object_safe(_: &dyn RecordStore) {}
 
+/// A store behind a pointer is that store: `Box<dyn RecordStore>` and
+/// `Arc<dyn RecordStore>` (a store chosen at run time) go wherever a store goes.
+macro_rules! forward_record_store {
+    ($pointer:ident) => {
+        impl<S: RecordStore + ?Sized> RecordStore for $pointer<S> {
+            fn open(&self, record: &JobRecord) -> Result<()> {
+                (**self).open(record)
+            }
+            fn get(&self, id: &JobId) -> Result<JobRecord> {
+                (**self).get(id)
+            }
+            fn get_many(&self, ids: &[JobId]) -> Result<Vec<JobRecord>> {
+                (**self).get_many(ids)
+            }
+            fn mark(&self, id: &JobId, mark: Mark) -> Result<JobRecord> {
+                (**self).mark(id, mark)
+            }
+            fn update(
+                &self,
+                id: &JobId,
+                change: &mut dyn FnMut(&mut JobRecord) -> Result<()>,
+            ) -> Result<JobRecord> {
+                (**self).update(id, change)
+            }
+            fn list(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
+                (**self).list(filter)
+            }
+            fn list_readable(&self, filter: &RecordFilter) -> Result<Listing> {
+                (**self).list_readable(filter)
+            }
+            fn submit_lease(&self, id: &JobId) -> Result<SubmitLease> {
+                (**self).submit_lease(id)
+            }
+            fn submit_in_progress(&self, id: &JobId) -> Result<Option<bool>> {
+                (**self).submit_in_progress(id)
+            }
+        }
+    };
+}
+forward_record_store!(Box);
+forward_record_store!(Arc);
+
 /// The rules of [`RecordStore::open`] and [`RecordStore::update`], for every store (a
 /// store written outside this crate calls them; the state's rule is
 /// [`JobRecord::apply_mark`]).
@@ -100,6 +183,27 @@ impl JobRecord {
                 transition.message = Some(registry.redact(message));
             }
         }
+    }
+
+    /// Read a record as a store keeps it (its JSON, as [`serde_json`] writes a
+    /// `JobRecord`) from `origin` (a file, a database row: named in the error): a record
+    /// that does not parse, or that a newer slurm-run wrote (a schema above this
+    /// one's), is [`Error::CorruptRecord`]; records of older schemas read as they are.
+    pub fn from_stored_json(bytes: &[u8], origin: &str) -> Result<JobRecord> {
+        let corrupt = |message: String| Error::CorruptRecord {
+            path: origin.to_string(),
+            message,
+        };
+        let record: JobRecord =
+            serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+        if record.schema_version > super::SCHEMA_VERSION {
+            return Err(corrupt(format!(
+                "schema version {} is newer than this slurm-run ({}); upgrade slurm-run",
+                record.schema_version,
+                super::SCHEMA_VERSION
+            )));
+        }
+        Ok(record)
     }
 
     /// Run `change` on a copy of this record, refusing changes to the id, state,

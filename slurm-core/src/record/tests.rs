@@ -1,9 +1,9 @@
-//! Tests of job ids, records and the store contract (run against both stores).
+//! Tests of job ids and records (the store contract is the RecordStore conformance
+//! suite, `testing::record_suite`, run on both stores beside them).
 
 use super::*;
 use crate::classify::ErrorClass;
 use crate::names::MAX_NAME_LEN;
-use crate::redact::SecretRegistry;
 use crate::spec::JobSpec;
 use crate::state::JobState;
 use crate::storage::RemotePath;
@@ -23,13 +23,6 @@ pub(crate) fn record(id: JobId) -> JobRecord {
         .join(id.as_str())
         .unwrap();
     JobRecord::new(id, &sample_spec(), dir).unwrap()
-}
-
-fn bref(n: u64) -> BackendRef {
-    BackendRef {
-        native_id: n.to_string(),
-        cluster: None,
-    }
 }
 
 #[test]
@@ -74,204 +67,6 @@ fn new_records_hold_no_secret_values() {
     assert!(json.contains("\"schema_version\":4"));
     let retry = record(JobId::parse("hello-000002").unwrap()).retrying(&r);
     assert_eq!((retry.attempt, retry.retry_of.as_ref()), (2, Some(&r.id)));
-}
-
-fn stores() -> Vec<(Box<dyn RecordStore>, tempfile::TempDir)> {
-    let mut secrets = SecretRegistry::new();
-    assert!(secrets.register("HF_TOKEN", "hf_supersecretvalue"));
-    let tmp = tempfile::tempdir().unwrap();
-    let file = FileRecordStore::new(tmp.path())
-        .unwrap()
-        .with_redactor(secrets.clone());
-    let tmp2 = tempfile::tempdir().unwrap();
-    vec![
-        (Box::new(file), tmp),
-        (
-            Box::new(MemoryRecordStore::new().with_redactor(secrets)),
-            tmp2,
-        ),
-    ]
-}
-
-#[test]
-fn mark_follows_the_state_machine() {
-    for (store, _tmp) in stores() {
-        let id = JobId::parse("m-abcdef").unwrap();
-        store.open(&record(id.clone())).unwrap();
-        let r = store
-            .mark(
-                &id,
-                Mark::new(JobState::Pending, TransitionSource::Agent)
-                    .backend_ref(bref(42))
-                    .message("submitted"),
-            )
-            .unwrap();
-        assert_eq!(r.state, JobState::Pending);
-        assert_eq!(r.backend_ref, Some(bref(42)));
-        assert_eq!(r.history.len(), 2);
-        // Same state: no-op, no history entry, existing backend_ref kept.
-        let r = store
-            .mark(
-                &id,
-                Mark::new(JobState::Pending, TransitionSource::Poll).backend_ref(bref(43)),
-            )
-            .unwrap();
-        assert_eq!(
-            (r.history.len(), r.backend_ref.clone()),
-            (2, Some(bref(42)))
-        );
-        store
-            .mark(&id, Mark::new(JobState::Running, TransitionSource::Poll))
-            .unwrap();
-        // Requeue.
-        store
-            .mark(
-                &id,
-                Mark::new(JobState::Pending, TransitionSource::Poll).message("REQUEUED"),
-            )
-            .unwrap();
-        store
-            .mark(&id, Mark::new(JobState::Running, TransitionSource::Poll))
-            .unwrap();
-        // An error class needs ERROR.
-        let err = store
-            .mark(
-                &id,
-                Mark::new(JobState::Complete, TransitionSource::Poll).err_class(ErrorClass::Infra),
-            )
-            .unwrap_err();
-        assert_eq!(err.kind(), crate::ErrorKind::Invalid);
-        let r = store
-            .mark(
-                &id,
-                Mark::new(JobState::Error, TransitionSource::Poll)
-                    .err_class(ErrorClass::Infra)
-                    .message("NODE_FAIL; log said token hf_supersecretvalue"),
-            )
-            .unwrap();
-        assert_eq!(r.err_class, Some(ErrorClass::Infra));
-        // UNKNOWN over a terminal state is ignored; another terminal state is illegal.
-        let r = store
-            .mark(&id, Mark::new(JobState::Unknown, TransitionSource::Poll))
-            .unwrap();
-        assert_eq!(r.state, JobState::Error);
-        let err = store
-            .mark(&id, Mark::new(JobState::Canceled, TransitionSource::User))
-            .unwrap_err();
-        assert_eq!(err.kind(), crate::ErrorKind::InvalidTransition);
-        assert!(err.to_string().contains("m-abcdef"));
-        let r = store.get(&id).unwrap();
-        let states: Vec<JobState> = r.history.iter().map(|t| t.state).collect();
-        use JobState::*;
-        assert_eq!(
-            states,
-            vec![Submitting, Pending, Running, Pending, Running, Error]
-        );
-        // The secret in the message was redacted before it was stored.
-        let last = r.history.last().unwrap().message.clone().unwrap();
-        assert!(
-            last.contains(crate::redact::REDACTED) && !last.contains("hf_super"),
-            "{last}"
-        );
-        assert!(!serde_json::to_string(&r).unwrap().contains("hf_super"));
-    }
-}
-
-#[test]
-fn update_changes_fields_but_not_state() {
-    for (store, _tmp) in stores() {
-        let id = JobId::parse("u-abcdef").unwrap();
-        store.open(&record(id.clone())).unwrap();
-        let r = store
-            .update(&id, &mut |r| {
-                r.labels.insert("note".into(), "x".into());
-                Ok(())
-            })
-            .unwrap();
-        assert_eq!(r.labels["note"], "x");
-        assert_eq!(store.get(&id).unwrap().labels["note"], "x");
-        for f in [
-            (|r: &mut JobRecord| r.state = JobState::Complete) as fn(&mut JobRecord),
-            |r| r.id = JobId::parse("other-abcdef").unwrap(),
-            |r| r.history.clear(),
-        ] {
-            assert!(store
-                .update(&id, &mut |r| {
-                    f(r);
-                    Ok(())
-                })
-                .is_err());
-        }
-        assert_eq!(store.get(&id).unwrap().state, JobState::Submitting);
-        let missing = JobId::parse("nope-abcdef").unwrap();
-        assert_eq!(
-            store.update(&missing, &mut |_| Ok(())).unwrap_err().kind(),
-            crate::ErrorKind::NotFound
-        );
-        assert_eq!(
-            store
-                .mark(
-                    &missing,
-                    Mark::new(JobState::Pending, TransitionSource::Poll)
-                )
-                .unwrap_err()
-                .kind(),
-            crate::ErrorKind::NotFound
-        );
-    }
-}
-
-#[test]
-fn list_filters_by_state_and_label() {
-    for (store, _tmp) in stores() {
-        let ids: Vec<JobId> = (0..4)
-            .map(|i| JobId::parse(&format!("l-00000{i}")).unwrap())
-            .collect();
-        for (i, id) in ids.iter().enumerate() {
-            let mut r = record(id.clone());
-            if i % 2 == 1 {
-                r.labels.insert("action".into(), "eval".into());
-            }
-            store.open(&r).unwrap();
-        }
-        store
-            .mark(
-                &ids[0],
-                Mark::new(JobState::Running, TransitionSource::Poll),
-            )
-            .unwrap();
-        store
-            .mark(
-                &ids[1],
-                Mark::new(JobState::Complete, TransitionSource::Poll),
-            )
-            .unwrap();
-        assert_eq!(store.list(&RecordFilter::any()).unwrap().len(), 4);
-        let running = store
-            .list(&RecordFilter::any().state(JobState::Running))
-            .unwrap();
-        assert_eq!(
-            running.iter().map(|r| &r.id).collect::<Vec<_>>(),
-            vec![&ids[0]]
-        );
-        let eval = store
-            .list(&RecordFilter::any().label("action", "eval"))
-            .unwrap();
-        assert_eq!(eval.len(), 2);
-        let both = store
-            .list(
-                &RecordFilter::any()
-                    .label("action", "eval")
-                    .state(JobState::Complete),
-            )
-            .unwrap();
-        assert_eq!(both.len(), 1);
-        assert_eq!(store.list(&RecordFilter::any().active()).unwrap().len(), 3);
-        assert!(store
-            .list(&RecordFilter::any().label("arch", "none"))
-            .unwrap()
-            .is_empty());
-    }
 }
 
 #[test]

@@ -50,7 +50,7 @@ pub(super) async fn status_settling(
 ) -> Result<Vec<JobStatus>> {
     let store = ctx.store();
     // Each record is read once per poll: a poll of 10,000 jobs reads 10,000 files.
-    let mut records: Vec<JobRecord> = ids.iter().map(|id| store.get(id)).collect::<Result<_>>()?;
+    let mut records: Vec<JobRecord> = store.get_many(ids)?;
 
     // 1. Stale submits.
     settle_left(ctx, &mut records, settle_after).await?;

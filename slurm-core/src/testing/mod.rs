@@ -1,12 +1,14 @@
-//! What implementers and embedders test with (cargo feature `testing`): the Transport and
-//! Backend conformance suites any implementation can run ([`backend_suite`],
-//! [`backend_conformance!`](crate::backend_conformance)), transports that count
+//! What implementers and embedders test with (cargo feature `testing`): the Transport,
+//! Backend and RecordStore conformance suites any implementation can run ([`backend_suite`],
+//! [`backend_conformance!`](crate::backend_conformance), [`record_suite`],
+//! [`record_store_conformance!`](crate::record_store_conformance)), transports that count
 //! commands or inject faults, records in the states a crash leaves behind
 //! ([`RecordFixture`]), and the scripts' full texts for linting.
 
 pub mod backend_suite;
 mod counting;
 mod faults;
+pub mod record_suite;
 mod records;
 pub mod transport_suite;
 

@@ -27,6 +27,7 @@ const NAMES: &[&str] = &[
     "SLURM_RUN_TEST_REGISTRY",
     "SLURM_RUN_TEST_REGISTRY_USER",
     "SLURM_RUN_TEST_REGISTRY_PASSWORD",
+    "SLURM_RUN_TEST_POSTGRES_URL",
 ];
 
 /// The test bed environment: taken from the process environment when

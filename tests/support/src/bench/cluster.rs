@@ -122,3 +122,58 @@ pub fn fresh_ssh(tb: &Testbed, line: &str) -> Duration {
 pub fn fresh_ssh_each(tb: &Testbed, lines: impl IntoIterator<Item = String>) -> Duration {
     lines.into_iter().map(|line| fresh_ssh(tb, &line)).sum()
 }
+
+/// The RPCs the test bed's job user has sent so far: to slurmctld (`sdiag`) and to
+/// slurmdbd (`sacctmgr show stats`), from their "by user" statistics (the daemons' own
+/// traffic and the administrator's queries are left out).
+pub fn user_rpcs(tb: &Testbed) -> (u64, u64) {
+    let user = tb.get("SLURM_USER").to_string();
+    let count = |program: &[&str]| -> u64 {
+        let out = tb
+            .admin(program[0])
+            .args(&program[1..])
+            .output()
+            .unwrap_or_else(|e| panic!("{program:?}: {e}"));
+        assert!(
+            out.status.success(),
+            "{program:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        rpcs_by_user(&String::from_utf8_lossy(&out.stdout), &user)
+    };
+    (count(&["sdiag"]), count(&["sacctmgr", "show", "stats"]))
+}
+
+/// The count of `user`'s line in the "statistics by user" section of sdiag's (or
+/// `sacctmgr show stats`') output: `\tslurmrun ( 1001) count:42 ave_time:...` (0 when
+/// the user has sent none).
+fn rpcs_by_user(text: &str, user: &str) -> u64 {
+    let Some((_, by_user)) = text.split_once("statistics by user") else {
+        return 0;
+    };
+    by_user
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| l.split_whitespace().next() == Some(user))
+        .filter_map(|l| l.split("count:").nth(1))
+        .filter_map(|c| c.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_users_rpcs_are_read_from_the_by_user_statistics() {
+        let sdiag = "Remote Procedure Call statistics by message type\n\
+             \tREQUEST_JOB_INFO ( 2003) count:9 ave_time:1 total_time:9\n\n\
+             Remote Procedure Call statistics by user\n\
+             \troot            (       0) count:40     ave_time:1 total_time:1\n\
+             \tslurmrun610     (    1001) count:12     ave_time:1 total_time:1\n\
+             \tslurmrun6100    (    1002) count:5      ave_time:1 total_time:1\n\n\
+             Pending RPC statistics\n";
+        assert_eq!(super::rpcs_by_user(sdiag, "slurmrun610"), 12);
+        assert_eq!(super::rpcs_by_user(sdiag, "nobody"), 0);
+        assert_eq!(super::rpcs_by_user("no statistics", "root"), 0);
+    }
+}

@@ -1,0 +1,47 @@
+//! The records a database store has read, kept with the version of the row each came
+//! from: every write of a row raises its version, so a row whose version is the one kept
+//! holds the record kept, and reading it again costs a comparison instead of a parse (a
+//! watch reads every watched record each poll).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use slurm_core::JobRecord;
+
+/// The most records kept (a watch of more reads the rest each time).
+const CAPACITY: usize = 50_000;
+
+/// Records by id, each with its row's version.
+#[derive(Debug, Default)]
+pub(crate) struct ReadCache {
+    kept: Mutex<HashMap<String, (i64, JobRecord)>>,
+}
+
+impl ReadCache {
+    fn kept(&self) -> std::sync::MutexGuard<'_, HashMap<String, (i64, JobRecord)>> {
+        // Entries are replaced whole: a panic elsewhere leaves none half-written.
+        self.kept.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The version kept of record `id`, if any.
+    pub(crate) fn version(&self, id: &str) -> Option<i64> {
+        self.kept().get(id).map(|(version, _)| *version)
+    }
+
+    /// The record `id` kept at `version`, if that is the version kept.
+    pub(crate) fn get(&self, id: &str, version: i64) -> Option<JobRecord> {
+        match self.kept().get(id) {
+            Some((kept, record)) if *kept == version => Some(record.clone()),
+            _ => None,
+        }
+    }
+
+    /// Keep `record`, read from row `id` at `version`.
+    pub(crate) fn keep(&self, id: &str, version: i64, record: &JobRecord) {
+        let mut kept = self.kept();
+        if kept.len() >= CAPACITY && !kept.contains_key(id) {
+            kept.clear();
+        }
+        kept.insert(id.to_string(), (version, record.clone()));
+    }
+}

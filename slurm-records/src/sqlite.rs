@@ -1,0 +1,452 @@
+//! [`SqliteRecordStore`]: every record in one SQLite database file, embedded (no server),
+//! shared safely by the threads and processes of one machine.
+//!
+//! The database runs in WAL mode (readers never wait for a writer, one writer at a time)
+//! with `synchronous=FULL` (a committed change survives a crash and a power cut, as the
+//! file store's fsyncs do). Every change is one `BEGIN IMMEDIATE` transaction that reads
+//! the record, applies the rule every store keeps ([`JobRecord::apply_mark`],
+//! [`JobRecord::apply_update`]) and writes it: SQLite's write lock makes the read and the
+//! write one step for every process, so a retry is claimed once. A writer waits up to
+//! [`BUSY_WAIT`] for another's transaction. Submit leases are locked files beside the
+//! database (`<file>.leases/<id>.submit`): the kernel frees them when their process dies.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use slurm_core::{
+    Error, JobId, JobRecord, Listing, Mark, RecordFilter, RecordStore, Result, SecretRegistry,
+    SubmitLease,
+};
+
+use crate::cache::ReadCache;
+use crate::columns::{
+    list_query, read_body, Dialect, Row, Value, LABELS_TABLE, META_TABLE, RECORDS_TABLE,
+    TABLES_VERSION,
+};
+use crate::leases::FileLeases;
+
+/// How long a writer waits for another process's transaction before it gives up.
+pub const BUSY_WAIT: Duration = Duration::from_secs(60);
+
+/// The tables, made when missing.
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS slurm_run_records (
+    id TEXT PRIMARY KEY NOT NULL,
+    state TEXT NOT NULL,
+    terminal INTEGER NOT NULL,
+    submitted_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS slurm_run_records_by_time ON slurm_run_records (submitted_at, id);
+CREATE INDEX IF NOT EXISTS slurm_run_records_by_state ON slurm_run_records (state, submitted_at);
+CREATE TABLE IF NOT EXISTS slurm_run_record_labels (
+    id TEXT NOT NULL REFERENCES slurm_run_records (id) ON DELETE CASCADE,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (id, key)
+);
+CREATE INDEX IF NOT EXISTS slurm_run_labels_by_value ON slurm_run_record_labels (key, value);
+CREATE TABLE IF NOT EXISTS slurm_run_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
+";
+
+/// Records in one SQLite database file (see the module's documentation).
+#[derive(Debug)]
+pub struct SqliteRecordStore {
+    path: PathBuf,
+    connection: Mutex<Connection>,
+    redactor: Option<SecretRegistry>,
+    cache: ReadCache,
+    leases: FileLeases,
+}
+
+/// A SQLite failure, naming what was being done and the database.
+fn failed(what: &str, path: &Path, error: rusqlite::Error) -> Error {
+    Error::io(
+        format!("{what} in the record database {}", path.display()),
+        std::io::Error::other(error),
+    )
+}
+
+impl SqliteRecordStore {
+    /// The store in database file `path`, made (mode 600, its folder mode 700) with its
+    /// tables when missing. A database whose tables a newer slurm-run made is refused.
+    pub fn open(path: impl Into<PathBuf>) -> Result<Self> {
+        let path = path.into();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            let mut builder = std::fs::DirBuilder::new();
+            builder.recursive(true);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::DirBuilderExt;
+                builder.mode(0o700);
+            }
+            builder
+                .create(dir)
+                .map_err(|e| Error::io(format!("creating the folder {}", dir.display()), e))?;
+        }
+        // Private from the start: SQLite gives its -wal and -shm files the same mode.
+        let mut file = std::fs::OpenOptions::new();
+        file.create(true).truncate(false).write(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            file.mode(0o600);
+        }
+        file.open(&path).map_err(|e| {
+            Error::io(
+                format!("creating the record database {}", path.display()),
+                e,
+            )
+        })?;
+        let fail = |what: &str| {
+            let path = path.clone();
+            let what = what.to_string();
+            move |e| failed(&what, &path, e)
+        };
+        let mut connection = Connection::open(&path).map_err(fail("opening"))?;
+        connection
+            .busy_timeout(BUSY_WAIT)
+            .map_err(fail("setting the busy wait"))?;
+        let mode: String = connection
+            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+            .map_err(fail("turning on WAL"))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(Error::config(
+                "SLURM_RUN_RECORDS",
+                format!(
+                    "the record database {} cannot use WAL (journal mode {mode}): put it on a local file system",
+                    path.display()
+                ),
+            ));
+        }
+        connection
+            .pragma_update(None, "synchronous", "FULL")
+            .map_err(fail("setting synchronous"))?;
+        connection
+            .pragma_update(None, "foreign_keys", "ON")
+            .map_err(fail("turning on foreign keys"))?;
+        let tx = connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(fail("making the tables"))?;
+        tx.execute_batch(SCHEMA)
+            .map_err(fail("making the tables"))?;
+        tx.execute(
+            &format!("INSERT OR IGNORE INTO {META_TABLE} (key, value) VALUES ('tables', ?1)"),
+            params![TABLES_VERSION.to_string()],
+        )
+        .map_err(fail("making the tables"))?;
+        let version: String = tx
+            .query_row(
+                &format!("SELECT value FROM {META_TABLE} WHERE key = 'tables'"),
+                [],
+                |row| row.get(0),
+            )
+            .map_err(fail("reading the tables' version"))?;
+        tx.commit().map_err(fail("making the tables"))?;
+        if version.parse::<i64>().unwrap_or(i64::MAX) > TABLES_VERSION {
+            return Err(Error::config(
+                "SLURM_RUN_RECORDS",
+                format!(
+                    "the record database {} was made by a newer slurm-run (tables version {version}, this one writes {TABLES_VERSION}); upgrade slurm-run",
+                    path.display()
+                ),
+            ));
+        }
+        let mut leases = path.clone().into_os_string();
+        leases.push(".leases");
+        Ok(SqliteRecordStore {
+            leases: FileLeases::new(PathBuf::from(leases)),
+            path,
+            connection: Mutex::new(connection),
+            redactor: None,
+            cache: ReadCache::default(),
+        })
+    }
+
+    /// Redact transition messages with `registry` before they are written.
+    pub fn with_redactor(mut self, registry: SecretRegistry) -> Self {
+        self.redactor = Some(registry);
+        self
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn connection(&self) -> MutexGuard<'_, Connection> {
+        // A panic mid-transaction rolls it back when the transaction drops.
+        self.connection.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn fail(&self, what: &str) -> impl Fn(rusqlite::Error) -> Error + '_ {
+        let what = what.to_string();
+        move |e| failed(&what, &self.path, e)
+    }
+
+    fn origin(&self) -> String {
+        format!("sqlite://{}", self.path.display())
+    }
+
+    fn not_found(&self, id: &JobId) -> Error {
+        Error::NotFound(format!("job record {id} in {}", self.origin()))
+    }
+
+    /// Write `row`'s labels (its old ones replaced).
+    fn write_labels(&self, tx: &rusqlite::Transaction<'_>, row: &Row) -> Result<()> {
+        tx.execute(
+            &format!("DELETE FROM {LABELS_TABLE} WHERE id = ?1"),
+            params![row.id],
+        )
+        .map_err(self.fail("writing labels"))?;
+        let mut insert = tx
+            .prepare_cached(&format!(
+                "INSERT INTO {LABELS_TABLE} (id, key, value) VALUES (?1, ?2, ?3)"
+            ))
+            .map_err(self.fail("writing labels"))?;
+        for (key, value) in &row.labels {
+            insert
+                .execute(params![row.id, key, value])
+                .map_err(self.fail("writing labels"))?;
+        }
+        Ok(())
+    }
+
+    /// Change record `id` in one transaction: `change` gets the record as stored and
+    /// answers the record to store (`None`: leave it as it is); the stored record is the
+    /// answer.
+    fn change(
+        &self,
+        id: &JobId,
+        change: impl FnOnce(&JobRecord) -> Result<Option<JobRecord>>,
+    ) -> Result<JobRecord> {
+        let mut connection = self.connection();
+        let tx = connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.fail("changing a record"))?;
+        let body: Option<String> = tx
+            .query_row(
+                &format!("SELECT body FROM {RECORDS_TABLE} WHERE id = ?1"),
+                params![id.as_str()],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(self.fail("reading a record"))?;
+        let body = body.ok_or_else(|| self.not_found(id))?;
+        let record = read_body(id.as_str(), &body, &self.origin())?;
+        let Some(next) = change(&record)? else {
+            return Ok(record);
+        };
+        let row = Row::of(&next)?;
+        tx.execute(
+            &format!(
+                "UPDATE {RECORDS_TABLE} SET state = ?2, terminal = ?3, updated_at = ?4, \
+                 version = version + 1, body = ?5 WHERE id = ?1"
+            ),
+            params![row.id, row.state, row.terminal, row.updated_at, row.body],
+        )
+        .map_err(self.fail("writing a record"))?;
+        if next.labels() != record.labels() {
+            self.write_labels(&tx, &row)?;
+        }
+        tx.commit().map_err(self.fail("writing a record"))?;
+        Ok(next)
+    }
+
+    /// The record of a row read at `version`: the one kept when it is that version, else
+    /// parsed (and kept when `keep`).
+    fn record_of(
+        &self,
+        id: &str,
+        version: i64,
+        body: Option<&str>,
+        keep: bool,
+    ) -> Result<JobRecord> {
+        if let Some(record) = self.cache.get(id, version) {
+            return Ok(record);
+        }
+        let body = body.ok_or_else(|| Error::NotFound(format!("job record {id}")))?;
+        let record = read_body(id, body, &self.origin())?;
+        if keep {
+            self.cache.keep(id, version, &record);
+        }
+        Ok(record)
+    }
+
+    /// Open every record of `records` in one transaction, as they are (an import: their
+    /// histories are not redacted again): all of them, or none when one fails. An id
+    /// that exists already is refused ([`Error::Invalid`] on `id`) and nothing is opened.
+    pub fn open_many(&self, records: &[JobRecord]) -> Result<()> {
+        let mut connection = self.connection();
+        let tx = connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.fail("opening records"))?;
+        for record in records {
+            let row = Row::of(record)?;
+            if !self.insert_in(&tx, &row)? {
+                return Err(Error::invalid(
+                    "id",
+                    format!(
+                        "record {} already exists in {}; nothing was opened",
+                        record.id(),
+                        self.origin()
+                    ),
+                ));
+            }
+        }
+        tx.commit().map_err(self.fail("opening records"))
+    }
+
+    /// Insert `row` in `tx`: `Ok(false)` when its id exists.
+    fn insert_in(&self, tx: &rusqlite::Transaction<'_>, row: &Row) -> Result<bool> {
+        let added = tx
+            .prepare_cached(&format!(
+                "INSERT INTO {RECORDS_TABLE} (id, state, terminal, submitted_at, updated_at, version, body) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6) ON CONFLICT (id) DO NOTHING"
+            ))
+            .and_then(|mut insert| {
+                insert.execute(params![
+                    row.id,
+                    row.state,
+                    row.terminal,
+                    row.submitted_at,
+                    row.updated_at,
+                    row.body
+                ])
+            })
+            .map_err(self.fail("opening a record"))?;
+        if added == 0 {
+            return Ok(false);
+        }
+        self.write_labels(tx, row)?;
+        Ok(true)
+    }
+
+    /// Store `record` as it is (no redaction): `Ok(false)` when its id exists.
+    pub(crate) fn insert(&self, record: &JobRecord) -> Result<bool> {
+        let row = Row::of(record)?;
+        self.insert_row(&row)
+    }
+
+    /// Store `row` as it is: `Ok(false)` when its id exists.
+    pub(crate) fn insert_row(&self, row: &Row) -> Result<bool> {
+        let mut connection = self.connection();
+        let tx = connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.fail("opening a record"))?;
+        if !self.insert_in(&tx, row)? {
+            return Ok(false);
+        }
+        tx.commit().map_err(self.fail("opening a record"))?;
+        Ok(true)
+    }
+}
+
+impl RecordStore for SqliteRecordStore {
+    fn open(&self, record: &JobRecord) -> Result<()> {
+        let mut record = record.clone();
+        if let Some(registry) = &self.redactor {
+            record.redact_history(registry);
+        }
+        if self.insert(&record)? {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                "id",
+                format!("record {} already exists; mint a new id", record.id()),
+            ))
+        }
+    }
+
+    fn get(&self, id: &JobId) -> Result<JobRecord> {
+        let mut records = self.get_many(std::slice::from_ref(id))?;
+        Ok(records.remove(0))
+    }
+
+    fn get_many(&self, ids: &[JobId]) -> Result<Vec<JobRecord>> {
+        let connection = self.connection();
+        let mut select = connection
+            .prepare_cached(&format!(
+                "SELECT version, CASE WHEN version = ?2 THEN NULL ELSE body END \
+                 FROM {RECORDS_TABLE} WHERE id = ?1"
+            ))
+            .map_err(self.fail("reading a record"))?;
+        let mut records = Vec::with_capacity(ids.len());
+        for id in ids {
+            let kept = self.cache.version(id.as_str()).unwrap_or(-1);
+            let row: Option<(i64, Option<String>)> = select
+                .query_row(params![id.as_str(), kept], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })
+                .optional()
+                .map_err(self.fail("reading a record"))?;
+            let (version, body) = row.ok_or_else(|| self.not_found(id))?;
+            records.push(self.record_of(id.as_str(), version, body.as_deref(), true)?);
+        }
+        Ok(records)
+    }
+
+    fn mark(&self, id: &JobId, mark: Mark) -> Result<JobRecord> {
+        let redactor = self.redactor.as_ref();
+        self.change(id, |record| {
+            let mut next = record.clone();
+            Ok(next.apply_mark(mark, redactor)?.then_some(next))
+        })
+    }
+
+    fn update(
+        &self,
+        id: &JobId,
+        change: &mut dyn FnMut(&mut JobRecord) -> Result<()>,
+    ) -> Result<JobRecord> {
+        self.change(id, |record| record.apply_update(change).map(Some))
+    }
+
+    fn list(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
+        self.list_readable(filter)?.into_all()
+    }
+
+    fn list_readable(&self, filter: &RecordFilter) -> Result<Listing> {
+        let query = list_query(filter, Dialect::Sqlite);
+        let values: Vec<rusqlite::types::Value> = query
+            .values
+            .into_iter()
+            .map(|v| match v {
+                Value::Text(t) => rusqlite::types::Value::Text(t),
+                Value::Int(i) => rusqlite::types::Value::Integer(i),
+            })
+            .collect();
+        let connection = self.connection();
+        let mut select = connection
+            .prepare_cached(&query.sql)
+            .map_err(self.fail("listing records"))?;
+        let mut rows = select
+            .query(rusqlite::params_from_iter(values))
+            .map_err(self.fail("listing records"))?;
+        let mut listing = Listing::default();
+        while let Some(row) = rows.next().map_err(self.fail("listing records"))? {
+            let id: String = row.get(0).map_err(self.fail("listing records"))?;
+            let version: i64 = row.get(1).map_err(self.fail("listing records"))?;
+            let body: String = row.get(2).map_err(self.fail("listing records"))?;
+            // A listing keeps nothing new: only a watch's records are worth keeping.
+            match self.record_of(&id, version, Some(&body), false) {
+                Ok(record) if filter.matches(&record) => listing.records.push(record),
+                Ok(_) => {}
+                Err(error) => listing.unreadable.push(error),
+            }
+        }
+        Ok(listing)
+    }
+
+    fn submit_lease(&self, id: &JobId) -> Result<SubmitLease> {
+        self.leases.take(id)
+    }
+
+    fn submit_in_progress(&self, id: &JobId) -> Result<Option<bool>> {
+        self.leases.held(id).map(Some)
+    }
+}
