@@ -14,7 +14,7 @@ use crate::redact::SecretRegistry;
 use crate::slurm::context::Context;
 use crate::slurm::images::{convert_image, Conversion, Converted};
 use crate::slurm::parse::{parse_sbatch_parsable, SbatchOutcome};
-use crate::slurm::reconcile::{settle_own, Applied};
+use crate::slurm::reconcile::{settle_own, Applied, SBATCH_LIMIT};
 use crate::slurm::scripts::{SubmitExit, SUBMIT};
 use crate::state::JobState;
 use crate::transport::Command;
@@ -22,10 +22,6 @@ use crate::{Error, Result};
 
 /// How long one submit round trip may take.
 const SUBMIT_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// How long sbatch itself may run on the login node (`timeout` there): an attempt whose
-/// answer was lost can still create a job only this long after it began.
-const SBATCH_LIMIT: Duration = Duration::from_secs(90);
 
 /// The most sbatch attempts one submit makes (each only after the previous one was
 /// settled as "no job" by the scheduler).
