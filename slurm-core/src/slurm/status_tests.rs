@@ -178,3 +178,147 @@ async fn a_job_that_ends_has_its_secrets_removed_and_its_logs_redacted_by_declar
 fn backend_without_memory() -> TestBackend {
     backend(MockRemote::new())
 }
+
+/// A record the scheduler accepted as `native`, in `state`.
+fn accepted(
+    backend: &TestBackend,
+    name: &str,
+    native: &str,
+    state: JobState,
+) -> crate::record::JobRecord {
+    use crate::record::{Mark, TransitionSource};
+    let record = left_submitting(backend, name, 0);
+    backend
+        .store()
+        .mark(
+            &record.id,
+            Mark::new(JobState::Pending, TransitionSource::Agent)
+                .backend_ref(BackendRef::new(native)),
+        )
+        .unwrap();
+    if state != JobState::Pending {
+        backend
+            .store()
+            .mark(&record.id, Mark::new(state, TransitionSource::Poll))
+            .unwrap();
+    }
+    backend.store().get(&record.id).unwrap()
+}
+
+#[tokio::test]
+async fn one_unreadable_sacct_row_leaves_that_job_as_it_was_and_settles_the_others() {
+    // Defect 14: a sacct row the parser refuses (here an empty state) failed the poll of
+    // every job, and ended a watch.
+    let mut remote = MockRemote::new();
+    remote.expect_run().withf(is_poll).returning(|_| {
+        Ok(output(
+            0,
+            "@@begin 0\n@@end 0 0\n@@begin 1\n\
+             O 71|71|COMPLETED|0:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:00:02|n1|a\n\
+             O 72|72||0:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:00:02|n1|b\n\
+             @@end 1 0\n",
+            "",
+        ))
+    });
+    let backend = backend(remote);
+    let done = accepted(&backend, "done", "71", JobState::Running);
+    let odd = accepted(&backend, "odd", "72", JobState::Running);
+    let statuses = backend
+        .status_many(&[done.id.clone(), odd.id.clone()])
+        .await
+        .unwrap();
+    assert_eq!(statuses[0].state(), JobState::Complete);
+    assert_eq!(statuses[1].state(), JobState::Running, "kept as it was");
+    let note = statuses[1]
+        .native()
+        .and_then(|n| n.reason.clone())
+        .unwrap_or_default();
+    assert!(note.contains("could not be read"), "{note}");
+}
+
+#[tokio::test]
+async fn with_slurmdbd_down_an_ended_job_is_settled_from_what_slurmctld_still_knows() {
+    // Defect 19: sacct's "Problem talking to the database" failed the whole poll before
+    // scontrol was asked, so `status` of an ended job failed for the whole outage.
+    let mut remote = MockRemote::new();
+    remote.expect_run().withf(is_poll).returning(|_| {
+        Ok(output(
+            0,
+            "@@begin 0\nO 81|COMPLETED|None|n1|a\n@@end 0 0\n@@begin 1\n\
+             E sacct: error: Problem talking to the database: Connection refused\n@@end 1 1\n",
+            "",
+        ))
+    });
+    remote
+        .expect_run()
+        .withf(|c| c.label().starts_with("round trip of") && c.get_args().iter().any(|a| a == "scontrol"))
+        .returning(|_| {
+            Ok(output(
+                0,
+                "@@begin 0\nO JobId=81 JobName=a JobState=COMPLETED Reason=None ExitCode=0:0 NodeList=n1\n@@end 0 0\n",
+                "",
+            ))
+        });
+    let backend = backend(remote);
+    let record = accepted(&backend, "ended", "81", JobState::Running);
+    let status = backend.status(&record.id).await.unwrap();
+    assert_eq!(status.state(), JobState::Complete);
+    let message = status.record().last_message();
+    assert!(message.contains("accounting"), "{message}");
+    assert_eq!(status.native().and_then(|n| n.exit_code), Some(0));
+}
+
+#[tokio::test]
+async fn a_watch_reports_each_poll_that_could_not_ask_and_goes_on() {
+    // Defect 19: while the scheduler could not be asked a watch backed off in silence
+    // (nothing on a terminal even at RUST_LOG=warn); now it reports the outage and its
+    // progress, then the job's end.
+    let mut remote = MockRemote::new();
+    let polls = std::sync::Arc::new(std::sync::Mutex::new(0u32));
+    let count = std::sync::Arc::clone(&polls);
+    remote.expect_run().withf(is_poll).returning(move |_| {
+        let mut n = count.lock().unwrap();
+        *n += 1;
+        Ok(if *n <= 2 {
+            output(
+                0,
+                "@@begin 0\nE squeue: error: Unable to contact slurm controller (connect failure)\n@@end 0 1\n@@begin 1\n@@end 1 0\n",
+                "",
+            )
+        } else {
+            output(
+                0,
+                "@@begin 0\n@@end 0 0\n@@begin 1\nO 91|91|COMPLETED|0:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:00:02|n1|a\n@@end 1 0\n",
+                "",
+            )
+        })
+    });
+    let backend = backend(remote);
+    let record = accepted(&backend, "watched", "91", JobState::Running);
+    let options = crate::backend::WatchOptions {
+        interval: std::time::Duration::from_millis(5),
+        max_backoff: std::time::Duration::from_millis(20),
+        ..Default::default()
+    };
+    let events: Vec<crate::backend::WatchEvent> =
+        futures::StreamExt::collect::<Vec<_>>(backend.watch(&[record.id.clone()], options))
+            .await
+            .into_iter()
+            .map(|e| e.unwrap())
+            .collect();
+    let reports: Vec<&crate::backend::WatchEvent> = events
+        .iter()
+        .filter(|e| {
+            !matches!(
+                e,
+                crate::backend::WatchEvent::Transition { .. }
+                    | crate::backend::WatchEvent::Retried { .. }
+            )
+        })
+        .collect();
+    assert_eq!(reports.len(), 2, "{events:?}");
+    assert!(matches!(
+        events.last(),
+        Some(crate::backend::WatchEvent::Transition { status, .. }) if status.state() == JobState::Complete
+    ));
+}

@@ -12,7 +12,9 @@ pub(crate) mod sbatch;
 pub(crate) mod scontrol;
 pub(crate) mod squeue;
 
-pub(crate) use errors::{is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error};
+pub(crate) use errors::{
+    checked, is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error,
+};
 pub(crate) use id::SlurmIdField;
 pub use id::SlurmJobId;
 pub(crate) use nodelist::expand_nodelist;

@@ -550,3 +550,51 @@ async fn a_sweep_is_staged_as_one_file_never_in_argv() {
     let argv = command.get_args().join(" ");
     assert!(!argv.contains("rm -rf"), "values never in argv");
 }
+
+#[tokio::test]
+async fn an_sbatch_that_cannot_read_its_configuration_is_settled_and_sent_again() {
+    // Defect 13: a login node mid-reconfigure (`sbatch: fatal: Unable to process
+    // configuration file`) ended the submit ERROR after one sbatch.
+    let mut remote = MockRemote::new();
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(0u32));
+    let count = std::sync::Arc::clone(&sent);
+    remote.expect_run().withf(is_submit).returning(move |_| {
+        let mut n = count.lock().unwrap();
+        *n += 1;
+        Ok(if *n == 1 {
+            output(
+                1,
+                "",
+                "sbatch: fatal: Unable to process configuration file\n",
+            )
+        } else {
+            output(0, "555\n", "")
+        })
+    });
+    remote
+        .expect_run()
+        .withf(is_settle)
+        .times(1)
+        .returning(|c| {
+            Ok(settle_answer(
+                c,
+                |_| {
+                    Fence::Done(
+                        1,
+                        "",
+                        "sbatch: fatal: Unable to process configuration file\n",
+                    )
+                },
+                Some(&[]),
+                Some(&[]),
+            ))
+        });
+    let backend = backend(remote);
+    let record = backend
+        .submit(&JobSpec::new("reconf", "true"), SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(record.state, JobState::Pending);
+    assert_eq!(record.backend_ref.unwrap().native_id, "555");
+    assert_eq!(*sent.lock().unwrap(), 2);
+}
