@@ -270,6 +270,14 @@ impl Orchestrator {
                         latest.insert(first, record.id().clone());
                     }
                 }
+                WatchEvent::Unanswered {
+                    reason, retry_in, ..
+                } => {
+                    println!(
+                        "{elapsed:>6.1}s  the cluster did not answer ({reason}); asking again in {:.0}s",
+                        retry_in.as_secs_f64()
+                    );
+                }
             }
             if !cancelled
                 && self.all_done(ids.iter().filter(|id| !optional.contains(*id)), &latest)?

@@ -110,6 +110,11 @@ async fn run() -> Result<ExitCode> {
                     *id = record.id().clone();
                 }
             }
+            WatchEvent::Unanswered {
+                reason, retry_in, ..
+            } => {
+                println!("the cluster did not answer ({reason}); asking again in {retry_in:?}");
+            }
         }
     }
 

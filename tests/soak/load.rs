@@ -86,7 +86,7 @@ async fn follow(
                         slots.lock().expect("slots lock").remove(status.id());
                     }
                 }
-                Ok(WatchEvent::Retried { .. }) => {}
+                Ok(WatchEvent::Retried { .. } | WatchEvent::Unanswered { .. }) => {}
                 Err(error) => log.ended_with.push(format!("{:?}: {error}", error.kind())),
             }
         }

@@ -92,6 +92,19 @@ async fn follow(
                     latest.insert(root, (*record).clone());
                 }
             }
+            WatchEvent::Unanswered {
+                reason,
+                failures,
+                retry_in,
+            } => {
+                // The outage and its progress, on stderr: stdout keeps one line per job event.
+                let line = if out.json {
+                    json!({"event": "unanswered", "reason": reason, "failures": failures, "retry_in_secs": retry_in.as_secs_f64()}).to_string()
+                } else {
+                    text::unanswered(&reason, failures, retry_in)
+                };
+                progress.note(&line);
+            }
         }
         progress.set(&summary(&latest));
     }

@@ -1,6 +1,7 @@
 //! The answers of the [`Backend`](super::Backend) operations: a job's status and what a watch reports.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -112,5 +113,16 @@ pub enum WatchEvent {
         previous: JobId,
         /// The new record, linked by `retry_of`.
         record: Box<JobRecord>,
+    },
+    /// A poll could not ask the scheduler (the controller or its database did not
+    /// answer, the connection failed): no job changed, and the watch asks again after
+    /// `retry_in` (the pause doubles with each such poll, up to the watch's maximum).
+    Unanswered {
+        /// What failed.
+        reason: String,
+        /// How many polls in a row could not ask.
+        failures: u32,
+        /// When the watch asks again.
+        retry_in: Duration,
     },
 }

@@ -1,6 +1,6 @@
 //! Watch by polling, for any backend: one `status_many` per cycle for every watched job,
-//! each transition reported once, back-off on transient errors, infra failures resubmitted
-//! within the retry budget.
+//! each transition reported once, back-off on transient errors (each reported, with the
+//! pause before the next poll), infra failures resubmitted within the retry budget.
 
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
@@ -113,7 +113,13 @@ impl<B: Backend> Watch<B> {
             }
             Err(error) if error.is_transient() => {
                 self.failures += 1;
-                tracing::warn!(%error, failures = self.failures, "poll failed; backing off");
+                let retry_in = self.delay();
+                tracing::warn!(%error, failures = self.failures, ?retry_in, "poll failed; backing off");
+                self.queued.push_back(Ok(WatchEvent::Unanswered {
+                    reason: error.to_string(),
+                    failures: self.failures,
+                    retry_in,
+                }));
                 return;
             }
             Err(error) => {

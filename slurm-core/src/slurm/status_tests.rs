@@ -317,6 +317,13 @@ async fn a_watch_reports_each_poll_that_could_not_ask_and_goes_on() {
         })
         .collect();
     assert_eq!(reports.len(), 2, "{events:?}");
+    assert!(
+        matches!(
+            reports[1],
+            crate::backend::WatchEvent::Unanswered { failures: 2, reason, .. } if reason.contains("Unable to contact")
+        ),
+        "{reports:?}"
+    );
     assert!(matches!(
         events.last(),
         Some(crate::backend::WatchEvent::Transition { status, .. }) if status.state() == JobState::Complete

@@ -18,7 +18,9 @@ pub(crate) use errors::{
 pub(crate) use id::SlurmIdField;
 pub use id::SlurmJobId;
 pub(crate) use nodelist::expand_nodelist;
-pub(crate) use sacct::{parse_sacct, resolve_newest_of, SacctRow, SACCT_FORMAT};
+#[cfg(test)]
+pub(crate) use sacct::parse_sacct;
+pub(crate) use sacct::{parse_sacct_rows, resolve_newest_of, SacctRow, SACCT_FORMAT};
 pub(crate) use sbatch::{parse_sbatch_parsable, SbatchOutcome};
 pub(crate) use scontrol::parse_scontrol_show_job;
 pub(crate) use squeue::{parse_squeue, SqueueRow, SQUEUE_FORMAT};

@@ -11,8 +11,8 @@ use crate::classify::{
 use crate::record::{JobRecord, Mark, TransitionSource};
 use crate::slurm::parse::{
     expand_nodelist, is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error,
-    parse_sacct, parse_scontrol_show_job, parse_squeue, resolve_newest_of, SacctRow, SlurmJobId,
-    SqueueRow,
+    parse_sacct_rows, parse_scontrol_show_job, parse_squeue, resolve_newest_of, SacctRow,
+    SlurmJobId, SqueueRow,
 };
 use crate::slurm::states::{map_state, SlurmBaseState, SlurmState};
 use crate::spec::CompletionCheck;
@@ -35,6 +35,22 @@ pub(super) struct Observation {
     pub(super) requeued_after: Option<String>,
     /// A step of the newest run that did not finish (`0 CANCELLED`, `batch FAILED`).
     pub(super) failed_step: Option<(String, SlurmState)>,
+    /// The end was read from slurmctld (squeue, scontrol) while accounting could not be
+    /// asked (why): its exit code and steps are not confirmed by accounting.
+    pub(super) unconfirmed: Option<String>,
+}
+
+/// What one cluster's squeue and sacct parts said of the keys asked about.
+#[derive(Debug, Default)]
+pub(super) struct Merged {
+    /// Each key the scheduler described.
+    pub(super) observations: HashMap<TaskKey, Observation>,
+    /// Jobs with a sacct row that could not be read: they stay as they are (why).
+    pub(super) unreadable: HashMap<SlurmJobId, String>,
+    /// sacct could not answer now (slurmdbd down, a row of no readable job): why. What
+    /// only accounting could tell stays as it is; ends squeue shows are read from
+    /// slurmctld, unconfirmed.
+    pub(super) accounting_unavailable: Option<String>,
 }
 
 /// What a poll decided for one record: the mark, what the scheduler said, and what
@@ -63,24 +79,33 @@ pub(super) enum Followup {
 
 /// What one cluster's squeue and sacct parts of a poll say of `keys` (jobs, or tasks of
 /// array jobs). `squeue` answers for every job; `sacct` only for those squeue could not
-/// settle (empty otherwise).
-pub(super) fn merge(
-    keys: &[TaskKey],
-    squeue: &Output,
-    sacct: &Output,
-) -> Result<HashMap<TaskKey, Observation>> {
+/// settle (empty otherwise). squeue's failure fails the poll; sacct's does not (see
+/// [`Merged`]), and a sacct row that cannot be read costs its own job only.
+pub(super) fn merge(keys: &[TaskKey], squeue: &Output, sacct: &Output) -> Result<Merged> {
     let squeue_rows = if squeue.success() {
         parse_squeue(&squeue.stdout_text())?
     } else {
         scheduler_failure("squeue", squeue)?;
         Vec::new()
     };
+    let mut merged = Merged::default();
     // sacct ran and accounting is on: its silence about a job means lag.
     let accounting = sacct.success() && !is_accounting_disabled(&sacct.stderr_text());
     let sacct_rows = if accounting {
-        parse_sacct(&sacct.stdout_text())?
+        let (rows, unreadable) = parse_sacct_rows(&sacct.stdout_text());
+        for row in unreadable {
+            tracing::warn!(error = %row.error, "a sacct row could not be read; its job is left as it was");
+            let why = format!("its accounting row could not be read ({})", row.error);
+            match row.job {
+                Some(job) => {
+                    merged.unreadable.insert(job, why);
+                }
+                None => merged.accounting_unavailable = Some(why),
+            }
+        }
+        rows
     } else {
-        scheduler_failure("sacct", sacct)?;
+        merged.accounting_unavailable = sacct_failure(sacct);
         Vec::new()
     };
     // Rows by job (a row describes only keys of its own job), so a poll of 10,000 jobs
@@ -93,8 +118,10 @@ pub(super) fn merge(
     for row in sacct_rows {
         accounted.entry(row.id.job).or_default().push(row);
     }
-    let mut observations = HashMap::new();
     for key in keys {
+        if merged.unreadable.contains_key(&key.0) {
+            continue;
+        }
         let from_sacct = accounted
             .get(&key.0)
             .and_then(|rows| observe_sacct(rows, *key));
@@ -119,6 +146,7 @@ pub(super) fn merge(
                 }),
                 // Steps confirm only a finished job; sacct decides those.
                 failed_step: None,
+                unconfirmed: None,
             }),
             // squeue answered and no longer lists the job, yet sacct says it is
             // pending or running: slurmdbd lags behind slurmctld, so that row is
@@ -133,7 +161,8 @@ pub(super) fn merge(
             // its steps (a COMPLETED job with a failed step did not finish; exit 124 is
             // the child timeout). While accounting lags behind (no row yet, or a row
             // that has not ended), the job is not called terminal: terminal states are
-            // final, so it waits a poll.
+            // final, so it waits a poll. While accounting cannot be asked at all, the
+            // end slurmctld shows is taken, said to be unconfirmed.
             let ended =
                 observation.source == "squeue" && map_state(&observation.state).0.is_terminal();
             let settled = accounted
@@ -151,12 +180,52 @@ pub(super) fn merge(
                     exit_code: None,
                     ..observation
                 },
+                None if ended => Observation {
+                    unconfirmed: merged.accounting_unavailable.clone(),
+                    ..observation
+                },
                 _ => observation,
             };
-            observations.insert(*key, observation);
+            merged.observations.insert(*key, observation);
         }
     }
-    Ok(observations)
+    Ok(merged)
+}
+
+/// Why sacct did not answer for this poll (`None`: it answered, or accounting is off on
+/// this cluster, or it only did not know the ids). Never a failure of the poll: sacct
+/// adds to squeue.
+fn sacct_failure(sacct: &Output) -> Option<String> {
+    let stderr = sacct.stderr_text();
+    if sacct.success() || is_invalid_job_id(&stderr) || is_accounting_disabled(&stderr) {
+        return None;
+    }
+    let why = stderr
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(|l| l.chars().take(300).collect::<String>())
+        .unwrap_or_else(|| format!("sacct exited {} without a message", sacct.status));
+    tracing::warn!(%why, "sacct did not answer; using squeue and scontrol only");
+    Some(why)
+}
+
+/// The decision for a job the poll could not read (`why`): it stays as it was
+/// (`current`), with a note in what the status shows.
+pub(super) fn kept(current: JobState, why: &str) -> Decision {
+    Decision {
+        mark: Mark::new(current, TransitionSource::Poll).message(why),
+        native: Some(NativeStatus {
+            state: "UNREAD".to_string(),
+            reason: Some(format!("left {current}: {why}")),
+            exit_code: None,
+            nodes: None,
+            source: "sacct",
+        }),
+        followup: Followup::None,
+        observed: None,
+        cancel: false,
+    }
 }
 
 /// What `scontrol show job` said of `id` (the fallback for jobs squeue and sacct did
@@ -179,6 +248,7 @@ pub(super) fn from_scontrol(id: SlurmJobId, part: &Output) -> Result<Option<Obse
                 source: "scontrol",
                 requeued_after: None,
                 failed_step: None,
+                unconfirmed: None,
             })
         })
         .next_back())
@@ -215,6 +285,11 @@ pub(super) fn decide(
         state
     };
     let mut message = describe(&observed);
+    if let (Some(why), true) = (&observed.unconfirmed, state.is_terminal()) {
+        message = format!(
+            "{message}; read from slurmctld while accounting could not be asked ({why}): not confirmed by accounting"
+        );
+    }
     let never = observed
         .reason
         .as_deref()
@@ -394,6 +469,7 @@ fn observe_sacct(rows: &[SacctRow], key: TaskKey) -> Option<Observation> {
         source: "sacct",
         requeued_after,
         failed_step,
+        unconfirmed: None,
     })
 }
 
@@ -408,19 +484,15 @@ fn is_requeue_cause(state: &SlurmBaseState) -> bool {
     )
 }
 
-/// A scheduler command that failed: fine when the job simply left the queue, a
-/// transient error when the scheduler did not answer, otherwise a remote error.
+/// A scheduler command that failed (squeue, scontrol): fine when the job simply left
+/// the queue, a transient error when the scheduler did not answer, otherwise a remote
+/// error.
 fn scheduler_failure(tool: &str, output: &Output) -> Result<()> {
     let stderr = output.stderr_text();
     if is_invalid_job_id(&stderr) || is_accounting_disabled(&stderr) {
         return Ok(());
     }
     let transient = is_transient_scheduler_error(&stderr);
-    if !transient && tool == "sacct" {
-        // sacct is an addition to squeue; its failure alone does not stop a poll.
-        tracing::warn!(stderr = %stderr.trim(), "sacct failed; using squeue and scontrol only");
-        return Ok(());
-    }
     Err(Error::Remote {
         command: tool.to_string(),
         status: output.status,

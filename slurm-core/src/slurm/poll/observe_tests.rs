@@ -1,6 +1,7 @@
 //! What the scheduler's answers mean: merging rows, deciding, finishing with a follow-up.
 
 use super::*;
+use crate::slurm::parse::parse_sacct;
 
 fn rows(text: &str) -> Vec<SacctRow> {
     parse_sacct(text).unwrap()
@@ -25,7 +26,10 @@ fn a_job_ending_before_accounting_confirms_keeps_the_live_state_it_had() {
     )
     .unwrap();
     let decided = |current: JobState, squeue: &str| {
-        let observed = merge(&[id], &out(squeue), &out("")).unwrap().remove(&id);
+        let observed = merge(&[id], &out(squeue), &out(""))
+            .unwrap()
+            .observations
+            .remove(&id);
         decide(&record, current, observed).mark.state
     };
     let cancelled_pending = "9|CANCELLED|None||job-abcdef\n";
@@ -49,6 +53,7 @@ fn a_job_ending_before_accounting_confirms_keeps_the_live_state_it_had() {
     );
     let observed = merge(&[id], &out(cancelled_pending), &settled)
         .unwrap()
+        .observations
         .remove(&id);
     assert_eq!(
         decide(&record, JobState::Pending, observed).mark.state,
@@ -70,7 +75,7 @@ fn a_failure_squeue_reports_waits_for_accounting_to_give_its_exit_code() {
         0,
         "9|9|RUNNING|0:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|Unknown|n1|job-f\n",
     );
-    let waiting = &merge(&[id], &squeue, &stale).unwrap()[&id];
+    let waiting = &merge(&[id], &squeue, &stale).unwrap().observations[&id];
     assert!(
         !map_state(&waiting.state).0.is_terminal(),
         "not terminal before accounting knows how it ended: {waiting:?}"
@@ -79,7 +84,7 @@ fn a_failure_squeue_reports_waits_for_accounting_to_give_its_exit_code() {
             0,
             "9|9|FAILED|3:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:00:02|n1|job-f\n",
         );
-    let failed = &merge(&[id], &squeue, &settled).unwrap()[&id];
+    let failed = &merge(&[id], &squeue, &settled).unwrap().observations[&id];
     assert_eq!(failed.state.base, SlurmBaseState::Failed);
     assert_eq!(failed.exit_code, Some(3));
     // Without accounting, squeue's word is all there is.
@@ -88,7 +93,7 @@ fn a_failure_squeue_reports_waits_for_accounting_to_give_its_exit_code() {
         stdout: Vec::new(),
         stderr: b"sacct: error: Slurm accounting storage is disabled\n".to_vec(),
     };
-    let alone = &merge(&[id], &squeue, &off).unwrap()[&id];
+    let alone = &merge(&[id], &squeue, &off).unwrap().observations[&id];
     assert_eq!(alone.state.base, SlurmBaseState::Failed);
 }
 
@@ -202,6 +207,7 @@ fn a_status_json_that_cannot_be_read_is_no_verdict() {
         source: "sacct",
         requeued_after: None,
         failed_step: None,
+        unconfirmed: None,
     };
     let read = |status: i32, stdout: &str, stderr: &str| Output {
         status,
@@ -253,5 +259,8 @@ fn scheduler_failures_are_sorted() {
     )
     .unwrap_err();
     assert!(err.is_transient());
-    assert!(scheduler_failure("sacct", &out("sacct: error: something odd")).is_ok());
+    // sacct never fails a poll: it says why accounting could not be asked, if it could not.
+    assert!(sacct_failure(&out("sacct: error: something odd")).is_some());
+    assert!(sacct_failure(&out("sacct: error: Problem talking to the database")).is_some());
+    assert!(sacct_failure(&out("sacct: error: Slurm accounting storage is disabled")).is_none());
 }
