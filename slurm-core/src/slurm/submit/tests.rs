@@ -598,3 +598,109 @@ async fn an_sbatch_that_cannot_read_its_configuration_is_settled_and_sent_again(
     assert_eq!(record.backend_ref.unwrap().native_id, "555");
     assert_eq!(*sent.lock().unwrap(), 2);
 }
+
+/// The plan of `spec` on a cluster whose partition `gpu` has nodes n1..n4.
+fn plan_of(
+    spec: JobSpec,
+    retry_of: Option<crate::record::JobRecord>,
+) -> crate::Result<super::plan::SubmitPlan> {
+    let config = crate::slurm::SlurmConfig::builder()
+        .with_partition("gpu")
+        .with_results_root("/shared/results")
+        .build()
+        .unwrap();
+    let facts = crate::slurm::facts::ClusterFacts::default();
+    facts.change(|facts| {
+        facts.partitions.insert(
+            "gpu".into(),
+            crate::slurm::facts::PartitionInfo {
+                up: true,
+                max_time: None,
+                nodes: (1..=4).map(|n| format!("n{n}")).collect(),
+            },
+        );
+    });
+    super::plan::SubmitPlan::new(
+        spec,
+        RemotePath::parse("/shared/results").unwrap(),
+        retry_of,
+        false,
+        &config,
+        &facts,
+    )
+}
+
+#[test]
+fn extra_sbatch_cannot_replace_what_slurm_run_writes() {
+    // Defect 6: --dependency dropped the probe's afterok and the pipeline's parents,
+    // --nodelist undid a retry's exclusions, --kill-on-invalid-dep the poll's rule.
+    for line in [
+        "--dependency=afterok:12",
+        "-d afterok:12",
+        "--depend=singleton",
+        "--nodelist=n1",
+        "-w n1",
+        "--kill-on-invalid-dep=yes",
+    ] {
+        let mut spec = JobSpec::new("x", "true");
+        spec.extra_sbatch = vec![line.into()];
+        let error = spec.validate().unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Invalid, "{line}");
+        assert!(
+            error.to_string().contains("extra_sbatch"),
+            "{line}: {error}"
+        );
+    }
+}
+
+#[test]
+fn a_users_exclude_joins_the_computed_exclusions() {
+    // Defect 6: a user's --exclude replaced the --exclude a retry computes (its bad
+    // nodes); it is merged into that list instead, written once.
+    let failed = {
+        let mut record = crate::record::JobRecord::new(
+            crate::record::JobId::parse("x-abcdef").unwrap(),
+            &JobSpec::new("x", "true"),
+            RemotePath::parse("/shared/results/x-abcdef").unwrap(),
+        )
+        .unwrap();
+        record.excluded_nodes = vec!["n4".into()];
+        record
+    };
+    let mut spec = JobSpec::new("x", "true");
+    spec.extra_sbatch = vec!["--qos=high".into(), "-x n[1-2]".into()];
+    let plan = plan_of(spec, Some(failed)).unwrap();
+    let context = super::script::script_context(
+        &plan,
+        &crate::slurm::SlurmConfig::builder()
+            .with_partition("gpu")
+            .with_results_root("/shared/results")
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    let mut exclude = context.exclude.clone();
+    exclude.sort();
+    assert_eq!(exclude, ["n1", "n2", "n4"]);
+    assert_eq!(context.extra_sbatch, ["--qos=high"]);
+}
+
+#[test]
+fn oversubscribe_with_whole_nodes_is_refused_before_anything_is_sent() {
+    // Defect 6: sbatch refuses --oversubscribe with the --exclusive slurm-run writes at
+    // 8 GPUs per node from Slurm 23.02 (fatal): the pair is refused here.
+    for line in ["--oversubscribe", "-s"] {
+        let mut spec = JobSpec::new("x", "true");
+        spec.gpus_per_node = Some(8);
+        spec.extra_sbatch = vec![line.into()];
+        let error = plan_of(spec, None).unwrap_err();
+        assert!(
+            error.to_string().contains("--oversubscribe"),
+            "{line}: {error}"
+        );
+    }
+    let mut shared = JobSpec::new("x", "true");
+    shared.gpus_per_node = Some(2);
+    shared.extra_sbatch = vec!["--oversubscribe".into()];
+    plan_of(shared, None).unwrap();
+}
