@@ -547,3 +547,43 @@ async fn slurmctl_shows_an_unsettled_submit_plainly() {
         .contains("Problem talking"));
     assert_eq!(line["candidates"][0], "4711");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_task_of_an_array_with_secrets_gets_them_and_none_are_left() {
+    // Issue 26, defect 2: each task's EXIT trap shredded the one sidecar the array
+    // shares, so every task that started after the first one ended failed ("env sidecar
+    // ... is missing"). One task at a time makes each later task start after a task
+    // ended; the client removes the sidecar once the array has ended.
+    let _cluster = cluster::shared().await;
+    let h = harness();
+    let secret = canary();
+    let (mut spec, options) = with_canary(
+        small_spec(
+            "array-secret",
+            &print_secret_digest("echo task-$TASK_INDEX"),
+        ),
+        &secret,
+    );
+    spec.array = Some(slurm_core::ArraySpec {
+        size: Some(3),
+        max_parallel: Some(1),
+        ..slurm_core::ArraySpec::default()
+    });
+    let record = h.backend.submit(&spec, options).await.unwrap();
+    let done = wait_terminal(&h.backend, record.id(), 240).await;
+    let native = done.native_id().unwrap().to_string();
+    for task in 0..3 {
+        let path = format!(
+            "{}/logs/{}-{native}_{task}/main.out",
+            record.results_dir().as_str(),
+            record.id()
+        );
+        let out = remote(&h, Command::new("cat").arg(path)).await;
+        assert!(
+            out.contains(&digest(&secret)) && out.contains(&format!("task-{task}")),
+            "task {task} had its secret: {out}"
+        );
+    }
+    assert_eq!(done.state(), JobState::Complete, "{:?}", done.record());
+    assert_no_secret_left(&h, record.id(), &secret).await;
+}
