@@ -587,3 +587,53 @@ async fn every_task_of_an_array_with_secrets_gets_them_and_none_are_left() {
     assert_eq!(done.state(), JobState::Complete, "{:?}", done.record());
     assert_no_secret_left(&h, record.id(), &secret).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_store_with_the_same_id_never_adopts_the_first_ones_job() {
+    // Issue 26, defect 4: two record stores sharing a results root and SLURM user could
+    // hold the same id; the second one's settle took the first one's attempt (its
+    // `.sbatch-1` answer, the job by name) as its own: its record reported the other
+    // job, cancelling it cancelled the other job, its end shredded the other's secrets.
+    // Each record's claim on its cluster folder is exclusive and checked by the fence.
+    let _cluster = cluster::shared().await;
+    let first = harness();
+    let secret = canary();
+    let (spec, options) = with_canary(small_spec("same-id", "sleep 60"), &secret);
+    let theirs = first.backend.submit(&spec, options).await.unwrap();
+    let native = theirs.backend_ref().unwrap().native_id.clone();
+    // The second store holds a record of that id, as a submitter that died after
+    // counting its attempt left it (its attempt never reached the cluster).
+    let second = harness();
+    let twin = JobRecord::new(theirs.id().clone(), &spec, theirs.results_dir().clone()).unwrap();
+    let twin = RecordFixture::new(twin)
+        .submitted_ago(Duration::from_secs(60))
+        .submit_attempts(1)
+        .into_record();
+    second.backend.store().open(&twin).unwrap();
+    let settled = second.backend.status(twin.id()).await.unwrap();
+    assert_eq!(
+        settled.state(),
+        JobState::NotSubmitted,
+        "{:?}",
+        settled.record()
+    );
+    assert_eq!(settled.native_id(), None, "never the first store's job");
+    // The first store's job goes on, its secrets still there for it.
+    let status = first.backend.status(theirs.id()).await.unwrap();
+    assert!(!status.state().is_terminal(), "{:?}", status.record());
+    assert_eq!(status.native_id(), Some(native.as_str()));
+    let sidecar = remote(
+        &first,
+        Command::new("bash")
+            .arg("-c")
+            .arg(r#"test -e "$1/env/job_$2.env" && echo present"#)
+            .arg("sidecar")
+            .arg(theirs.results_dir().as_str())
+            .arg(theirs.id().as_str()),
+    )
+    .await;
+    assert_eq!(sidecar.trim(), "present");
+    let cancelled = first.backend.cancel(theirs.id()).await.unwrap();
+    assert_eq!(cancelled.state(), JobState::Canceled);
+    assert_no_secret_left(&first, theirs.id(), &secret).await;
+}

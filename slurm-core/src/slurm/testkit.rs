@@ -260,7 +260,8 @@ pub(super) fn is_forget(command: &Command) -> bool {
 pub(super) fn forget_answer(command: &Command) -> Output {
     let args = command.get_args();
     let at = args.iter().position(|a| a == "forget-secrets").unwrap();
-    let names: Vec<&String> = args[at + 1..].iter().skip(1).step_by(2).collect();
+    // FOLDER NAME OWNER triples.
+    let names: Vec<&String> = args[at + 1..].iter().skip(1).step_by(3).collect();
     let mut text = String::from("@@begin 0\n");
     for name in names {
         text.push_str(&format!("O {name}\n"));

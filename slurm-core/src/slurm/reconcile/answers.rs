@@ -30,6 +30,9 @@ pub(super) struct Answers {
     pub(super) attempts: BTreeMap<u32, Attempt>,
     /// Whether the fence removed the secrets sidecar.
     pub(super) forgot: bool,
+    /// The job folder belongs to another record of the same name: nothing of this
+    /// record reached it or sbatch.
+    pub(super) foreign: bool,
     /// Jobs squeue lists with the name (`None`: squeue did not answer).
     pub(super) squeue: Option<BTreeSet<BackendRef>>,
     /// Jobs sacct lists with the name (`None`: sacct did not answer).
@@ -85,6 +88,7 @@ pub(super) fn read_answers(names: &[String], parts: &[Output]) -> BTreeMap<Strin
         };
         match fields.as_slice() {
             [_, "forgot"] => entry.forgot = true,
+            [_, "foreign"] => entry.foreign = true,
             [_, n, "fenced"] => {
                 if let Ok(n) = n.parse() {
                     entry.attempts.insert(n, Attempt::Fenced);

@@ -112,6 +112,20 @@ pub(super) fn apply(
                 }
             }
         }
+        Verdict::Foreign(why) => {
+            let error = Error::invalid(
+                "id",
+                format!("{id}: {why}; submit the spec again (it gets a new id)"),
+            );
+            store
+                .mark(
+                    id,
+                    Mark::new(JobState::NotSubmitted, source).message(format!(
+                        "never reached the scheduler: {why}; submit it again"
+                    )),
+                )
+                .map(|record| Applied::Ended { record, error })
+        }
         Verdict::Refused(error) => store
             .mark(
                 id,

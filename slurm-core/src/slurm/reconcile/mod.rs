@@ -95,7 +95,7 @@ async fn ask(ctx: &Context<'_>, records: &[JobRecord], fence_wait: Duration) -> 
             .map(|c| c.native_id.as_str())
             .collect();
         list.push_str(&format!(
-            "{}\t{}\t{}\t{}\n",
+            "{}\t{}\t{}\t{}\t{}\n",
             record.results_dir.as_str(),
             record.id,
             record.submit_attempts.unwrap_or(0),
@@ -103,7 +103,8 @@ async fn ask(ctx: &Context<'_>, records: &[JobRecord], fence_wait: Duration) -> 
                 "-".to_string()
             } else {
                 known.join(",")
-            }
+            },
+            record.owner_token.as_deref().unwrap_or_default()
         ));
     }
     let oldest = records

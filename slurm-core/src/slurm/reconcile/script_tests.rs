@@ -53,6 +53,11 @@ async fn run(bin: &Path, command: Command) -> Output {
 }
 
 fn submit(root: &Path, name: &str, attempt: u32) -> Command {
+    submit_owned(root, name, attempt, "")
+}
+
+/// Attempt `attempt` of the record `name` holding the owner token `owner`.
+fn submit_owned(root: &Path, name: &str, attempt: u32, owner: &str) -> Command {
     let payload = crate::slurm::submit::build_payload(
         name,
         &[
@@ -75,6 +80,7 @@ fn submit(root: &Path, name: &str, attempt: u32) -> Command {
             name.to_string(),
             attempt.to_string(),
             "30".to_string(),
+            owner.to_string(),
             String::new(),
         ])
         .stdin(payload)
@@ -299,4 +305,61 @@ async fn sacct_is_asked_by_job_id_and_by_the_ids_a_settle_knows() {
     assert!(!args.contains("JobIDRaw"), "{args}");
     let by_id = args.lines().find(|l| l.contains(" -j ")).expect(&args);
     assert!(by_id.contains("48") && by_id.contains("77"), "{by_id}");
+}
+
+#[tokio::test]
+async fn a_folder_another_record_claimed_is_never_submitted_settled_or_cleaned_as_ours() {
+    // Defect 4: a record of another store with the same id took the first record's
+    // attempt as its own (fenced, then adopted its job), and its end shredded the first
+    // record's secrets. The folder's owner token decides.
+    let tmp = tempfile::tempdir().unwrap();
+    let (bin, root) = (tmp.path().join("bin"), tmp.path().join("results"));
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&root).unwrap();
+    fake_tools(&bin, "4321\n", 0);
+    let name = "job-0123456789abcdef";
+    let ours = run(&bin, submit_owned(&root, name, 1, "token-a")).await;
+    assert_eq!(ours.status, 0, "{}", ours.stderr_text());
+    let theirs = run(&bin, submit_owned(&root, name, 1, "token-b")).await;
+    assert_eq!(
+        SubmitExit::from_status(theirs.status),
+        Some(SubmitExit::Claimed),
+        "{}",
+        theirs.stderr_text()
+    );
+    let runs = std::fs::read_to_string(bin.join("sbatch.runs")).unwrap();
+    assert_eq!(
+        runs.lines().count(),
+        1,
+        "sbatch ran for the first record only"
+    );
+    // The other record's settle: foreign, nothing of the first record's read or fenced.
+    let settle = SETTLE
+        .command(["1".to_string(), "2024-01-01T00:00:00".to_string()])
+        .stdin(format!("{}/{name}\t{name}\t2\t-\ttoken-b\n", root.display()).into_bytes());
+    let answer = run(&bin, settle).await;
+    let fence = round_trip::split(&answer, 4).unwrap()[0].stdout_text();
+    assert_eq!(fence.trim(), format!("{name} foreign"));
+    assert!(
+        !root.join(name).join(".sbatch-2").exists(),
+        "nothing fenced for it"
+    );
+    // Its end leaves the first record's secrets alone.
+    let sidecar = root.join(name).join(format!("env/job_{name}.env"));
+    let folder = root.join(name).display().to_string();
+    let forget = crate::slurm::scripts::FORGET_SECRETS.command([
+        folder.clone(),
+        name.to_string(),
+        "token-b".to_string(),
+    ]);
+    let gone = run(&bin, forget).await;
+    assert_eq!(gone.stdout_text().trim(), name);
+    assert!(sidecar.exists(), "the first record's sidecar stays");
+    let forget = crate::slurm::scripts::FORGET_SECRETS.command([
+        folder,
+        name.to_string(),
+        "token-a".to_string(),
+    ]);
+    run(&bin, forget).await;
+    assert!(!sidecar.exists(), "its own record removes it");
 }

@@ -40,6 +40,9 @@ pub(super) enum Verdict {
     Refused(Error),
     /// Several jobs carry the name: a person decides (every one is kept in the record).
     Several(Vec<BackendRef>),
+    /// The job folder is another record's (another store's record of the same id): no
+    /// attempt of this record reached sbatch, and the jobs carrying the name are not its.
+    Foreign(String),
     /// Not settled yet: the scheduler could not be asked, or an attempt may still be
     /// running sbatch. The jobs seen so far are kept in the record.
     Unsettled {
@@ -80,6 +83,13 @@ fn read_attempt(rc: i32, stdout: &str, stderr: &str) -> AttemptReading {
 /// The verdict of `answers` for `record` (pure). `now` decides whether a record is
 /// young enough for squeue alone to answer on a cluster without accounting.
 pub(super) fn verdict(record: &JobRecord, answers: &Answers, now: DateTime<Utc>) -> Verdict {
+    if answers.foreign {
+        return Verdict::Foreign(format!(
+            "its job folder {} belongs to another record named {} (another record store shares the results root and SLURM user), so none of its attempts reached sbatch and the jobs of that name are not its own",
+            record.results_dir.as_str(),
+            record.id
+        ));
+    }
     let counted = record.submit_attempts.unwrap_or(0);
     let mut seen: BTreeSet<BackendRef> = BTreeSet::new();
     let mut refusal: Option<Error> = None;

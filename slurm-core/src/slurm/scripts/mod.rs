@@ -26,6 +26,9 @@ exit_statuses! {
         /// This attempt's folder `.sbatch-N` already exists: a settle fenced it, or the
         /// attempt was made before (its outcome is on disk); sbatch did not run now.
         Fenced = 71 => "EXIT_FENCED",
+        /// The job folder belongs to another record of the same name (another store
+        /// sharing the results root): nothing of this record was sent or submitted.
+        Claimed = 72 => "EXIT_CLAIMED",
     }
 }
 
@@ -68,9 +71,12 @@ exit_statuses! {
 /// Check the datasets and the image, unpack the staged job folder from stdin, verify
 /// its checksums, claim the attempt's folder, `sbatch --parsable` (its answer kept in
 /// that folder): a steady-state submit in one round trip.
-pub(crate) const SUBMIT: Script = Script::new("submit", include_str!("submit.sh"))
-    .with_exits(SubmitExit::VARS)
-    .with_library(SQSH_LIBRARY, &[]);
+pub(crate) const SUBMIT: Script = Script::new(
+    "submit",
+    concat!(include_str!("claim.sh"), "\n", include_str!("submit.sh")),
+)
+.with_exits(SubmitExit::VARS)
+.with_library(SQSH_LIBRARY, &[]);
 
 /// `sqsh_whole FILE`: the squashfs magic and a size at least the superblock's.
 const SQSH_LIBRARY: &str = include_str!("sqsh.sh");
@@ -95,11 +101,20 @@ pub(crate) const POLL: Script = framed(Script::new("poll", include_str!("poll.sh
 
 /// Settle unknown submit outcomes: fence every attempt, read the answers they left,
 /// and list the user's own jobs carrying the names (squeue, sacct), framed.
-pub(crate) const SETTLE: Script = framed(Script::new("settle", include_str!("settle.sh")));
+pub(crate) const SETTLE: Script = framed(Script::new(
+    "settle",
+    concat!(include_str!("claim.sh"), "\n", include_str!("settle.sh")),
+));
 
 /// Remove the secrets sidecars of ended jobs; prints the names whose sidecar is gone.
-pub(crate) const FORGET_SECRETS: Script =
-    Script::new("forget-secrets", include_str!("forget_secrets.sh"));
+pub(crate) const FORGET_SECRETS: Script = Script::new(
+    "forget-secrets",
+    concat!(
+        include_str!("claim.sh"),
+        "\n",
+        include_str!("forget_secrets.sh")
+    ),
+);
 
 /// The last lines of several log files, concatenated.
 pub(crate) const TAIL_LOGS: Script = Script::new("tail-logs", include_str!("tail_logs.sh"));

@@ -1,10 +1,11 @@
 # shellcheck shell=bash
 # Settle submits whose outcome is unknown, in four framed parts: 0 the fence, 1 squeue,
 # 2 sacct, 3 the cluster's settings that say how far each listing can be trusted.
-# Standard input: one record a line, `FOLDER<TAB>NAME<TAB>ATTEMPTS[<TAB>IDS]` (the job
-# folder, the job name, how many sbatch attempts were counted, 0 for a record that
-# predates counting: no fence, the scheduler alone decides; IDS the SLURM ids seen of it
-# before, comma-separated, or `-`). $1 how long to wait in all for attempts still
+# Standard input: one record a line, `FOLDER<TAB>NAME<TAB>ATTEMPTS[<TAB>IDS[<TAB>OWNER]]`
+# (the job folder, the job name, how many sbatch attempts were counted, 0 for a record
+# that predates counting: no fence, the scheduler alone decides; IDS the SLURM ids seen
+# of it before, comma-separated, or `-`; OWNER the record's owner token, which claims
+# the folder: see claim_folder). $1 how long to wait in all for attempts still
 # running sbatch (seconds: one deadline for every record), $2 sacct's --starttime.
 #
 # Part 0, the fence, prints one line per record and attempt:
@@ -12,7 +13,9 @@
 #   NAME N done RC OUT ERR sbatch ran and exited RC; OUT and ERR its output in hex (- if empty)
 #   NAME N running AGE     sbatch may still be running (its attempt began AGE seconds ago)
 # then `NAME forgot` when every attempt is fenced (sbatch never ran: the secrets sidecar
-# is removed here and then).
+# is removed here and then). `NAME foreign` instead: the folder belongs to another
+# record of that name (none of this record's attempts can have run; its attempts'
+# folders, answers and secrets are the other record's and are left alone).
 # Parts 1 and 2 list the user's own jobs carrying any of the names, `ID|NAME` (an array
 # as its tasks and pending ranges, 123_4, 123_[5-9]), from squeue and from sacct; sacct
 # is asked by name and also by the ids known (IDS, and what the attempts printed: an
@@ -41,14 +44,15 @@ known_ids() {
 }
 # shellcheck disable=SC2317 # runs through `part`
 fence() {
-  local folder name attempts known n d deadline fenced_all
+  local folder name attempts known owner n d deadline fenced_all
   # One deadline for every record: a stuck attempt costs the wait once, not per record.
   deadline=$((SECONDS + wait))
-  while IFS=$'\t' read -r folder name attempts known; do
+  while IFS=$'\t' read -r folder name attempts known owner; do
     [ -n "$name" ] || continue
-    known_ids "${known:-}"
-    if ! [ "${attempts:-0}" -gt 0 ] 2>/dev/null; then continue; fi
+    if ! [ "${attempts:-0}" -gt 0 ] 2>/dev/null; then known_ids "${known:-}"; continue; fi
     mkdir -p -- "$folder" 2>/dev/null
+    if ! claim_folder "$folder" "${owner:-}"; then echo "$name foreign"; continue; fi
+    known_ids "${known:-}"
     fenced_all=1
     for ((n = 1; n <= attempts; n++)); do
       d=$folder/.sbatch-$n

@@ -150,6 +150,7 @@ fn submit_command(staged: &Staged, attempt: u32) -> Command {
         id.as_str().to_string(),
         attempt.to_string(),
         SBATCH_LIMIT.as_secs().to_string(),
+        staged.record.owner_token.clone().unwrap_or_default(),
     ];
     params.extend(staged.tail.iter().cloned());
     SUBMIT
@@ -198,6 +199,15 @@ async fn send(ctx: &Context<'_>, command: &Command) -> Answer {
         }
         // The attempt was made before (its answer is on disk) or fenced: settle.
         Some(SubmitExit::Fenced) => Answer::Unknown(stderr.trim().to_string()),
+        // Another record's folder: every attempt of this record checks the claim before
+        // anything else, so none reached it or sbatch.
+        Some(SubmitExit::Claimed) => Answer::NeverSent(Error::invalid(
+            "id",
+            format!(
+                "{}; submit the spec again (it gets a new id)",
+                stderr.trim()
+            ),
+        )),
         None => match parse_sbatch_parsable(&stdout, &stderr) {
             Ok(SbatchOutcome::Submitted {
                 job_id, cluster, ..
