@@ -270,6 +270,9 @@ impl Orchestrator {
                         latest.insert(first, record.id().clone());
                     }
                 }
+                WatchEvent::Dropped { id, reason } => {
+                    println!("{elapsed:>6.1}s  {id}  no longer watched: {reason}");
+                }
                 WatchEvent::Unanswered {
                     reason, retry_in, ..
                 } => {

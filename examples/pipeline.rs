@@ -110,6 +110,9 @@ async fn run() -> Result<ExitCode> {
                     *id = record.id().clone();
                 }
             }
+            WatchEvent::Dropped { id, reason } => {
+                println!("{id}: no longer watched: {reason}");
+            }
             WatchEvent::Unanswered {
                 reason, retry_in, ..
             } => {

@@ -149,6 +149,10 @@ async fn run() -> Result<ExitCode> {
                 let line = format!("{previous} failed on the cluster's side; retried as {id}");
                 (line, format!("{id} {}", record.state()))
             }
+            WatchEvent::Dropped { id: lost, reason } => (
+                format!("{lost} is no longer watched: {reason}"),
+                format!("{id}"),
+            ),
             WatchEvent::Unanswered {
                 reason, retry_in, ..
             } => {

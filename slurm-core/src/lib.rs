@@ -125,7 +125,8 @@ pub use render::{
 
 // The RecordStore seam: where records live.
 pub use record::{
-    FileRecordStore, Mark, MemoryRecordStore, RecordFilter, RecordStore, SubmitLease, TaskMark,
+    FileRecordStore, Listing, Mark, MemoryRecordStore, RecordFilter, RecordStore, SubmitLease,
+    TaskMark,
 };
 
 // The two backends and their configurations.

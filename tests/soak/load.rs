@@ -87,6 +87,9 @@ async fn follow(
                     }
                 }
                 Ok(WatchEvent::Retried { .. } | WatchEvent::Unanswered { .. }) => {}
+                Ok(WatchEvent::Dropped { id, reason }) => {
+                    log.ended_with.push(format!("{id} dropped: {reason}"))
+                }
                 Err(error) => log.ended_with.push(format!("{:?}: {error}", error.kind())),
             }
         }

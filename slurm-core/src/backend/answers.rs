@@ -114,6 +114,14 @@ pub enum WatchEvent {
         /// The new record, linked by `retry_of`.
         record: Box<JobRecord>,
     },
+    /// A watched job the watch no longer follows: its record cannot be read any more
+    /// (corrupt, or written by a newer slurm-run). The other jobs are still watched.
+    Dropped {
+        /// The job.
+        id: JobId,
+        /// Why its record cannot be read.
+        reason: String,
+    },
     /// A poll could not ask the scheduler (the controller or its database did not
     /// answer, the connection failed): no job changed, and the watch asks again after
     /// `retry_in` (the pause doubles with each such poll, up to the watch's maximum).

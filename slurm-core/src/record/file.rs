@@ -13,7 +13,8 @@
 //! record is linked into place without replacing anything (create-exclusive).
 //!
 //! `get` keeps what it read with the identity of the file it came from, so an unchanged
-//! record is not read and parsed again (see `read_cache.rs`); `list` reads every file.
+//! record is not read and parsed again (see `read_cache.rs`); `list` does the same for
+//! every file, and `list_readable` leaves out (and names) the files it cannot read.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
@@ -22,7 +23,7 @@ use std::sync::Arc;
 
 use super::read_cache::{FileIdentity, ReadCache};
 use crate::record::{
-    JobId, JobRecord, Mark, RecordFilter, RecordStore, SubmitLease, SCHEMA_VERSION,
+    JobId, JobRecord, Listing, Mark, RecordFilter, RecordStore, SubmitLease, SCHEMA_VERSION,
 };
 use crate::redact::SecretRegistry;
 use crate::{Error, Result};
@@ -257,18 +258,29 @@ impl RecordStore for FileRecordStore {
     }
 
     fn list(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
-        let mut out = Vec::new();
+        let mut listing = self.list_readable(filter)?;
+        match listing.unreadable.is_empty() {
+            true => Ok(listing.records),
+            false => Err(listing.unreadable.remove(0)),
+        }
+    }
+
+    fn list_readable(&self, filter: &RecordFilter) -> Result<Listing> {
+        let mut listing = Listing::default();
         for id in self.ids()? {
-            match self.read(&id) {
-                Ok((r, _)) if filter.matches(&r) => out.push(r),
+            // An unchanged file is not read again (a stat instead, as `get`).
+            match self.read_kept(&id) {
+                Ok(r) if filter.matches(&r) => listing.records.push(r),
                 Ok(_) => {}
                 // Removed between listing and reading.
                 Err(Error::NotFound(_)) => {}
-                Err(e) => return Err(e),
+                Err(e) => listing.unreadable.push(e),
             }
         }
-        out.sort_by(|a, b| (a.submitted_at, &a.id).cmp(&(b.submitted_at, &b.id)));
-        Ok(out)
+        listing
+            .records
+            .sort_by(|a, b| (a.submitted_at, &a.id).cmp(&(b.submitted_at, &b.id)));
+        Ok(listing)
     }
 
     fn submit_lease(&self, id: &JobId) -> Result<SubmitLease> {

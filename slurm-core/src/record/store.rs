@@ -39,6 +39,18 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
     /// The records passing `filter`, oldest first.
     fn list(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>>;
 
+    /// The records passing `filter` that can be read, oldest first, and apart the
+    /// errors of those that cannot (a corrupt file, a schema newer than this
+    /// slurm-run): the listing the backends' own steps use, so that one unreadable
+    /// record costs only itself. The default lists with [`RecordStore::list`] (a store
+    /// whose records are always readable).
+    fn list_readable(&self, filter: &RecordFilter) -> Result<Listing> {
+        Ok(Listing {
+            records: self.list(filter)?,
+            unreadable: Vec::new(),
+        })
+    }
+
     /// Mark a submit of `id` as in progress for as long as the returned lease lives
     /// (taken before the record is opened, dropped when the submit returns or its
     /// process dies), so that [`RecordStore::submit_in_progress`] tells others not to
@@ -56,6 +68,36 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
         let _ = id;
         Ok(None)
     }
+}
+
+/// What [`RecordStore::list_readable`] read.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// The records read, oldest first.
+    pub records: Vec<JobRecord>,
+    /// Why each record that could not be read could not (one error per record).
+    pub unreadable: Vec<Error>,
+}
+
+impl Listing {
+    /// The records read; each unreadable one is reported (a warning naming its file)
+    /// and left out.
+    pub(crate) fn reported(self, purpose: &str) -> Vec<JobRecord> {
+        for error in &self.unreadable {
+            tracing::warn!(%error, purpose, "a record could not be read; left out");
+        }
+        self.records
+    }
+}
+
+/// The readable records of `store` passing `filter`, for `purpose` (a step of a
+/// backend's own): each unreadable record is reported and left out.
+pub(crate) fn list_readable(
+    store: &dyn RecordStore,
+    filter: &RecordFilter,
+    purpose: &str,
+) -> Result<Vec<JobRecord>> {
+    Ok(store.list_readable(filter)?.reported(purpose))
 }
 
 /// A held submit lease (see [`RecordStore::submit_lease`]); released on drop.

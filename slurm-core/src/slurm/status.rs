@@ -31,7 +31,7 @@ use super::probe::conclude;
 use super::reconcile::{settle_left, SETTLE_AFTER};
 use super::sidecars::{forget, forget_commands, forgotten, note_forgotten};
 use crate::backend::{JobStatus, NativeStatus};
-use crate::dependency::latest_attempts;
+use crate::dependency::Attempts;
 use crate::record::{JobId, JobRecord};
 use crate::Result;
 
@@ -62,7 +62,17 @@ pub(super) async fn status_settling(
             parent_ids.extend(record.after.iter().map(|d| d.job.clone()));
         }
     }
-    let parents = latest_attempts(store, &parent_ids).unwrap_or_default();
+    // The store is listed once per poll, and only when a dependant waits: every
+    // dependant's parents are resolved in that one listing (steps 2 and 7).
+    let waits = records
+        .iter()
+        .any(|r| !r.state.is_terminal() && !r.after.is_empty());
+    let mut attempts = if waits {
+        Attempts::read(store)?
+    } else {
+        Attempts::default()
+    };
+    let parents = attempts.latest(&parent_ids).unwrap_or_default();
     let ended_before: HashSet<JobId> = parents
         .values()
         .filter(|p| p.state.is_terminal())
@@ -118,9 +128,12 @@ pub(super) async fn status_settling(
             status.record = record;
         }
     }
+    for status in &statuses {
+        attempts.refresh(&status.record);
+    }
     statuses.truncate(ids.len());
 
-    // 7. Dependants.
+    // 7. Dependants, their parents as this poll left them.
     let mut follow = Vec::new();
     let mut ended = Vec::new();
     for status in statuses.iter_mut() {
@@ -128,7 +141,7 @@ pub(super) async fn status_settling(
         if record.state.is_terminal() || record.after.is_empty() {
             continue;
         }
-        match next_step(ctx, record, &ended_before)? {
+        match next_step(ctx, record, &attempts, &ended_before)? {
             DependantStep::Ended { record, job } => {
                 cancels.extend(job);
                 status.record = *record;
@@ -139,7 +152,7 @@ pub(super) async fn status_settling(
         }
     }
     if !follow.is_empty() {
-        follow_retries(ctx, &follow).await?;
+        follow_retries(ctx, &follow, &attempts).await?;
     }
 
     // 8. Cancels.

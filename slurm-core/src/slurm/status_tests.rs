@@ -329,3 +329,227 @@ async fn a_watch_reports_each_poll_that_could_not_ask_and_goes_on() {
         Some(crate::backend::WatchEvent::Transition { status, .. }) if status.state() == JobState::Complete
     ));
 }
+
+/// A record store that counts its listings (each reads every record).
+#[derive(Debug, Default)]
+struct CountingStore {
+    inner: crate::record::MemoryRecordStore,
+    listings: std::sync::atomic::AtomicUsize,
+}
+
+impl crate::record::RecordStore for CountingStore {
+    fn open(&self, record: &crate::record::JobRecord) -> crate::Result<()> {
+        self.inner.open(record)
+    }
+    fn get(&self, id: &crate::record::JobId) -> crate::Result<crate::record::JobRecord> {
+        self.inner.get(id)
+    }
+    fn mark(
+        &self,
+        id: &crate::record::JobId,
+        mark: crate::record::Mark,
+    ) -> crate::Result<crate::record::JobRecord> {
+        self.inner.mark(id, mark)
+    }
+    fn update(
+        &self,
+        id: &crate::record::JobId,
+        change: &mut dyn FnMut(&mut crate::record::JobRecord) -> crate::Result<()>,
+    ) -> crate::Result<crate::record::JobRecord> {
+        self.inner.update(id, change)
+    }
+    fn list(
+        &self,
+        filter: &crate::record::RecordFilter,
+    ) -> crate::Result<Vec<crate::record::JobRecord>> {
+        self.listings
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.list(filter)
+    }
+    fn submit_lease(&self, id: &crate::record::JobId) -> crate::Result<crate::record::SubmitLease> {
+        self.inner.submit_lease(id)
+    }
+    fn submit_in_progress(&self, id: &crate::record::JobId) -> crate::Result<Option<bool>> {
+        self.inner.submit_in_progress(id)
+    }
+}
+
+/// Open `name` in `store` as accepted (`native`, PENDING), after `after`.
+fn open_accepted<S: crate::record::RecordStore>(
+    store: &S,
+    name: &str,
+    native: &str,
+    after: &[&crate::record::JobId],
+) -> crate::record::JobId {
+    use crate::record::{Mark, TransitionSource};
+    let mut spec = crate::spec::JobSpec::new(name, "true");
+    spec.after = after
+        .iter()
+        .map(|id| crate::dependency::Dependency::ok((*id).clone()))
+        .collect();
+    let id = crate::record::JobId::mint_for(&spec);
+    let dir = crate::storage::RemotePath::parse("/shared/results")
+        .unwrap()
+        .join(id.as_str())
+        .unwrap();
+    store
+        .open(&crate::record::JobRecord::new(id.clone(), &spec, dir).unwrap())
+        .unwrap();
+    store
+        .mark(
+            &id,
+            Mark::new(JobState::Pending, TransitionSource::Agent)
+                .backend_ref(BackendRef::new(native)),
+        )
+        .unwrap();
+    id
+}
+
+/// A poll that answers every job PENDING (squeue rows for ids 11..=20).
+fn all_pending() -> MockRemote {
+    let mut remote = MockRemote::new();
+    remote.expect_run().withf(is_poll).returning(|_| {
+        let rows: String = (11..=20)
+            .map(|n| format!("O {n}|PENDING|Dependency|(null)|x\n"))
+            .collect();
+        Ok(output(
+            0,
+            &format!("@@begin 0\n{rows}@@end 0 0\n@@begin 1\n@@end 1 0\n"),
+            "",
+        ))
+    });
+    remote
+}
+
+#[tokio::test]
+async fn a_poll_of_many_dependants_reads_the_store_once() {
+    // Defect 7: each dependant listed the whole store again on every poll: 1,000 probed
+    // jobs in a 100k-record store were about 10^8 file reads a cycle.
+    let config = crate::slurm::SlurmConfig::builder()
+        .with_partition("gpu")
+        .with_results_root("/shared/results")
+        .with_state_dir("/nonexistent")
+        .build()
+        .unwrap();
+    let backend = crate::slurm::SlurmBackend::new(
+        all_pending(),
+        FakeRenderer::names(),
+        CountingStore::default(),
+        config,
+    );
+    seed_preflight(&backend, vec!["n1".into()]);
+    let parent = open_accepted(backend.store(), "parent", "11", &[]);
+    let dependants: Vec<_> = (12..=16)
+        .map(|n| {
+            open_accepted(
+                backend.store(),
+                &format!("child{n}"),
+                &n.to_string(),
+                &[&parent],
+            )
+        })
+        .collect();
+    backend
+        .store()
+        .listings
+        .store(0, std::sync::atomic::Ordering::SeqCst);
+    let statuses = backend.status_many(&dependants).await.unwrap();
+    assert!(statuses.iter().all(|s| s.state() == JobState::Pending));
+    let listings = backend
+        .store()
+        .listings
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        listings <= 1,
+        "{listings} listings of the store for one poll"
+    );
+}
+
+#[tokio::test]
+async fn one_unreadable_record_breaks_no_poll_of_the_others() {
+    // Defect 7: a listing returned the first corrupt record's error (a schema newer
+    // than this slurm-run, when a newer one shares the folder), so the status of every
+    // job behind a parent failed.
+    let state = tempfile::tempdir().unwrap();
+    let store = crate::record::FileRecordStore::new(state.path()).unwrap();
+    let config = crate::slurm::SlurmConfig::builder()
+        .with_partition("gpu")
+        .with_results_root("/shared/results")
+        .with_state_dir("/nonexistent")
+        .build()
+        .unwrap();
+    let backend =
+        crate::slurm::SlurmBackend::new(all_pending(), FakeRenderer::names(), store, config);
+    seed_preflight(&backend, vec!["n1".into()]);
+    let parent = open_accepted(backend.store(), "parent", "11", &[]);
+    let child = open_accepted(backend.store(), "child", "12", &[&parent]);
+    std::fs::write(
+        state.path().join("newer-0123456789abcdef.json"),
+        br#"{"schema_version": 99}"#,
+    )
+    .unwrap();
+    let status = backend.status(&child).await.unwrap();
+    assert_eq!(status.state(), JobState::Pending);
+}
+
+#[tokio::test]
+async fn a_watch_goes_on_when_one_watched_record_becomes_unreadable() {
+    // Defect 7: a watch of many jobs ended (its last item an error) because one watched
+    // record could not be read any more; it says which and follows the others.
+    let state = tempfile::tempdir().unwrap();
+    let store = crate::record::FileRecordStore::new(state.path()).unwrap();
+    let config = crate::slurm::SlurmConfig::builder()
+        .with_partition("gpu")
+        .with_results_root("/shared/results")
+        .with_state_dir("/nonexistent")
+        .build()
+        .unwrap();
+    let folder = state.path().to_path_buf();
+    let broken = std::sync::Arc::new(std::sync::Mutex::new(None::<crate::record::JobId>));
+    let to_break = std::sync::Arc::clone(&broken);
+    let polls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut remote = MockRemote::new();
+    remote.expect_run().withf(is_poll).returning(move |_| {
+        let n = polls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n == 0 {
+            // While the first poll runs, one watched record is overwritten by garbage.
+            let id = to_break.lock().unwrap().clone().unwrap();
+            std::fs::write(folder.join(format!("{id}.json")), b"{ not json").unwrap();
+        }
+        let second = if n == 0 { "RUNNING|None|n1" } else { "COMPLETED|None|n1" };
+        Ok(output(
+            0,
+            &format!(
+                "@@begin 0\nO 11|{second}|a\nO 12|RUNNING|None|n1|b\n@@end 0 0\n@@begin 1\n{}@@end 1 0\n",
+                if n == 0 { String::new() } else { "O 11|11|COMPLETED|0:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:00:02|n1|a\n".to_string() }
+            ),
+            "",
+        ))
+    });
+    let backend = crate::slurm::SlurmBackend::new(remote, FakeRenderer::names(), store, config);
+    seed_preflight(&backend, vec!["n1".into()]);
+    let kept = open_accepted(backend.store(), "kept", "11", &[]);
+    let lost = open_accepted(backend.store(), "lost", "12", &[]);
+    *broken.lock().unwrap() = Some(lost.clone());
+    let options = crate::backend::WatchOptions {
+        interval: std::time::Duration::from_millis(5),
+        ..Default::default()
+    };
+    let events: Vec<crate::Result<crate::backend::WatchEvent>> =
+        futures::StreamExt::collect::<Vec<_>>(
+            backend.watch(&[kept.clone(), lost.clone()], options),
+        )
+        .await;
+    assert!(events.iter().all(|e| e.is_ok()), "{events:?}");
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            Ok(crate::backend::WatchEvent::Dropped { id, .. }) if id == &lost
+        )),
+        "{events:?}"
+    );
+    assert!(events.iter().any(|e| matches!(
+        e,
+        Ok(crate::backend::WatchEvent::Transition { status, .. }) if status.id() == &kept && status.state() == JobState::Complete
+    )), "{events:?}");
+}
