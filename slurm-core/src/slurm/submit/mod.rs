@@ -1,7 +1,9 @@
 //! Submit exactly once. The flow, in order:
 //! 1. **Request**: the spec (with the submit's `after`) validated, its secrets read by
 //!    the one rule, the record it retries (a retry already made elsewhere is followed),
-//!    its parents checked (each accepted by the scheduler, able to meet its condition).
+//!    its parents polled when their records say they run (one round trip: a record can
+//!    be stale), then checked (each accepted by the scheduler, able to meet its
+//!    condition, still known to it).
 //! 2. **Plan** ([`SubmitPlan`], pure, computed once): partitions, resources, the image
 //!    and its conversion, the array, the nodes to avoid; preflight once per backend
 //!    before it, the conversion's gate after it (before anything is queued).
@@ -43,7 +45,7 @@ use super::sidecars::forget;
 use super::status::status_many;
 use super::SlurmSubmitOptions;
 use crate::backend::SubmitOptions;
-use crate::dependency::{check_before_submit, Dependency};
+use crate::dependency::{check_before_submit, Attempts, Dependency};
 use crate::nccl::ProbeOptions;
 use crate::record::{JobRecord, Mark, TransitionSource};
 use crate::redact::SecretRegistry;
@@ -69,6 +71,7 @@ pub(super) async fn submit(
         Prior::Followed(winner) => return Ok(*winner),
         other => other.previous().cloned(),
     };
+    refresh_parents(ctx, &spec.after).await?;
     let mut waiting = check_before_submit(ctx.store(), &spec.after)?;
 
     // 2. Plan.
@@ -115,6 +118,42 @@ pub(super) async fn submit(
         drop_probe(ctx, probe).await;
     }
     submitted.map_err(Sent::into_error)
+}
+
+/// Poll the latest attempts of the parents in `after` that the scheduler accepted and
+/// that have not ended by their records, so the check that follows (and the
+/// `--dependency` sbatch gets) reads them as the scheduler has them now: a record last
+/// polled long ago may say RUNNING for a job that ended and was purged, whose id sbatch
+/// then refuses. A parent the scheduler no longer knows at all is an error naming it.
+async fn refresh_parents(ctx: &Context<'_>, after: &[Dependency]) -> Result<()> {
+    if after.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<_> = after.iter().map(|d| d.job.clone()).collect();
+    let latest = Attempts::read(ctx.store())?.latest(&ids)?;
+    let mut live: Vec<_> = latest
+        .values()
+        .filter(|p| !p.state.is_terminal() && p.backend_ref.is_some())
+        .map(|p| p.id.clone())
+        .collect();
+    live.sort();
+    live.dedup();
+    if live.is_empty() {
+        return Ok(());
+    }
+    for status in status_many(ctx, &live).await? {
+        if status.state() == crate::state::JobState::Unknown {
+            return Err(crate::Error::invalid(
+                "after",
+                format!(
+                    "the scheduler no longer knows SLURM job {} of parent {} (squeue, sacct and scontrol have no trace: it ended long ago and was purged, or its accounting is off); submit without that dependency, or after a parent the scheduler knows",
+                    status.native_id().unwrap_or("?"),
+                    status.id()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// How a submit of a plan failed.

@@ -704,3 +704,108 @@ fn oversubscribe_with_whole_nodes_is_refused_before_anything_is_sent() {
     shared.extra_sbatch = vec!["--oversubscribe".into()];
     plan_of(shared, None).unwrap();
 }
+
+/// A parent record the scheduler accepted as `native`, left in `state`.
+fn accepted_parent(backend: &TestBackend, native: &str, state: JobState) -> crate::record::JobId {
+    use crate::record::{Mark, TransitionSource};
+    let parent = crate::record::JobRecord::new(
+        crate::record::JobId::mint("parent"),
+        &JobSpec::new("parent", "true"),
+        RemotePath::parse("/shared/results/parent").unwrap(),
+    )
+    .unwrap();
+    backend.store().open(&parent).unwrap();
+    backend
+        .store()
+        .mark(
+            &parent.id,
+            Mark::new(JobState::Pending, TransitionSource::Agent)
+                .backend_ref(BackendRef::new(native)),
+        )
+        .unwrap();
+    backend
+        .store()
+        .mark(&parent.id, Mark::new(state, TransitionSource::Poll))
+        .unwrap();
+    parent.id
+}
+
+#[tokio::test]
+async fn a_submit_reads_its_parents_afresh_before_it_names_them_to_sbatch() {
+    // Defect 11: a submit trusted the parent's record (RUNNING, last polled long ago);
+    // the parent had ended and been purged, so sbatch refused `--dependency` and the
+    // dependant ended ERROR without a useful word. The parents are polled first.
+    let dir = tempfile::tempdir().unwrap();
+    let scripts: Scripts = Default::default();
+    let staged = std::sync::Arc::clone(&scripts);
+    let mut remote = MockRemote::new();
+    remote.expect_run().withf(is_poll).returning(|_| {
+        Ok(output(
+            0,
+            "@@begin 0\n@@end 0 0\n@@begin 1\nO 11|11|COMPLETED|0:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:00:02|n1|parent\n@@end 1 0\n",
+            "",
+        ))
+    });
+    remote.expect_run().withf(is_submit).returning(move |c| {
+        staged.lock().unwrap().push((c.label(), staged_script(c)));
+        Ok(output(0, "12\n", ""))
+    });
+    let backend = prepared_backend(remote, FakeRenderer::with_env(), dir.path());
+    let parent = accepted_parent(&backend, "11", JobState::Running);
+    let options = SubmitOptions {
+        after: vec![crate::dependency::Dependency::ok(parent.clone())],
+        ..SubmitOptions::default()
+    };
+    let record = backend
+        .submit(&JobSpec::new("child", "true"), options)
+        .await
+        .unwrap();
+    assert_eq!(record.state, JobState::Pending);
+    assert_eq!(
+        backend.store().get(&parent).unwrap().state,
+        JobState::Complete
+    );
+    let scripts = scripts.lock().unwrap();
+    assert!(!scripts[0].1.contains("--dependency"), "{}", scripts[0].1);
+}
+
+#[tokio::test]
+async fn a_parent_the_scheduler_no_longer_knows_is_named_in_the_error() {
+    // Defect 11: the same, without accounting to say how the parent ended.
+    let mut remote = MockRemote::new();
+    remote.expect_run().withf(is_poll).returning(|_| {
+        Ok(output(
+            0,
+            "@@begin 0\n@@end 0 0\n@@begin 1\n@@end 1 0\n",
+            "",
+        ))
+    });
+    remote
+        .expect_run()
+        .withf(|c| {
+            c.label().starts_with("round trip of") && c.get_args().iter().any(|a| a == "scontrol")
+        })
+        .returning(|_| {
+            Ok(output(
+                0,
+                "@@begin 0\nE slurm_load_jobs error: Invalid job id specified\n@@end 0 1\n",
+                "",
+            ))
+        });
+    let backend = backend(remote);
+    let parent = accepted_parent(&backend, "11", JobState::Running);
+    let options = SubmitOptions {
+        after: vec![crate::dependency::Dependency::ok(parent.clone())],
+        ..SubmitOptions::default()
+    };
+    let error = backend
+        .submit(&JobSpec::new("child", "true"), options)
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Invalid, "{error}");
+    let text = error.to_string();
+    assert!(
+        text.contains(parent.as_str()) && text.contains("no longer knows"),
+        "{text}"
+    );
+}
