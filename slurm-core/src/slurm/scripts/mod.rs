@@ -39,14 +39,9 @@ exit_statuses! {
         JobFailed = 70 => "EXIT_JOB_FAILED",
         /// enroot is not on PATH on the conversion node.
         NoEnroot = 71 => "EXIT_NO_ENROOT",
-        /// enroot said why it failed (an `[ERROR]` line), or the file could not be placed.
+        /// enroot failed (its lines on stderr say how: the caller reads them), or the
+        /// file could not be placed.
         ConvertFailed = 72 => "EXIT_CONVERT_FAILED",
-        /// enroot failed silently after authenticating with credentials from the file:
-        /// the registry refused them (a wrong password) or could not be reached.
-        RegistryRefused = 73 => "EXIT_REGISTRY_REFUSED",
-        /// enroot failed silently as `<anonymous>`: no credentials for the registry were
-        /// found, and the registry refused an anonymous pull or could not be reached.
-        AnonymousRefused = 74 => "EXIT_ANONYMOUS_REFUSED",
         /// The result is not a whole squashfs image.
         NotAnImage = 75 => "EXIT_NOT_AN_IMAGE",
     }
