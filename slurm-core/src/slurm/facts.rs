@@ -37,6 +37,9 @@ pub(super) struct Facts {
     /// Registries (their credential machines) and conversion partition whose
     /// conversion checks passed (the submit gate of a conversion).
     pub(super) conversion_ready: HashSet<String>,
+    /// Converted images (`.sqsh` paths) seen whole, by a check or a conversion job that
+    /// completed (the submit script checks them again before sbatch).
+    pub(super) sqsh_present: HashSet<String>,
 }
 
 /// [`Facts`] shared by the clones of one backend (a lock held only to read or write,
@@ -111,6 +114,11 @@ impl ClusterFacts {
     /// The cluster's name, when learnt.
     pub(super) fn cluster_name(&self) -> Option<String> {
         self.read(|facts| facts.cluster_name.clone())
+    }
+
+    /// Whether the image at `path` was seen whole.
+    pub(super) fn sqsh_present(&self, path: &str) -> bool {
+        self.read(|facts| facts.sqsh_present.contains(path))
     }
 
     /// Whether the conversion checks of `key` passed before.

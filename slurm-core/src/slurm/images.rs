@@ -2,7 +2,9 @@
 //! registry image converted once on the CPU partition (never on the GPU allocation) and
 //! reused, a `:latest` converted again only on request; never a fall back to pulling the
 //! registry image inside the job. Before anything is queued, the gate checks what a
-//! conversion needs: enroot, credentials for the registry, the conversion partition.
+//! conversion needs: enroot, credentials for the registry, the conversion partition. A
+//! submit queues the conversion as a job of its own ([`conversion`](super::conversion));
+//! `stage_image` converts and waits; both read a failure by what enroot said.
 
 use std::time::Duration;
 
@@ -139,12 +141,34 @@ pub(crate) fn container_image(
     Ok(Some(planned))
 }
 
+/// Whether a registry image must be converted before its job can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ImageNeed {
+    /// A whole `.sqsh` is there and need not be made again.
+    Present,
+    /// It must be converted first (missing, or a `:latest` asked anew).
+    Convert,
+}
+
 /// The submit gate of a conversion, before anything is queued: a whole `.sqsh` that
-/// need not be made again passes; otherwise enroot must be on PATH (the conversion
-/// step inherits the login environment), credentials for the image's registry must
-/// be installed, and the conversion partition must exist and be up. One round trip;
-/// a pass of the conversion checks is remembered per registry.
-pub(crate) async fn gate_conversion(ctx: &Context<'_>, conversion: &Conversion) -> Result<()> {
+/// need not be made again passes ([`ImageNeed::Present`]); otherwise enroot must be on
+/// PATH (the conversion step inherits the login environment), credentials for the
+/// image's registry must be installed, and the conversion partition must exist and be
+/// up ([`ImageNeed::Convert`]). One round trip (none for an image seen whole before); a
+/// pass of the conversion checks is remembered per registry, and then only the image
+/// is checked.
+pub(crate) async fn gate_conversion(
+    ctx: &Context<'_>,
+    conversion: &Conversion,
+) -> Result<ImageNeed> {
+    if !conversion.force && ctx.facts().sqsh_present(&conversion.path) {
+        return Ok(ImageNeed::Present);
+    }
+    let present = |ctx: &Context<'_>| {
+        ctx.facts()
+            .change(|facts| facts.sqsh_present.insert(conversion.path.clone()));
+        ImageNeed::Present
+    };
     let machines = match conversion.image.registry() {
         Some(registry) => credential_machines(registry)?,
         // Docker Hub: anonymous pulls need no credentials.
@@ -153,7 +177,19 @@ pub(crate) async fn gate_conversion(ctx: &Context<'_>, conversion: &Conversion) 
     let partition = &ctx.config().convert_partition;
     let key = format!("{} @ {partition}", machines.join(" "));
     if ctx.facts().conversion_ready(&key) {
-        return Ok(());
+        if conversion.force {
+            return Ok(ImageNeed::Convert);
+        }
+        let whole = ctx
+            .transport()
+            .run(&CHECK_SQSH.command([conversion.path.clone()]))
+            .await?
+            .success();
+        return Ok(if whole {
+            present(ctx)
+        } else {
+            ImageNeed::Convert
+        });
     }
     let commands = [
         CHECK_SQSH.command([conversion.path.clone()]),
@@ -165,7 +201,7 @@ pub(crate) async fn gate_conversion(ctx: &Context<'_>, conversion: &Conversion) 
         .try_into()
         .map_err(|_| Error::parse("image gate", "three answers expected"))?;
     if sqsh.success() && !conversion.force {
-        return Ok(());
+        return Ok(present(ctx));
     }
     if enroot.stdout_text().lines().any(|l| l == "enroot") {
         return Err(Error::Preflight {
@@ -206,7 +242,7 @@ pub(crate) async fn gate_conversion(ctx: &Context<'_>, conversion: &Conversion) 
     }
     ctx.facts()
         .change(|facts| facts.conversion_ready.insert(key));
-    Ok(())
+    Ok(ImageNeed::Convert)
 }
 
 /// Convert once on the CPU partition (the script holds a lock per image: a submit
@@ -311,7 +347,17 @@ pub(crate) fn conversion_failure(
             format!("converting {image} produced no whole squashfs image"),
             "check the disk of the results root (df) and convert again".to_string(),
         ),
-        _ if said(&["no space left on device", "disk quota exceeded", "enroot-mksquashovlfs", "mksquashfs", "failed to write", "write failed", "read-only file system"]) => (
+        _ if said(&["slurm-run-no-enroot"]) => (
+            CheckKind::Containers,
+            format!("enroot is not on PATH on the conversion node of partition {partition}"),
+            "install enroot on the conversion partition's nodes, or set SLURM_CONVERT_PARTITION to one that has it".to_string(),
+        ),
+        _ if said(&["slurm-run-conversion: not-an-image"]) => (
+            CheckKind::Containers,
+            format!("converting {image} produced no whole squashfs image"),
+            "check the disk of the results root (df) and convert again".to_string(),
+        ),
+        _ if said(&["no space left on device", "disk quota exceeded", "no-images-folder", "enroot-mksquashovlfs", "mksquashfs", "failed to write", "write failed", "read-only file system"]) => (
             CheckKind::Containers,
             format!("making the squashfs image of {image} failed (squashfs or the disk: see enroot's lines)"),
             "free space on the results root (or the node's temporary folder, ENROOT_TEMP_PATH) and submit again".to_string(),

@@ -34,6 +34,7 @@ mod cancel;
 mod commands;
 mod config;
 mod context;
+mod conversion;
 mod credentials;
 mod dependants;
 mod facts;
@@ -56,6 +57,8 @@ mod submit;
 
 #[cfg(test)]
 mod cancel_tests;
+#[cfg(test)]
+mod conversion_tests;
 #[cfg(test)]
 mod credentials_tests;
 #[cfg(test)]

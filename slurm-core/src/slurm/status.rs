@@ -10,8 +10,9 @@
 //!    and the removal of the secrets of jobs ending now (and of ended ones whose removal
 //!    failed before; an array's once the array has ended), in one more round trip.
 //! 5. **Record** the marks.
-//! 6. **Probes**: the verdicts of NCCL probes that ended ([`probe`](super::probe)); a
-//!    failed one ends the jobs waiting for it.
+//! 6. **Probes and conversions**: the verdicts of NCCL probes that ended
+//!    ([`probe`](super::probe)), and the ends of image conversions
+//!    ([`conversion`](super::conversion)); a failed one ends the jobs waiting for it.
 //! 7. **Dependants**: a dependant whose parent can never meet its condition, and whose
 //!    parent's end was known before this poll (one poll of grace for a retry), ends
 //!    ERROR; one whose parent was retried follows the retry
@@ -24,6 +25,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use super::context::Context;
+use super::conversion::conclude as conclude_conversions;
 use super::dependants::{follow_retries, next_step, DependantStep};
 use super::job::scancel_quietly;
 use super::poll::observe_jobs;
@@ -123,8 +125,14 @@ pub(super) async fn status_settling(
         .collect();
     let mut concluded = conclude(ctx, &candidates, &natives).await;
     cancels.append(&mut concluded.cancels);
+    // Image conversions that ended: a failed one ends the jobs waiting for it.
+    let mut converted = conclude_conversions(ctx, &candidates).await;
+    cancels.append(&mut converted.cancels);
     for status in statuses.iter_mut() {
         if let Some(record) = concluded.ended.remove(&status.record.id) {
+            status.record = record;
+        }
+        if let Some(record) = converted.ended.remove(&status.record.id) {
             status.record = record;
         }
     }

@@ -82,6 +82,12 @@ pub(crate) const CONVERT_IMAGE: Script =
         .with_exits(ConvertExit::VARS)
         .with_library(SQSH_LIBRARY, &[]);
 
+/// The command of a conversion job (on the CPU partition; the GPU job waits for it):
+/// convert a registry image to a `.sqsh`, once per image at a time. Not run on the login
+/// node: its [`full_text`](Script::full_text) is the job's `command`.
+pub(crate) const CONVERT_JOB: Script =
+    Script::new("convert-job", include_str!("convert_job.sh")).with_library(SQSH_LIBRARY, &[]);
+
 /// Whether a `.sqsh` is a whole squashfs image.
 pub(crate) const CHECK_SQSH: Script = Script::new("check-sqsh", include_str!("check_sqsh.sh"))
     .with_exits(CheckSqshExit::VARS)
@@ -140,10 +146,11 @@ pub(crate) const MISSING_PATHS: Script =
 
 /// Every script of the SLURM backend.
 #[cfg(any(test, feature = "testing"))]
-pub(crate) fn all() -> [Script; 14] {
+pub(crate) fn all() -> [Script; 15] {
     [
         SUBMIT,
         CONVERT_IMAGE,
+        CONVERT_JOB,
         CHECK_SQSH,
         CREDENTIALS,
         POLL,

@@ -6,7 +6,9 @@
 //!    condition, still known to it).
 //! 2. **Plan** ([`SubmitPlan`], pure, computed once): partitions, resources, the image
 //!    and its conversion, the array, the nodes to avoid; preflight once per backend
-//!    before it, the conversion's gate after it (before anything is queued).
+//!    before it, the conversion's gate after it (before anything is queued), and for a
+//!    cold image its conversion job queued first (one in flight shared), which the job
+//!    waits for on the scheduler ([`conversion`](super::conversion)).
 //! 3. **NCCL**: the plan's need (see [`probe`](super::probe)): cached knobs, or a probe
 //!    in flight to wait for, or a new probe, which this flow queues first; the job's
 //!    `--dependency` from its parents still running and the probe.
@@ -36,8 +38,9 @@ use self::plan::{resources_of, SubmitPlan};
 use self::script::render;
 use self::stage::stage;
 use super::context::Context;
+use super::conversion::{conversion_job_spec, in_flight};
 use super::dependants::dependency_option;
-use super::images::gate_conversion;
+use super::images::{gate_conversion, ImageNeed};
 use super::job::{scancel_quietly, slurm_job};
 use super::preflight::ensure_ready;
 use super::probe::{self, NcclNeed};
@@ -84,8 +87,14 @@ pub(super) async fn submit(
         ctx.config(),
         ctx.facts(),
     )?;
-    if let Some(conversion) = plan.conversion() {
-        gate_conversion(ctx, conversion).await?;
+    // A cold image: its conversion is queued first, as a job of its own the job waits
+    // for (this submit never waits on the CPU partition's queue).
+    if let Some(job) = conversion_needed(ctx, &plan).await? {
+        waiting.extend(check_before_submit(
+            ctx.store(),
+            &[Dependency::ok(job.id.clone())],
+        )?);
+        plan.conversion_job = Some(job);
     }
 
     // 3. NCCL: the cluster's knobs, or a probe the job waits for (on the scheduler:
@@ -275,9 +284,11 @@ pub(super) async fn submit_probe(
     let probe_spec = probe::probe_job_spec(ctx, spec, resources, options)?;
     probe_spec.validate()?;
     let root = ensure_ready(ctx, &probe_spec).await?;
-    let plan = SubmitPlan::new(probe_spec, root, None, false, ctx.config(), ctx.facts())?;
-    if let Some(conversion) = plan.conversion() {
-        gate_conversion(ctx, conversion).await?;
+    let mut plan = SubmitPlan::new(probe_spec, root, None, false, ctx.config(), ctx.facts())?;
+    if let Some(job) = conversion_needed(ctx, &plan).await? {
+        let waiting = check_before_submit(ctx.store(), &[Dependency::ok(job.id.clone())])?;
+        plan.dependency = dependency_option(&waiting)?;
+        plan.conversion_job = Some(job);
     }
     let rungs = options.ladder.as_ref().map_or(0, Vec::len);
     let record = submit_plan(ctx, plan, &SecretRegistry::new())
@@ -285,6 +296,32 @@ pub(super) async fn submit_probe(
         .map_err(Sent::into_error)?;
     tracing::info!(probe = %record.id, rungs, "NCCL probe submitted");
     Ok(record)
+}
+
+/// The conversion job `plan`'s image waits for, when it must be converted first (the
+/// gate passed): one in flight for the same `.sqsh`, or a new one queued now. One
+/// decision at a time: concurrent first submits of an image share one conversion.
+async fn conversion_needed(ctx: &Context<'_>, plan: &SubmitPlan) -> Result<Option<JobRecord>> {
+    let Some(conversion) = plan.conversion() else {
+        return Ok(None);
+    };
+    if gate_conversion(ctx, conversion).await? == ImageNeed::Present {
+        return Ok(None);
+    }
+    let _once = ctx.locks().conversion.lock().await;
+    if let Some(job) = in_flight(ctx, conversion)? {
+        tracing::info!(image = %conversion.image, conversion = %job.id, "waiting for the conversion already in flight");
+        return Ok(Some(job));
+    }
+    let spec = conversion_job_spec(ctx.config(), conversion)?;
+    spec.validate()?;
+    let root = ensure_ready(ctx, &spec).await?;
+    let job_plan = SubmitPlan::new(spec, root, None, false, ctx.config(), ctx.facts())?;
+    let job = submit_plan(ctx, job_plan, &SecretRegistry::new())
+        .await
+        .map_err(Sent::into_error)?;
+    tracing::info!(image = %conversion.image, conversion = %job.id, "image conversion queued on the CPU partition");
+    Ok(Some(job))
 }
 
 /// Cancel a probe this submit queued for a job that was then refused (best effort: the

@@ -43,8 +43,11 @@ pub(crate) struct SubmitPlan {
     pub(crate) knobs: KnobSet,
     /// The NCCL probe the job waits for (and whose knobs it exports).
     pub(crate) probe: Option<JobRecord>,
-    /// The `--dependency` value: the parents still running, and the probe.
+    /// The `--dependency` value: the parents still running, the probe and the image's
+    /// conversion.
     pub(crate) dependency: Option<String>,
+    /// The job converting the image first (the job waits for it), when it must be.
+    pub(crate) conversion_job: Option<JobRecord>,
 }
 
 /// `spec`'s resources with the backend's defaults and the limits of `partitions`.
@@ -168,6 +171,7 @@ impl SubmitPlan {
             knobs: KnobSet::new(),
             probe: None,
             dependency: None,
+            conversion_job: None,
         })
     }
 
