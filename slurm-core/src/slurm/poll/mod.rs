@@ -257,6 +257,8 @@ fn record_decisions(
         let mut natives = BTreeMap::new();
         for ((_, (_, task)), decision) in decided {
             let Some(task) = task else { continue };
+            // Kept in the task once it ends: an ended task is not polled again.
+            let exit_code = decision.native.as_ref().and_then(|n| n.exit_code);
             if let Some(native) = decision.native {
                 natives.insert(task, native);
             }
@@ -272,6 +274,7 @@ fn record_decisions(
                         message: m.message,
                         nodes: m.nodes,
                         node_fault: m.node_fault,
+                        exit_code: exit_code.filter(|_| m.state.is_terminal()),
                     },
                 );
             }
