@@ -43,7 +43,8 @@
 //! - **The `RecordStore` seam**, where records live: [`RecordStore`], the [`Mark`] (and
 //!   [`TaskMark`]) it applies by the rules every store keeps ([`JobRecord::apply_mark`],
 //!   [`JobRecord::apply_update`], [`JobRecord::redact_history`]), [`SubmitLease`],
-//!   [`RecordFilter`]; [`FileRecordStore`], [`MemoryRecordStore`].
+//!   [`RecordFilter`], the [`Listing`] of the records that can be read;
+//!   [`FileRecordStore`], [`MemoryRecordStore`].
 //! - **The two backends and their configurations**: [`LocalBackend`] (jobs as local
 //!   processes); [`SlurmBackend`] with its [`SlurmConfig`] ([`SlurmConfig::builder`] gives
 //!   a [`SlurmConfigBuilder`]; [`default_state_dir`]; [`SETTLE_AFTER`]), [`SlurmSubmitOptions`] and
@@ -51,7 +52,8 @@
 //!   [`credential_machines`]); the NCCL probe ([`ProbeOptions`], [`ProbeReport`] of
 //!   [`ProbeAttempt`]s and their [`ProbeOutcome`]), its per-cluster knob cache
 //!   ([`ClusterKnobs`], [`ShapeKnobs`], [`KnobSet`]) and the labels of a probe's record
-//!   ([`PROBE_LABEL`], [`PROBE_SHAPE_LABEL`], [`PROBE_VERDICT_LABEL`]).
+//!   ([`PROBE_LABEL`], [`PROBE_SHAPE_LABEL`], [`PROBE_VERDICT_LABEL`]); the label of an
+//!   image conversion job's record ([`CONVERSION_LABEL`]).
 //! - **`testing`** (cargo feature `testing`): the Transport and Backend conformance suites
 //!   any implementation can run (`transport_conformance!`, `backend_conformance!`),
 //!   transports that count commands or inject faults, records staged as a crash leaves
@@ -137,5 +139,5 @@ pub use nccl::{
 };
 pub use slurm::{
     credential_machines, default_state_dir, CredentialsStatus, SlurmBackend, SlurmConfig,
-    SlurmConfigBuilder, SlurmJobId, SlurmSubmitOptions, SETTLE_AFTER,
+    SlurmConfigBuilder, SlurmJobId, SlurmSubmitOptions, CONVERSION_LABEL, SETTLE_AFTER,
 };

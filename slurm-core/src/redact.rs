@@ -94,7 +94,7 @@ impl StreamRedactor {
         let text = String::from_utf8_lossy(&self.pending[..complete]).into_owned();
         let keep = held_from(registry, &text);
         let shown = registry.redact(&text[..keep]);
-        let mut rest = text[keep..].as_bytes().to_vec();
+        let mut rest = text.as_bytes()[keep..].to_vec();
         rest.extend_from_slice(&self.pending[complete..]);
         self.pending = rest;
         shown

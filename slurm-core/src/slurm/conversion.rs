@@ -24,8 +24,9 @@ use crate::state::JobState;
 use crate::transport::round_trip;
 use crate::Result;
 
-/// The label of a conversion job's record (value `image`).
-pub(crate) const CONVERSION_LABEL: &str = "slurm-run-conversion";
+/// The label of an image conversion job's record (value `image`): such records are left
+/// out of `records()` unless the filter asks for this label.
+pub const CONVERSION_LABEL: &str = "slurm-run-conversion";
 
 /// The label naming the `.sqsh` a conversion makes (a digest of its path).
 const CONVERSION_OF_LABEL: &str = "slurm-run-conversion-of";

@@ -78,6 +78,7 @@ use crate::nccl::{NcclProbe, ProbeOptions};
 
 pub use backend::SlurmBackend;
 pub use config::{default_state_dir, SlurmConfig, SlurmConfigBuilder};
+pub use conversion::CONVERSION_LABEL;
 pub use credentials::{credential_machines, CredentialsStatus};
 pub use parse::SlurmJobId;
 pub use reconcile::SETTLE_AFTER;

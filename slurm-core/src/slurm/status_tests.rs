@@ -300,12 +300,13 @@ async fn a_watch_reports_each_poll_that_could_not_ask_and_goes_on() {
         max_backoff: std::time::Duration::from_millis(20),
         ..Default::default()
     };
-    let events: Vec<crate::backend::WatchEvent> =
-        futures::StreamExt::collect::<Vec<_>>(backend.watch(&[record.id.clone()], options))
-            .await
-            .into_iter()
-            .map(|e| e.unwrap())
-            .collect();
+    let events: Vec<crate::backend::WatchEvent> = futures::StreamExt::collect::<Vec<_>>(
+        backend.watch(std::slice::from_ref(&record.id), options),
+    )
+    .await
+    .into_iter()
+    .map(|e| e.unwrap())
+    .collect();
     let reports: Vec<&crate::backend::WatchEvent> = events
         .iter()
         .filter(|e| {
