@@ -10,12 +10,9 @@ use super::images::Conversion;
 use super::testkit::*;
 use crate::backend::{Backend, SubmitOptions};
 use crate::image::ImageRef;
-use crate::record::{
-    BackendRef, JobId, JobRecord, Mark, RecordFilter, RecordStore, TransitionSource,
-};
+use crate::record::{JobRecord, RecordFilter};
 use crate::spec::JobSpec;
 use crate::state::JobState;
-use crate::storage::RemotePath;
 
 const IMAGE: &str = "registry.example.com:5000/team/img:1";
 
@@ -119,30 +116,7 @@ async fn a_cold_image_is_converted_by_a_job_of_its_own_and_the_submit_returns_at
 
 /// Open `spec` as accepted (`native`) in `state`.
 fn open(backend: &TestBackend, spec: &JobSpec, native: &str, state: JobState) -> JobRecord {
-    let id = JobId::mint_for(spec);
-    let dir = RemotePath::parse("/shared/results")
-        .unwrap()
-        .join(id.as_str())
-        .unwrap();
-    backend
-        .store()
-        .open(&JobRecord::new(id.clone(), spec, dir).unwrap())
-        .unwrap();
-    backend
-        .store()
-        .mark(
-            &id,
-            Mark::new(JobState::Pending, TransitionSource::Agent)
-                .backend_ref(BackendRef::new(native)),
-        )
-        .unwrap();
-    if state != JobState::Pending {
-        backend
-            .store()
-            .mark(&id, Mark::new(state, TransitionSource::Poll))
-            .unwrap();
-    }
-    backend.store().get(&id).unwrap()
+    open_accepted(backend.store(), spec, native, state)
 }
 
 #[tokio::test]

@@ -186,23 +186,7 @@ fn accepted(
     native: &str,
     state: JobState,
 ) -> crate::record::JobRecord {
-    use crate::record::{Mark, TransitionSource};
-    let record = left_submitting(backend, name, 0);
-    backend
-        .store()
-        .mark(
-            &record.id,
-            Mark::new(JobState::Pending, TransitionSource::Agent)
-                .backend_ref(BackendRef::new(native)),
-        )
-        .unwrap();
-    if state != JobState::Pending {
-        backend
-            .store()
-            .mark(&record.id, Mark::new(state, TransitionSource::Poll))
-            .unwrap();
-    }
-    backend.store().get(&record.id).unwrap()
+    open_accepted(backend.store(), &JobSpec::new(name, "true"), native, state)
 }
 
 #[tokio::test]
@@ -376,34 +360,34 @@ impl crate::record::RecordStore for CountingStore {
 }
 
 /// Open `name` in `store` as accepted (`native`, PENDING), after `after`.
-fn open_accepted<S: crate::record::RecordStore>(
+fn accepted_after<S: crate::record::RecordStore>(
     store: &S,
     name: &str,
     native: &str,
     after: &[&crate::record::JobId],
 ) -> crate::record::JobId {
-    use crate::record::{Mark, TransitionSource};
-    let mut spec = crate::spec::JobSpec::new(name, "true");
+    let mut spec = JobSpec::new(name, "true");
     spec.after = after
         .iter()
         .map(|id| crate::dependency::Dependency::ok((*id).clone()))
         .collect();
-    let id = crate::record::JobId::mint_for(&spec);
-    let dir = crate::storage::RemotePath::parse("/shared/results")
-        .unwrap()
-        .join(id.as_str())
+    open_accepted(store, &spec, native, JobState::Pending).id
+}
+
+/// A backend over `remote` and `store`, as after a passed preflight.
+fn over_store<S: crate::record::RecordStore + 'static>(
+    remote: MockRemote,
+    store: S,
+) -> crate::slurm::SlurmBackend<MockRemote, FakeRenderer, S> {
+    let config = crate::slurm::SlurmConfig::builder()
+        .with_partition("gpu")
+        .with_results_root("/shared/results")
+        .with_state_dir("/nonexistent")
+        .build()
         .unwrap();
-    store
-        .open(&crate::record::JobRecord::new(id.clone(), &spec, dir).unwrap())
-        .unwrap();
-    store
-        .mark(
-            &id,
-            Mark::new(JobState::Pending, TransitionSource::Agent)
-                .backend_ref(BackendRef::new(native)),
-        )
-        .unwrap();
-    id
+    let backend = crate::slurm::SlurmBackend::new(remote, FakeRenderer::names(), store, config);
+    seed_preflight(&backend, vec!["n1".into()]);
+    backend
 }
 
 /// A poll that answers every job PENDING (squeue rows for ids 11..=20).
@@ -426,23 +410,11 @@ fn all_pending() -> MockRemote {
 async fn a_poll_of_many_dependants_reads_the_store_once() {
     // Defect 7: each dependant listed the whole store again on every poll: 1,000 probed
     // jobs in a 100k-record store were about 10^8 file reads a cycle.
-    let config = crate::slurm::SlurmConfig::builder()
-        .with_partition("gpu")
-        .with_results_root("/shared/results")
-        .with_state_dir("/nonexistent")
-        .build()
-        .unwrap();
-    let backend = crate::slurm::SlurmBackend::new(
-        all_pending(),
-        FakeRenderer::names(),
-        CountingStore::default(),
-        config,
-    );
-    seed_preflight(&backend, vec!["n1".into()]);
-    let parent = open_accepted(backend.store(), "parent", "11", &[]);
+    let backend = over_store(all_pending(), CountingStore::default());
+    let parent = accepted_after(backend.store(), "parent", "11", &[]);
     let dependants: Vec<_> = (12..=16)
         .map(|n| {
-            open_accepted(
+            accepted_after(
                 backend.store(),
                 &format!("child{n}"),
                 &n.to_string(),
@@ -473,17 +445,9 @@ async fn one_unreadable_record_breaks_no_poll_of_the_others() {
     // job behind a parent failed.
     let state = tempfile::tempdir().unwrap();
     let store = crate::record::FileRecordStore::new(state.path()).unwrap();
-    let config = crate::slurm::SlurmConfig::builder()
-        .with_partition("gpu")
-        .with_results_root("/shared/results")
-        .with_state_dir("/nonexistent")
-        .build()
-        .unwrap();
-    let backend =
-        crate::slurm::SlurmBackend::new(all_pending(), FakeRenderer::names(), store, config);
-    seed_preflight(&backend, vec!["n1".into()]);
-    let parent = open_accepted(backend.store(), "parent", "11", &[]);
-    let child = open_accepted(backend.store(), "child", "12", &[&parent]);
+    let backend = over_store(all_pending(), store);
+    let parent = accepted_after(backend.store(), "parent", "11", &[]);
+    let child = accepted_after(backend.store(), "child", "12", &[&parent]);
     std::fs::write(
         state.path().join("newer-0123456789abcdef.json"),
         br#"{"schema_version": 99}"#,
@@ -499,12 +463,6 @@ async fn a_watch_goes_on_when_one_watched_record_becomes_unreadable() {
     // record could not be read any more; it says which and follows the others.
     let state = tempfile::tempdir().unwrap();
     let store = crate::record::FileRecordStore::new(state.path()).unwrap();
-    let config = crate::slurm::SlurmConfig::builder()
-        .with_partition("gpu")
-        .with_results_root("/shared/results")
-        .with_state_dir("/nonexistent")
-        .build()
-        .unwrap();
     let folder = state.path().to_path_buf();
     let broken = std::sync::Arc::new(std::sync::Mutex::new(None::<crate::record::JobId>));
     let to_break = std::sync::Arc::clone(&broken);
@@ -527,10 +485,9 @@ async fn a_watch_goes_on_when_one_watched_record_becomes_unreadable() {
             "",
         ))
     });
-    let backend = crate::slurm::SlurmBackend::new(remote, FakeRenderer::names(), store, config);
-    seed_preflight(&backend, vec!["n1".into()]);
-    let kept = open_accepted(backend.store(), "kept", "11", &[]);
-    let lost = open_accepted(backend.store(), "lost", "12", &[]);
+    let backend = over_store(remote, store);
+    let kept = accepted_after(backend.store(), "kept", "11", &[]);
+    let lost = accepted_after(backend.store(), "lost", "12", &[]);
     *broken.lock().unwrap() = Some(lost.clone());
     let options = crate::backend::WatchOptions {
         interval: std::time::Duration::from_millis(5),

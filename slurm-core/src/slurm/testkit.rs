@@ -320,3 +320,36 @@ pub(super) fn poll_answer(line: &str) -> Output {
 
 /// What a fake transport saw staged, shared with the test.
 pub(super) type Scripts = std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
+/// Open a record of `spec` in `store` as one the scheduler accepted (`native`, PENDING),
+/// then moved to `state`; the record as stored.
+pub(super) fn open_accepted<S: RecordStore + ?Sized>(
+    store: &S,
+    spec: &JobSpec,
+    native: &str,
+    state: crate::state::JobState,
+) -> JobRecord {
+    use crate::record::{BackendRef, Mark, TransitionSource};
+    use crate::state::JobState;
+    let id = JobId::mint_for(spec);
+    let dir = RemotePath::parse("/shared/results")
+        .unwrap()
+        .join(id.as_str())
+        .unwrap();
+    store
+        .open(&JobRecord::new(id.clone(), spec, dir).unwrap())
+        .unwrap();
+    store
+        .mark(
+            &id,
+            Mark::new(JobState::Pending, TransitionSource::Agent)
+                .backend_ref(BackendRef::new(native)),
+        )
+        .unwrap();
+    if state != JobState::Pending {
+        store
+            .mark(&id, Mark::new(state, TransitionSource::Poll))
+            .unwrap();
+    }
+    store.get(&id).unwrap()
+}

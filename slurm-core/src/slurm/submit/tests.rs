@@ -707,27 +707,13 @@ fn oversubscribe_with_whole_nodes_is_refused_before_anything_is_sent() {
 
 /// A parent record the scheduler accepted as `native`, left in `state`.
 fn accepted_parent(backend: &TestBackend, native: &str, state: JobState) -> crate::record::JobId {
-    use crate::record::{Mark, TransitionSource};
-    let parent = crate::record::JobRecord::new(
-        crate::record::JobId::mint("parent"),
+    open_accepted(
+        backend.store(),
         &JobSpec::new("parent", "true"),
-        RemotePath::parse("/shared/results/parent").unwrap(),
+        native,
+        state,
     )
-    .unwrap();
-    backend.store().open(&parent).unwrap();
-    backend
-        .store()
-        .mark(
-            &parent.id,
-            Mark::new(JobState::Pending, TransitionSource::Agent)
-                .backend_ref(BackendRef::new(native)),
-        )
-        .unwrap();
-    backend
-        .store()
-        .mark(&parent.id, Mark::new(state, TransitionSource::Poll))
-        .unwrap();
-    parent.id
+    .id
 }
 
 #[tokio::test]
