@@ -17,7 +17,8 @@ use slurm_core::{
     RetryPolicy, SubmitOptions, WatchEvent, WatchOptions,
 };
 use slurm_run_testsupport::backend::{
-    admin, down_node, harness, jobs_named, remote, small_spec, wait_state, wait_terminal, Harness,
+    admin, depend_raw, down_node, harness, jobs_named, remote, small_spec, wait_state,
+    wait_terminal, Harness,
 };
 use slurm_run_testsupport::examples::{example, run};
 use slurm_run_testsupport::{cluster, testbed_env};
@@ -96,7 +97,7 @@ async fn secrets_are_gone_after_a_refusal_a_cancel_a_dependency_and_a_completion
 
     // sbatch refuses the job: ERROR, and the staged sidecar goes at once.
     let (mut refused, options) = with_canary(small_spec("refused", "true"), &secret);
-    refused.extra_sbatch = vec!["--nodelist=no-such-node".into()];
+    refused.extra_sbatch = vec!["--exclude=no-such-node".into()];
     let error = h.backend.submit(&refused, options).await.unwrap_err();
     assert!(error.to_string().contains("Invalid node name"), "{error}");
     let record = h
@@ -128,11 +129,9 @@ async fn secrets_are_gone_after_a_refusal_a_cancel_a_dependency_and_a_completion
         .unwrap();
     wait_terminal(&h.backend, failed.id(), 120).await;
     let (mut dependent, options) = with_canary(small_spec("deps-never", "true"), &secret);
-    dependent.extra_sbatch = vec![format!(
-        "--dependency=afterok:{}",
-        failed.backend_ref().unwrap().native_id
-    )];
+    dependent.extra_sbatch = vec!["--begin=now+1hour".into()];
     let dependent = h.backend.submit(&dependent, options).await.unwrap();
+    depend_raw(&h, &dependent, &failed).await;
     let status = wait_terminal(&h.backend, dependent.id(), 60).await;
     assert_eq!(status.state(), JobState::Error);
     assert_no_secret_left(&h, dependent.id(), &secret).await;
@@ -202,14 +201,15 @@ async fn a_requeued_run_still_gets_its_secrets_and_a_node_failure_leaves_none() 
     // A node failure: without requeue the job ends ERROR and its sidecar goes; with
     // requeue, the next run gets its secret.
     let (mut lost, options) = with_canary(small_spec("node-lost", "sleep 300"), &secret);
-    lost.extra_sbatch = vec!["--nodelist=n2".into()];
+    // On n2 only (the test bed has n1 and n2; --nodelist is slurm-run's to refuse).
+    lost.extra_sbatch = vec!["--exclude=n1".into()];
     lost.requeue = Some(false);
     let lost = h.backend.submit(&lost, options).await.unwrap();
     let (mut again, options) = with_canary(
         small_spec("node-again", &print_secret_digest("sleep 5")),
         &secret,
     );
-    again.extra_sbatch = vec!["--nodelist=n2".into()];
+    again.extra_sbatch = vec!["--exclude=n1".into()];
     again.requeue = Some(true);
     let again = h.backend.submit(&again, options).await.unwrap();
     wait_state(&h.backend, lost.id(), JobState::Running, 120).await;
