@@ -21,5 +21,6 @@ mod scripts;
 mod slurmctl;
 mod smoke;
 mod ssh_faults;
+mod testbed_scripts;
 mod transports;
 mod wall_time;
