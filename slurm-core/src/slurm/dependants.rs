@@ -151,10 +151,10 @@ pub(super) async fn follow_retries(
 mod tests {
     use super::*;
     use crate::dependency::{resolve_dependencies, Dependency};
-    use crate::record::{BackendRef, MemoryRecordStore, RecordStore};
+    use crate::record::MemoryRecordStore;
+    use crate::slurm::testkit::open_accepted;
     use crate::spec::JobSpec;
     use crate::state::JobState;
-    use crate::storage::RemotePath;
 
     #[test]
     fn the_option_groups_parents_by_condition_and_skips_the_met_ones() {
@@ -167,26 +167,8 @@ mod tests {
             ("d", "14", JobState::Complete, DependencyCondition::Ok),
             ("e", "15", JobState::Pending, DependencyCondition::Start),
         ] {
-            let id = JobId::mint(name);
-            let record = JobRecord::new(
-                id.clone(),
-                &JobSpec::new(name, "true"),
-                RemotePath::parse("/r/x").unwrap(),
-            )
-            .unwrap();
-            store.open(&record).unwrap();
-            store
-                .mark(
-                    &id,
-                    Mark::new(JobState::Pending, TransitionSource::Agent)
-                        .backend_ref(BackendRef::new(native)),
-                )
-                .unwrap();
-            if state != JobState::Pending {
-                store
-                    .mark(&id, Mark::new(state, TransitionSource::Poll))
-                    .unwrap();
-            }
+            let record = open_accepted(&store, &JobSpec::new(name, "true"), native, state);
+            let id = record.id().clone();
             deps.push(Dependency { job: id, condition });
         }
         let resolved = resolve_dependencies(&store, &deps).unwrap();
