@@ -271,6 +271,17 @@ impl Orchestrator {
                         latest.insert(first, record.id().clone());
                     }
                 }
+                WatchEvent::Dropped { id, reason } => {
+                    println!("{elapsed:>6.1}s  {id}  no longer watched: {reason}");
+                }
+                WatchEvent::Unanswered {
+                    reason, retry_in, ..
+                } => {
+                    println!(
+                        "{elapsed:>6.1}s  the cluster did not answer ({reason}); asking again in {:.0}s",
+                        retry_in.as_secs_f64()
+                    );
+                }
             }
             if !cancelled
                 && self.all_done(ids.iter().filter(|id| !optional.contains(*id)), &latest)?

@@ -111,6 +111,14 @@ async fn run() -> Result<ExitCode> {
                     *id = record.id().clone();
                 }
             }
+            WatchEvent::Dropped { id, reason } => {
+                println!("{id}: no longer watched: {reason}");
+            }
+            WatchEvent::Unanswered {
+                reason, retry_in, ..
+            } => {
+                println!("the cluster did not answer ({reason}); asking again in {retry_in:?}");
+            }
         }
     }
 

@@ -150,6 +150,19 @@ async fn run() -> Result<ExitCode> {
                 let line = format!("{previous} failed on the cluster's side; retried as {id}");
                 (line, format!("{id} {}", record.state()))
             }
+            WatchEvent::Dropped { id: lost, reason } => (
+                format!("{lost} is no longer watched: {reason}"),
+                format!("{id}"),
+            ),
+            WatchEvent::Unanswered {
+                reason, retry_in, ..
+            } => {
+                let line = format!(
+                    "the cluster did not answer ({reason}); asking again in {:.0}s",
+                    retry_in.as_secs_f64()
+                );
+                (line, format!("{id} waiting for the cluster"))
+            }
         };
         let line = format!("   [{:>5.1}s] {line}", started.elapsed().as_secs_f64());
         match &spinner {

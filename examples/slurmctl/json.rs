@@ -48,6 +48,8 @@ pub(crate) fn task(record: &JobRecord, index: u32, native: Option<&NativeStatus>
         .map(|r| format!("{}_{index}", r.native_id)));
     object["message"] = json!(task.message());
     object["task_nodes"] = json!(task.nodes());
+    // A task that ended keeps its code (it is not polled again).
+    object["exit_code"] = json!(native.and_then(|n| n.exit_code).or(task.exit_code()));
     object
 }
 

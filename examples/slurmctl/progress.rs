@@ -78,6 +78,15 @@ impl Progress {
         }
     }
 
+    /// Print a line on stderr without tearing the spinner (what is not a job's event).
+    pub(crate) fn note(&self, text: &str) {
+        let print = || eprintln!("{text}");
+        match &self.0 {
+            Some(bar) => bar.suspend(print),
+            None => print(),
+        }
+    }
+
     /// Clear the spinner.
     pub(crate) fn finish(&self) {
         if let Some(bar) = &self.0 {

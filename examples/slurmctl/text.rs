@@ -192,6 +192,15 @@ pub(crate) fn retried(style: Style, previous: &JobId, record: &JobRecord) -> Str
     )
 }
 
+/// A `watch` line for a poll that could not ask the cluster (`failures` in a row).
+pub(crate) fn unanswered(reason: &str, failures: u32, retry_in: std::time::Duration) -> String {
+    format!(
+        "{}  the cluster did not answer ({failures} poll(s) in a row): {reason}; asking again in {:.0} s",
+        now(),
+        retry_in.as_secs_f64()
+    )
+}
+
 /// The local time of day, as `watch` lines start.
 fn now() -> impl std::fmt::Display {
     chrono::Local::now().format("%H:%M:%S")

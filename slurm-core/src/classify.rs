@@ -131,6 +131,11 @@ pub(crate) const INFRA_PATTERNS: &[&str] = &[
     r"invoked oom-killer",
     r"oom_reaper",
     r"Out of memory: Kill(ed)? process",
+    // The container runtime failed on the node (Pyxis's SPANK hook in the step).
+    r"task_init\(\) failed",
+    r"pyxis: container start failed",
+    // The controller went away as the job's step started.
+    r"Unable to confirm allocation for job",
 ];
 
 /// Patterns (case-insensitive) of an infra failure tied to the node it ran on (a GPU,
@@ -149,6 +154,8 @@ pub(crate) const NODE_PATTERNS: &[&str] = &[
     r"(GPU|NVLink|InfiniBand|\bib\d*\b|mlx\d+_\d+).*link.*down",
     r"invoked oom-killer",
     r"oom_reaper",
+    r"task_init\(\) failed",
+    r"pyxis: container start failed",
 ];
 
 /// Whether an infra failure is tied to its node (so a retry should exclude it): a node
@@ -369,6 +376,9 @@ mod tests {
             "kernel: python invoked oom-killer: gfp_mask=0x100cca",
             "oom_reaper: reaped process 4242 (python)",
             "Out of memory: Killed process 4242 (python)",
+            "spank: required plugin spank_pyxis.so: task_init() failed with rc=-1",
+            "slurmstepd: error: pyxis: container start failed with error code: 1",
+            "srun: error: Unable to confirm allocation for job 4242: Connection reset by peer",
         ];
         assert!(lines.len() >= INFRA_PATTERNS.len());
         for line in lines {
@@ -453,5 +463,23 @@ NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled cuda error
             serde_json::from_str::<ErrorClass>("\"ERR_PROGRAM\"").unwrap(),
             Program
         );
+    }
+
+    #[test]
+    fn the_container_runtime_and_the_controller_failing_are_infra() {
+        // Defect 17: Pyxis's task_init() failing on a node (the container runtime) and the
+        // controller going away as the job started were program errors, never retried.
+        let pyxis = "slurmstepd: error: pyxis: container start failed with error code: 1\n\
+            slurmstepd: error: spank: required plugin spank_pyxis.so: task_init() failed with rc=-1\n\
+            srun: error: task 0 launch failed: Plugin initialization failed\n";
+        assert_eq!(classify_failure(st("FAILED", Some(1)), pyxis), Infra);
+        assert!(
+            is_node_fault(st("FAILED", Some(1)), pyxis),
+            "the retry avoids the node whose runtime failed"
+        );
+        let controller =
+            "srun: error: Unable to confirm allocation for job 4242: Connection reset by peer\n";
+        assert_eq!(classify_failure(st("FAILED", Some(1)), controller), Infra);
+        assert!(!is_node_fault(st("FAILED", Some(1)), controller));
     }
 }

@@ -15,7 +15,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::record::{JobId, JobRecord, RecordFilter, RecordStore};
+use crate::record::{list_readable, JobId, JobRecord, RecordFilter, RecordStore};
 use crate::state::JobState;
 use crate::{Error, Result};
 
@@ -119,7 +119,7 @@ pub enum DependencyVerdict {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Dependency {
-    /// The parent record (a later attempt of it counts: see `latest_attempts`).
+    /// The parent record (a later attempt of it counts: see `Attempts::latest`).
     pub job: JobId,
     /// When the dependant may start.
     pub condition: DependencyCondition,
@@ -175,49 +175,92 @@ impl<'de> Deserialize<'de> for Dependency {
     }
 }
 
-/// The newest attempt of each of `ids`: the record itself, or the last record of its
-/// retry chain (`retry_of` links followed forward; among two retries of one record the
-/// newer). One listing of the store for all of them.
-pub(crate) fn latest_attempts(
-    store: &dyn RecordStore,
-    ids: &[JobId],
-) -> Result<HashMap<JobId, JobRecord>> {
-    let mut answers = HashMap::new();
-    if ids.is_empty() {
-        return Ok(answers);
-    }
-    let all = store.list(&RecordFilter::any())?;
-    let mut retries: HashMap<&JobId, &JobRecord> = HashMap::new();
-    for record in &all {
-        if let Some(previous) = &record.retry_of {
-            let newer = retries
-                .get(previous)
-                .is_none_or(|seen| seen.submitted_at <= record.submitted_at);
-            if newer {
-                retries.insert(previous, record);
+/// The store's records and their retry links, read once (one listing), to find the
+/// latest attempt of any number of records: a poll reads it once for all its
+/// dependants. Unreadable records are reported and left out.
+#[derive(Debug, Default)]
+pub(crate) struct Attempts {
+    records: HashMap<JobId, JobRecord>,
+    /// A record's newest retry (among two retries of one record, the newer).
+    retries: HashMap<JobId, JobId>,
+}
+
+impl Attempts {
+    /// Every readable record of `store`, in one listing.
+    pub(crate) fn read(store: &dyn RecordStore) -> Result<Self> {
+        let all = list_readable(
+            store,
+            &RecordFilter::any(),
+            "the latest attempts of parents",
+        )?;
+        let mut attempts = Attempts::default();
+        let mut newest: HashMap<JobId, chrono::DateTime<chrono::Utc>> = HashMap::new();
+        for record in &all {
+            if let Some(previous) = &record.retry_of {
+                let newer = newest
+                    .get(previous)
+                    .is_none_or(|seen| *seen <= record.submitted_at);
+                if newer {
+                    newest.insert(previous.clone(), record.submitted_at);
+                    attempts.retries.insert(previous.clone(), record.id.clone());
+                }
             }
         }
+        attempts.records = all.into_iter().map(|r| (r.id.clone(), r)).collect();
+        Ok(attempts)
     }
-    for id in ids {
-        let mut current = match all.iter().find(|r| &r.id == id) {
-            Some(record) => record,
-            None => {
+
+    /// Replace what is known of `record` (changed since the listing, by a poll).
+    pub(crate) fn refresh(&mut self, record: &JobRecord) {
+        if let Some(slot) = self.records.get_mut(&record.id) {
+            *slot = record.clone();
+        }
+    }
+
+    /// The newest attempt of each of `ids`: the record itself, or the last record of its
+    /// retry chain (`retry_of` links followed forward).
+    pub(crate) fn latest(&self, ids: &[JobId]) -> Result<HashMap<JobId, JobRecord>> {
+        let mut answers = HashMap::new();
+        for id in ids {
+            let Some(mut current) = self.records.get(id) else {
                 return Err(Error::NotFound(format!(
                     "{id}: no such record (named as a dependency)"
-                )))
+                )));
+            };
+            let mut hops = 0;
+            while let Some(next) = self
+                .retries
+                .get(&current.id)
+                .and_then(|n| self.records.get(n))
+            {
+                current = next;
+                hops += 1;
+                if hops > self.records.len() {
+                    break; // a loop in the links: stop where we are
+                }
             }
-        };
-        let mut hops = 0;
-        while let Some(next) = retries.get(&current.id) {
-            current = next;
-            hops += 1;
-            if hops > all.len() {
-                break; // a loop in the links: stop where we are
-            }
+            answers.insert(id.clone(), current.clone());
         }
-        answers.insert(id.clone(), current.clone());
+        Ok(answers)
     }
-    Ok(answers)
+
+    /// `deps` resolved: each parent's latest attempt and the verdict.
+    pub(crate) fn resolve(&self, deps: &[Dependency]) -> Result<Vec<ResolvedDependency>> {
+        let ids: Vec<JobId> = deps.iter().map(|d| d.job.clone()).collect();
+        let latest = self.latest(&ids)?;
+        Ok(deps
+            .iter()
+            .map(|dependency| {
+                let parent = latest[&dependency.job].clone();
+                let verdict = dependency.condition.verdict(parent.state);
+                ResolvedDependency {
+                    dependency: dependency.clone(),
+                    parent,
+                    verdict,
+                }
+            })
+            .collect())
+    }
 }
 
 /// One dependency of a job, resolved against the parent's latest attempt.
@@ -252,25 +295,16 @@ impl ResolvedDependency {
     }
 }
 
-/// Resolve `deps` against the store: each parent's latest attempt and the verdict.
+/// Resolve `deps` against the store: each parent's latest attempt and the verdict (one
+/// listing of the store).
 pub(crate) fn resolve_dependencies(
     store: &dyn RecordStore,
     deps: &[Dependency],
 ) -> Result<Vec<ResolvedDependency>> {
-    let ids: Vec<JobId> = deps.iter().map(|d| d.job.clone()).collect();
-    let latest = latest_attempts(store, &ids)?;
-    Ok(deps
-        .iter()
-        .map(|dependency| {
-            let parent = latest[&dependency.job].clone();
-            let verdict = dependency.condition.verdict(parent.state);
-            ResolvedDependency {
-                dependency: dependency.clone(),
-                parent,
-                verdict,
-            }
-        })
-        .collect())
+    if deps.is_empty() {
+        return Ok(Vec::new());
+    }
+    Attempts::read(store)?.resolve(deps)
 }
 
 /// Check the parents of a job about to be submitted: each must be accepted by its
@@ -328,7 +362,11 @@ pub(crate) fn follow_retry(
     retry: &JobId,
 ) -> Result<Vec<JobRecord>> {
     let mut changed = Vec::new();
-    for dependant in store.list(&RecordFilter::any().active())? {
+    for dependant in list_readable(
+        store,
+        &RecordFilter::any().active(),
+        "the dependants of a retried record",
+    )? {
         if !dependant.after.iter().any(|d| &d.job == previous) {
             continue;
         }
@@ -381,7 +419,10 @@ mod tests {
         let second = open(&store, "train", Some(&first));
         let third = open(&store, "train", Some(&second));
         let alone = open(&store, "alone", None);
-        let latest = latest_attempts(&store, &[first.id.clone(), alone.id.clone()]).unwrap();
+        let latest = Attempts::read(&store)
+            .unwrap()
+            .latest(&[first.id.clone(), alone.id.clone()])
+            .unwrap();
         assert_eq!(latest[&first.id].id, third.id);
         assert_eq!(latest[&alone.id].id, alone.id);
 

@@ -46,7 +46,8 @@
 //! - **The `RecordStore` seam**, where records live: [`RecordStore`], the [`Mark`] (and
 //!   [`TaskMark`]) it applies by the rules every store keeps ([`JobRecord::apply_mark`],
 //!   [`JobRecord::apply_update`], [`JobRecord::redact_history`],
-//!   [`JobRecord::from_stored_json`]), [`SubmitLease`], [`RecordFilter`], [`Listing`];
+//!   [`JobRecord::from_stored_json`]), [`SubmitLease`], [`RecordFilter`], the [`Listing`]
+//!   of the records that can be read;
 //!   [`FileRecordStore`], [`MemoryRecordStore`] (SQLite and PostgreSQL stores are in the
 //!   `slurm-records` crate, to keep this one free of database clients).
 //! - **The two backends and their configurations**: [`LocalBackend`] (jobs as local
@@ -59,7 +60,8 @@
 //!   ([`SlurmBackend::on_code_progress`] hears [`CodeSent`]); the NCCL probe ([`ProbeOptions`], [`ProbeReport`] of
 //!   [`ProbeAttempt`]s and their [`ProbeOutcome`]), its per-cluster knob cache
 //!   ([`ClusterKnobs`], [`ShapeKnobs`], [`KnobSet`]) and the labels of a probe's record
-//!   ([`PROBE_LABEL`], [`PROBE_SHAPE_LABEL`], [`PROBE_VERDICT_LABEL`]).
+//!   ([`PROBE_LABEL`], [`PROBE_SHAPE_LABEL`], [`PROBE_VERDICT_LABEL`]); the label of an
+//!   image conversion job's record ([`CONVERSION_LABEL`]).
 //! - **`testing`** (cargo feature `testing`): the Transport and Backend conformance suites
 //!   any implementation can run (`transport_conformance!`, `backend_conformance!`),
 //!   transports that count commands or inject faults, records staged as a crash leaves
@@ -150,5 +152,5 @@ pub use nccl::{
 pub use slurm::{
     credential_machines, default_state_dir, CodeSent, CredentialsStatus, ExecOptions,
     ForwardOptions, JobForward, NodeChoice, SlurmBackend, SlurmConfig, SlurmConfigBuilder,
-    SlurmJobId, SlurmSubmitOptions, SETTLE_AFTER,
+    SlurmJobId, SlurmSubmitOptions, CONVERSION_LABEL, SETTLE_AFTER,
 };

@@ -69,6 +69,78 @@ impl SecretRegistry {
     }
 }
 
+/// Redaction of a text that arrives in pieces (a followed log): a secret cut by a read
+/// would come out in two unredacted halves if each piece were redacted alone, and a
+/// character cut in the middle of its UTF-8 bytes would be mangled. What could be the
+/// start of a secret, and an incomplete character, are held back until the next piece
+/// (or [`finish`](Self::finish), at the stream's end).
+#[derive(Debug, Default)]
+pub(crate) struct StreamRedactor {
+    /// Bytes received and not yet given out.
+    pending: Vec<u8>,
+}
+
+impl StreamRedactor {
+    /// Take `bytes` (the next piece); return what can be shown now, redacted with
+    /// `registry`.
+    pub(crate) fn push(&mut self, registry: &SecretRegistry, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        // Complete characters only: an incomplete sequence at the end waits.
+        let complete = match std::str::from_utf8(&self.pending) {
+            Ok(_) => self.pending.len(),
+            Err(error) if error.error_len().is_none() => error.valid_up_to(),
+            Err(_) => self.pending.len(),
+        };
+        let text = String::from_utf8_lossy(&self.pending[..complete]).into_owned();
+        let keep = held_from(registry, &text);
+        let shown = registry.redact(&text[..keep]);
+        let mut rest = text.as_bytes()[keep..].to_vec();
+        rest.extend_from_slice(&self.pending[complete..]);
+        self.pending = rest;
+        shown
+    }
+
+    /// The stream ended: everything held back, redacted.
+    pub(crate) fn finish(&mut self, registry: &SecretRegistry) -> String {
+        let text = String::from_utf8_lossy(&std::mem::take(&mut self.pending)).into_owned();
+        registry.redact(&text)
+    }
+}
+
+/// Where the part of `text` to hold back starts: the longest ending that is the start of
+/// a secret value (more text may complete it), moved back so that no secret found whole
+/// in `text` is cut.
+fn held_from(registry: &SecretRegistry, text: &str) -> usize {
+    let mut keep = text.len();
+    for (at, _) in text.char_indices() {
+        let tail = &text[at..];
+        if registry
+            .entries
+            .iter()
+            .any(|(_, value)| value.len() > tail.len() && value.starts_with(tail))
+        {
+            keep = at;
+            break;
+        }
+    }
+    loop {
+        let crossing = registry
+            .entries
+            .iter()
+            .flat_map(|(_, value)| {
+                text.match_indices(value.as_str())
+                    .map(|(start, found)| (start, start + found.len()))
+            })
+            .filter(|(start, end)| *start < keep && *end > keep)
+            .map(|(start, _)| start)
+            .min();
+        match crossing {
+            Some(start) => keep = start,
+            None => return keep,
+        }
+    }
+}
+
 impl fmt::Debug for SecretRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SecretRegistry")
@@ -159,6 +231,28 @@ mod tests {
         assert_eq!(once, "token=[REDACTED] again [REDACTED]");
         assert_eq!(reg.redact(&once), once);
         assert!(!format!("{reg:?}").contains("hf_abc"));
+    }
+
+    #[test]
+    fn a_stream_never_shows_a_secret_cut_between_pieces() {
+        let mut reg = SecretRegistry::new();
+        reg.register("A", "abcd1234");
+        reg.register("B", "1234zz99");
+        let text = "x abcd1234zz99 y abcd1234 z";
+        for cut in 1..text.len() {
+            let mut stream = StreamRedactor::default();
+            let mut out = String::new();
+            for piece in text.as_bytes().chunks(cut) {
+                let shown = stream.push(&reg, piece);
+                assert!(
+                    !shown.contains("abcd") && !shown.contains("1234"),
+                    "{cut}: {shown}"
+                );
+                out.push_str(&shown);
+            }
+            out.push_str(&stream.finish(&reg));
+            assert_eq!(out, reg.redact(text), "cut every {cut} bytes");
+        }
     }
 
     #[test]

@@ -800,3 +800,40 @@ fn lint_refuses_a_script_holding_a_registered_secret() {
     );
     assert!(!message.contains("opensesame"), "{message}");
 }
+
+#[test]
+fn an_array_task_never_removes_the_sidecar_its_array_shares() {
+    // Issue 26, defect 2: every task's EXIT trap shredded the one sidecar of the array,
+    // so a task that started after another ended found it missing. A single job still
+    // removes its own when it ends.
+    for kind in [TemplateKind::SingleNode, TemplateKind::MultiNode] {
+        let array = ScriptContext {
+            env_file: Some("/r/x/env/job_x.env".into()),
+            nodes: if kind == TemplateKind::MultiNode {
+                2
+            } else {
+                1
+            },
+            ..array_after_parents()
+        };
+        let script = HandlebarsRenderer::new().render(kind, &array).unwrap();
+        assert!(
+            script.contains("source \"$slurm_run_env_file\""),
+            "{script}"
+        );
+        assert!(
+            !script.contains("trap slurm_run_forget_env EXIT"),
+            "{script}"
+        );
+        assert!(!script.contains("shred -u"), "{script}");
+        let single = ScriptContext {
+            array: None,
+            ..array
+        };
+        let script = HandlebarsRenderer::new().render(kind, &single).unwrap();
+        assert!(
+            script.contains("trap slurm_run_forget_env EXIT"),
+            "{script}"
+        );
+    }
+}

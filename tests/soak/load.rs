@@ -86,7 +86,10 @@ async fn follow(
                         slots.lock().expect("slots lock").remove(status.id());
                     }
                 }
-                Ok(WatchEvent::Retried { .. }) => {}
+                Ok(WatchEvent::Retried { .. } | WatchEvent::Unanswered { .. }) => {}
+                Ok(WatchEvent::Dropped { id, reason }) => {
+                    log.ended_with.push(format!("{id} dropped: {reason}"))
+                }
                 Err(error) => log.ended_with.push(format!("{:?}: {error}", error.kind())),
             }
         }

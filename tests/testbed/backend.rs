@@ -11,7 +11,9 @@ use slurm_core::{
     Backend, Command, ErrorClass, ErrorKind, JobId, JobState, LogOptions, LogStream, RetryPolicy,
     SubmitOptions, WatchEvent, WatchOptions,
 };
-use slurm_run_testsupport::backend::{harness, jobs_named, remote, small_spec, wait_terminal};
+use slurm_run_testsupport::backend::{
+    depend_raw, harness, jobs_named, remote, small_spec, wait_terminal,
+};
 use slurm_run_testsupport::bench::cluster::{cancel_all, held_jobs, track};
 use slurm_run_testsupport::cluster;
 
@@ -207,13 +209,13 @@ async fn failures_are_classed_program_or_infra_from_the_logs() {
 
     // A job depending on the failed one can never start: ERROR, not pending forever.
     let mut dependent = small_spec("dependent", "true");
-    let failed_id = program.backend_ref().unwrap().native_id.clone();
-    dependent.extra_sbatch = vec![format!("--dependency=afterok:{failed_id}")];
+    dependent.extra_sbatch = vec!["--begin=now+1hour".into()];
     let dependent = h
         .backend
         .submit(&dependent, SubmitOptions::default())
         .await
         .unwrap();
+    depend_raw(&h, &dependent, &program).await;
     let status = wait_terminal(&h.backend, dependent.id(), 60).await;
     assert_eq!(status.state(), JobState::Error);
     let message = status.record().last_message().to_string();
@@ -439,6 +441,8 @@ async fn follow_streams_the_log_until_the_job_ends_and_infra_failures_are_retrie
                 retried = Some(record);
             }
             WatchEvent::Transition { status, .. } => last = Some(status),
+            WatchEvent::Unanswered { .. } => {}
+            WatchEvent::Dropped { id, reason } => panic!("{id} dropped: {reason}"),
         }
     }
     remote(

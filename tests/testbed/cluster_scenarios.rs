@@ -68,10 +68,11 @@ async fn a_node_failure_is_infra_or_a_requeue() {
     let _cluster = cluster::exclusive().await;
     let h = harness();
     let mut plain = small_spec("nodefail", "sleep 300");
-    plain.extra_sbatch = vec!["--nodelist=n2".into()];
+    // On n2 only (the test bed has n1 and n2; --nodelist is slurm-run's to refuse).
+    plain.extra_sbatch = vec!["--exclude=n1".into()];
     plain.requeue = Some(false);
     let mut requeued = small_spec("requeued", "sleep 300");
-    requeued.extra_sbatch = vec!["--nodelist=n2".into()];
+    requeued.extra_sbatch = vec!["--exclude=n1".into()];
     requeued.requeue = Some(true);
     let plain = h
         .backend

@@ -97,6 +97,30 @@ async fn partition_of(h: &Harness, id: &str) -> String {
     }
 }
 
+/// The conversion job `id` ran on the CPU partition, as a record of its own (its SLURM
+/// job name is its record id, `slurm-run-convert-...`).
+async fn assert_converted_on_the_cpu_partition(h: &Harness, id: &str) {
+    let seen = partition_of(h, id).await;
+    let (name, partition) = seen.rsplit_once('|').unwrap_or_default();
+    assert!(
+        name.starts_with("slurm-run-convert-") && partition == "cpu_long",
+        "{seen}"
+    );
+}
+
+/// squeue's state of SLURM job `id` (empty once it left the queue).
+async fn job_state(h: &Harness, id: &str) -> String {
+    remote(
+        h,
+        Command::new("squeue")
+            .args(["--noheader", "--format=%T", "--jobs"])
+            .arg(id),
+    )
+    .await
+    .trim()
+    .to_string()
+}
+
 /// `inode mtime` of a file on the cluster.
 async fn identity(h: &Harness, path: &str) -> String {
     remote(h, Command::new("stat").args(["-c", "%i %Y"]).arg(path))
@@ -194,8 +218,9 @@ async fn no_credentials_fail_before_anything_is_queued_and_a_wrong_password_is_n
     .await;
     assert_eq!(jobs.trim(), "0");
 
-    // A wrong password: the gate passes, the conversion is refused, and the message
-    // says which registry refused and how to check, with enroot's own lines.
+    // A wrong password: the gate passes and the submit returns (the conversion is a job
+    // of its own); the conversion is refused, and the job that waited for it ends ERROR
+    // saying which registry refused and how to check, with enroot's own lines.
     let wrong = "not-the-password-3f9a1c";
     h.backend
         .install_credentials(
@@ -205,12 +230,14 @@ async fn no_credentials_fail_before_anything_is_queued_and_a_wrong_password_is_n
         )
         .await
         .unwrap();
-    let err = h
+    let record = h
         .backend
         .submit(&spec, SubmitOptions::default())
         .await
-        .unwrap_err();
-    let text = err.to_string();
+        .unwrap();
+    let ended = wait_terminal(&h.backend, record.id(), 180).await;
+    assert_eq!(ended.state(), JobState::Error, "{:?}", ended.record());
+    let text = ended.record().last_message().to_string();
     assert!(
         text.contains(&format!(
             "registry {registry} refused or was unreachable; check `credentials check {registry}`"
@@ -222,17 +249,14 @@ async fn no_credentials_fail_before_anything_is_queued_and_a_wrong_password_is_n
         "{text}"
     );
     assert!(text.contains("never falls back"), "{text}");
-    assert!(!text.contains(wrong), "the secret leaked into the error");
-    // The record keeps why, without the secret.
-    let records = h.backend.records(&Default::default()).unwrap();
-    assert_eq!(records.len(), 1);
-    assert_eq!(records[0].state(), JobState::Error);
-    let json = serde_json::to_string(&records[0]).unwrap();
+    assert!(!text.contains(wrong), "the secret leaked into the record");
+    // The record keeps why, without the secret; the job never ran (cancelled).
+    let json = serde_json::to_string(ended.record()).unwrap();
     assert!(
         json.contains("refused or was unreachable") && !json.contains(wrong),
         "{json}"
     );
-    assert!(jobs_named(&h, records[0].id().as_str()).await.is_empty());
+    assert!(ended.record().nodes().is_empty(), "it never ran: {json}");
 
     h.backend.remove_credentials(&registry).await.unwrap();
     remove_root(&h).await;
@@ -297,7 +321,7 @@ async fn slurmctl_credentials_then_conversion_on_the_cpu_partition_then_a_contai
     assert_eq!(record.state(), JobState::Complete, "{record:?}");
     let job = conversion_job(&record)
         .unwrap_or_else(|| panic!("no conversion: {}", submit_message(&record)));
-    assert_eq!(partition_of(&h, &job).await, "slurm-run-convert|cpu_long");
+    assert_converted_on_the_cpu_partition(&h, &job).await;
     let out = logs(&h, &record).await;
     assert!(out.contains("slurm-run/tiny:1"), "{out}");
     assert!(
@@ -475,10 +499,14 @@ async fn two_concurrent_first_submits_convert_once() {
         (ra.state(), rb.state()),
         (JobState::Complete, JobState::Complete)
     );
-    let converted: Vec<String> = [&ra, &rb]
+    // Both waited for the one conversion job (issue 26, defect 15: the conversion is a
+    // job of its own, shared by the submits that need it).
+    let mut converted: Vec<String> = [&ra, &rb]
         .iter()
         .filter_map(|r| conversion_job(r))
         .collect();
+    converted.sort();
+    converted.dedup();
     assert_eq!(
         converted.len(),
         1,
@@ -486,10 +514,7 @@ async fn two_concurrent_first_submits_convert_once() {
         submit_message(&ra),
         submit_message(&rb)
     );
-    assert_eq!(
-        partition_of(&h, &converted[0]).await,
-        "slurm-run-convert|cpu_long"
-    );
+    assert_converted_on_the_cpu_partition(&h, &converted[0]).await;
     assert_eq!(ra.container_image(), rb.container_image());
     remove_root(&h).await;
 }
@@ -521,7 +546,7 @@ async fn latest_is_converted_again_only_on_request() {
     let again = run_to_end(&h, &again).await;
     assert_eq!(again.state(), JobState::Complete);
     let job = conversion_job(&again).unwrap_or_else(|| panic!("{}", submit_message(&again)));
-    assert_eq!(partition_of(&h, &job).await, "slurm-run-convert|cpu_long");
+    assert_converted_on_the_cpu_partition(&h, &job).await;
     assert_ne!(
         identity(&h, &sqsh).await,
         made,
@@ -641,4 +666,72 @@ impl Drop for Planted {
             let _ = std::fs::remove_dir(path);
         }
     }
+}
+
+/// Issue 26, defect 15: the first submit of an image ran its conversion as a blocking
+/// srun, so it waited as long as the CPU partition's queue took. Now the conversion is
+/// a job of its own and the GPU job waits for it on the scheduler: with every CPU of the
+/// partition held, the submit returns, the record saying it waits for the conversion;
+/// once the CPUs are free the conversion runs and then the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_image_submit_returns_while_the_cpu_partition_is_busy() {
+    let _cluster = cluster::exclusive().await;
+    let h = harness_in(Some(&format!("busy-cpu-{}", stamp())));
+    with_credentials(&h).await;
+    // Every CPU of the conversion partition held (both nodes, exclusive).
+    let blocker = remote(
+        &h,
+        Command::new("sbatch").args([
+            "--parsable",
+            "--partition=cpu_long",
+            "--nodes=2",
+            "--exclusive",
+            "--time=10",
+            "--job-name=busy-cpu-blocker",
+            "--output=/dev/null",
+            "--wrap=sleep 600",
+        ]),
+    )
+    .await
+    .trim()
+    .to_string();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while job_state(&h, &blocker).await != "RUNNING" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the blocker never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let spec = image_spec("busy-cpu", &tiny(&h, "1"), "cat /etc/slurm-run-image");
+    let submitted = tokio::time::timeout(
+        Duration::from_secs(120),
+        h.backend.submit(&spec, SubmitOptions::default()),
+    )
+    .await;
+    let still = job_state(&h, &blocker).await;
+    remote(&h, Command::new("scancel").arg(&blocker)).await;
+    let record = submitted
+        .expect("the submit returned while the CPU partition was busy")
+        .unwrap();
+    assert_eq!(
+        still, "RUNNING",
+        "the blocker held the CPUs while the submit ran"
+    );
+    assert_eq!(record.state(), JobState::Pending, "{record:?}");
+    let job = conversion_job(&record).unwrap_or_else(|| panic!("{}", submit_message(&record)));
+    assert!(
+        record
+            .after()
+            .iter()
+            .any(|d| d.job.as_str().starts_with("slurm-run-convert-")),
+        "{:?}",
+        record.after()
+    );
+    // Once the CPUs are free: the conversion on the CPU partition, then the job.
+    let done = wait_terminal(&h.backend, record.id(), 240).await;
+    assert_eq!(done.state(), JobState::Complete, "{:?}", done.record());
+    assert_converted_on_the_cpu_partition(&h, &job).await;
+    assert!(logs(&h, done.record()).await.contains("slurm-run/tiny:1"));
+    remove_root(&h).await;
 }

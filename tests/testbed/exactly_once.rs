@@ -17,7 +17,8 @@ use slurm_core::{
     RetryPolicy, SubmitOptions, WatchEvent, WatchOptions,
 };
 use slurm_run_testsupport::backend::{
-    admin, down_node, harness, jobs_named, remote, small_spec, wait_state, wait_terminal, Harness,
+    admin, depend_raw, down_node, harness, jobs_named, remote, small_spec, wait_state,
+    wait_terminal, Harness,
 };
 use slurm_run_testsupport::examples::{example, run};
 use slurm_run_testsupport::{cluster, testbed_env};
@@ -96,7 +97,7 @@ async fn secrets_are_gone_after_a_refusal_a_cancel_a_dependency_and_a_completion
 
     // sbatch refuses the job: ERROR, and the staged sidecar goes at once.
     let (mut refused, options) = with_canary(small_spec("refused", "true"), &secret);
-    refused.extra_sbatch = vec!["--nodelist=no-such-node".into()];
+    refused.extra_sbatch = vec!["--exclude=no-such-node".into()];
     let error = h.backend.submit(&refused, options).await.unwrap_err();
     assert!(error.to_string().contains("Invalid node name"), "{error}");
     let record = h
@@ -128,11 +129,9 @@ async fn secrets_are_gone_after_a_refusal_a_cancel_a_dependency_and_a_completion
         .unwrap();
     wait_terminal(&h.backend, failed.id(), 120).await;
     let (mut dependent, options) = with_canary(small_spec("deps-never", "true"), &secret);
-    dependent.extra_sbatch = vec![format!(
-        "--dependency=afterok:{}",
-        failed.backend_ref().unwrap().native_id
-    )];
+    dependent.extra_sbatch = vec!["--begin=now+1hour".into()];
     let dependent = h.backend.submit(&dependent, options).await.unwrap();
+    depend_raw(&h, &dependent, &failed).await;
     let status = wait_terminal(&h.backend, dependent.id(), 60).await;
     assert_eq!(status.state(), JobState::Error);
     assert_no_secret_left(&h, dependent.id(), &secret).await;
@@ -203,14 +202,15 @@ async fn a_requeued_run_still_gets_its_secrets_and_a_node_failure_leaves_none() 
     // A node failure: without requeue the job ends ERROR and its sidecar goes; with
     // requeue, the next run gets its secret.
     let (mut lost, options) = with_canary(small_spec("node-lost", "sleep 300"), &secret);
-    lost.extra_sbatch = vec!["--nodelist=n2".into()];
+    // On n2 only (the test bed has n1 and n2; --nodelist is slurm-run's to refuse).
+    lost.extra_sbatch = vec!["--exclude=n1".into()];
     lost.requeue = Some(false);
     let lost = h.backend.submit(&lost, options).await.unwrap();
     let (mut again, options) = with_canary(
         small_spec("node-again", &print_secret_digest("sleep 5")),
         &secret,
     );
-    again.extra_sbatch = vec!["--nodelist=n2".into()];
+    again.extra_sbatch = vec!["--exclude=n1".into()];
     again.requeue = Some(true);
     let again = h.backend.submit(&again, options).await.unwrap();
     wait_state(&h.backend, lost.id(), JobState::Running, 120).await;
@@ -550,4 +550,94 @@ async fn slurmctl_shows_an_unsettled_submit_plainly() {
         .unwrap()
         .contains("Problem talking"));
     assert_eq!(line["candidates"][0], "4711");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_task_of_an_array_with_secrets_gets_them_and_none_are_left() {
+    // Issue 26, defect 2: each task's EXIT trap shredded the one sidecar the array
+    // shares, so every task that started after the first one ended failed ("env sidecar
+    // ... is missing"). One task at a time makes each later task start after a task
+    // ended; the client removes the sidecar once the array has ended.
+    let _cluster = cluster::shared().await;
+    let h = harness();
+    let secret = canary();
+    let (mut spec, options) = with_canary(
+        small_spec(
+            "array-secret",
+            &print_secret_digest("echo task-$TASK_INDEX"),
+        ),
+        &secret,
+    );
+    spec.array = Some(slurm_core::ArraySpec {
+        size: Some(3),
+        max_parallel: Some(1),
+        ..slurm_core::ArraySpec::default()
+    });
+    let record = h.backend.submit(&spec, options).await.unwrap();
+    let done = wait_terminal(&h.backend, record.id(), 240).await;
+    let native = done.native_id().unwrap().to_string();
+    for task in 0..3 {
+        let path = format!(
+            "{}/logs/{}-{native}_{task}/main.out",
+            record.results_dir().as_str(),
+            record.id()
+        );
+        let out = remote(&h, Command::new("cat").arg(path)).await;
+        assert!(
+            out.contains(&digest(&secret)) && out.contains(&format!("task-{task}")),
+            "task {task} had its secret: {out}"
+        );
+    }
+    assert_eq!(done.state(), JobState::Complete, "{:?}", done.record());
+    assert_no_secret_left(&h, record.id(), &secret).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_store_with_the_same_id_never_adopts_the_first_ones_job() {
+    // Issue 26, defect 4: two record stores sharing a results root and SLURM user could
+    // hold the same id; the second one's settle took the first one's attempt (its
+    // `.sbatch-1` answer, the job by name) as its own: its record reported the other
+    // job, cancelling it cancelled the other job, its end shredded the other's secrets.
+    // Each record's claim on its cluster folder is exclusive and checked by the fence.
+    let _cluster = cluster::shared().await;
+    let first = harness();
+    let secret = canary();
+    let (spec, options) = with_canary(small_spec("same-id", "sleep 60"), &secret);
+    let theirs = first.backend.submit(&spec, options).await.unwrap();
+    let native = theirs.backend_ref().unwrap().native_id.clone();
+    // The second store holds a record of that id, as a submitter that died after
+    // counting its attempt left it (its attempt never reached the cluster).
+    let second = harness();
+    let twin = JobRecord::new(theirs.id().clone(), &spec, theirs.results_dir().clone()).unwrap();
+    let twin = RecordFixture::new(twin)
+        .submitted_ago(Duration::from_secs(60))
+        .submit_attempts(1)
+        .into_record();
+    second.backend.store().open(&twin).unwrap();
+    let settled = second.backend.status(twin.id()).await.unwrap();
+    assert_eq!(
+        settled.state(),
+        JobState::NotSubmitted,
+        "{:?}",
+        settled.record()
+    );
+    assert_eq!(settled.native_id(), None, "never the first store's job");
+    // The first store's job goes on, its secrets still there for it.
+    let status = first.backend.status(theirs.id()).await.unwrap();
+    assert!(!status.state().is_terminal(), "{:?}", status.record());
+    assert_eq!(status.native_id(), Some(native.as_str()));
+    let sidecar = remote(
+        &first,
+        Command::new("bash")
+            .arg("-c")
+            .arg(r#"test -e "$1/env/job_$2.env" && echo present"#)
+            .arg("sidecar")
+            .arg(theirs.results_dir().as_str())
+            .arg(theirs.id().as_str()),
+    )
+    .await;
+    assert_eq!(sidecar.trim(), "present");
+    let cancelled = first.backend.cancel(theirs.id()).await.unwrap();
+    assert_eq!(cancelled.state(), JobState::Canceled);
+    assert_no_secret_left(&first, theirs.id(), &secret).await;
 }

@@ -619,3 +619,30 @@ fn submit_probe_switch_never_and_always() {
         out.stderr
     );
 }
+
+#[test]
+fn a_completed_arrays_tasks_keep_their_exit_codes() {
+    // Issue 26, defect 20: once COMPLETE (sacct says 0:0), an array's tasks reported
+    // `exit_code` null: a terminal task is not polled again, and its code was not kept.
+    let _cluster = cluster::shared_blocking();
+    let ctl = Ctl::new();
+    let array = ctl.spec(
+        "array.yaml",
+        &format!(
+            "{}array: {{size: 2}}\n",
+            small_spec("ctl-array-codes", "true")
+        ),
+    );
+    let out = ctl.run(&["submit", &array, "--json"]);
+    out.expect_code(0);
+    let id = id_of(&out.json_lines()[0]);
+    ctl.run(&["watch", &id, "--interval", "0.5"]).expect_code(0);
+    let out = ctl.run(&["status", &id, "--json"]);
+    out.expect_code(0);
+    let tasks = out.json_lines();
+    assert_eq!(tasks.len(), 2, "{}", out.stdout);
+    for task in &tasks {
+        assert_eq!(task["state"], "COMPLETE", "{task}");
+        assert_eq!(task["exit_code"], 0, "{task}");
+    }
+}

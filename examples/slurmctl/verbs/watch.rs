@@ -9,7 +9,7 @@ use slurm_run::prelude::*;
 
 use crate::args::{parse_ids, seconds, Global};
 use crate::connect::{backend, Slurm};
-use crate::exit::{OK, WATCH_SAW_FAILURE};
+use crate::exit::{BAD_INPUT, OK, WATCH_SAW_FAILURE};
 use crate::json;
 use crate::output::Out;
 use crate::progress::Progress;
@@ -53,6 +53,7 @@ async fn follow(
         root_of.insert(id.clone(), id.clone());
     }
     let mut reported: HashSet<JobId> = HashSet::new();
+    let mut dropped: HashSet<JobId> = HashSet::new();
     let progress = Progress::start("watching");
     progress.set(&summary(&latest));
     let options = WatchOptions {
@@ -92,6 +93,29 @@ async fn follow(
                     latest.insert(root, (*record).clone());
                 }
             }
+            WatchEvent::Dropped { id, reason } => {
+                // Its record cannot be read: the others are still watched; exit 2 at the end.
+                dropped.insert(id.clone());
+                let line = if out.json {
+                    json!({"event": "dropped", "id": id, "reason": reason}).to_string()
+                } else {
+                    format!("{id}: no longer watched: {reason}")
+                };
+                progress.note(&line);
+            }
+            WatchEvent::Unanswered {
+                reason,
+                failures,
+                retry_in,
+            } => {
+                // The outage and its progress, on stderr: stdout keeps one line per job event.
+                let line = if out.json {
+                    json!({"event": "unanswered", "reason": reason, "failures": failures, "retry_in_secs": retry_in.as_secs_f64()}).to_string()
+                } else {
+                    text::unanswered(&reason, failures, retry_in)
+                };
+                progress.note(&line);
+            }
         }
         progress.set(&summary(&latest));
     }
@@ -100,7 +124,11 @@ async fn follow(
     let mut failed = false;
     let mut finals = Vec::new();
     for record in latest.values() {
-        let record = backend.record(record.id())?;
+        let record = match backend.record(record.id()) {
+            Ok(record) => record,
+            Err(_) if dropped.contains(record.id()) => continue,
+            Err(error) => return Err(error),
+        };
         failed |= matches!(
             record.state(),
             JobState::Error | JobState::Canceled | JobState::NotSubmitted
@@ -114,7 +142,12 @@ async fn follow(
     } else {
         out.jobs(finals.iter().map(|r| (r, None)));
     }
-    Ok(if failed { WATCH_SAW_FAILURE } else { OK })
+    Ok(match (failed, dropped.is_empty()) {
+        (true, _) => WATCH_SAW_FAILURE,
+        // A watched record could not be read (exit 2, as for a corrupt local record).
+        (false, false) => BAD_INPUT,
+        (false, true) => OK,
+    })
 }
 
 /// What the spinner says while watching: how many jobs, in which states.

@@ -1,6 +1,7 @@
 //! The answers of the [`Backend`](super::Backend) operations: a job's status and what a watch reports.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -116,5 +117,24 @@ pub enum WatchEvent {
         previous: JobId,
         /// The new record, linked by `retry_of`.
         record: Box<JobRecord>,
+    },
+    /// A watched job the watch no longer follows: its record cannot be read any more
+    /// (corrupt, or written by a newer slurm-run). The other jobs are still watched.
+    Dropped {
+        /// The job.
+        id: JobId,
+        /// Why its record cannot be read.
+        reason: String,
+    },
+    /// A poll could not ask the scheduler (the controller or its database did not
+    /// answer, the connection failed): no job changed, and the watch asks again after
+    /// `retry_in` (the pause doubles with each such poll, up to the watch's maximum).
+    Unanswered {
+        /// What failed.
+        reason: String,
+        /// How many polls in a row could not ask.
+        failures: u32,
+        /// When the watch asks again.
+        retry_in: Duration,
     },
 }

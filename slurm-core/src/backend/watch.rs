@@ -1,6 +1,6 @@
 //! Watch by polling, for any backend: one `status_many` per cycle for every watched job,
-//! each transition reported once, back-off on transient errors, infra failures resubmitted
-//! within the retry budget.
+//! each transition reported once, back-off on transient errors (each reported, with the
+//! pause before the next poll), infra failures resubmitted within the retry budget.
 
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
@@ -11,7 +11,7 @@ use super::{Backend, WatchEvent, WatchOptions};
 use crate::classify::ErrorClass;
 use crate::record::{JobId, JobRecord};
 use crate::state::JobState;
-use crate::Result;
+use crate::{ErrorKind, Result};
 
 struct Watch<B> {
     backend: B,
@@ -52,6 +52,13 @@ where
             Ok(record) if retries(&options, &record) => active.push((id.clone(), record.state)),
             Ok(record) if record.state.is_terminal() => {}
             Ok(record) => active.push((id.clone(), record.state)),
+            // One unreadable record costs its own job only.
+            Err(error) if error.kind() == ErrorKind::CorruptRecord => {
+                queued.push_back(Ok(WatchEvent::Dropped {
+                    id: id.clone(),
+                    reason: error.to_string(),
+                }))
+            }
             Err(error) => queued.push_back(Err(error)),
         }
     }
@@ -103,6 +110,26 @@ impl<B: Backend> Watch<B> {
             .min(self.options.max_backoff.max(self.options.interval))
     }
 
+    /// Stop watching the jobs whose record cannot be read (no remote call), reporting
+    /// each; whether there was one.
+    fn drop_unreadable(&mut self) -> bool {
+        let before = self.active.len();
+        let backend = &self.backend;
+        let queued = &mut self.queued;
+        self.active.retain(|(id, _)| match backend.record(id) {
+            Err(error) if error.kind() == ErrorKind::CorruptRecord => {
+                tracing::warn!(job = %id, %error, "a watched record cannot be read; no longer watched");
+                queued.push_back(Ok(WatchEvent::Dropped {
+                    id: id.clone(),
+                    reason: error.to_string(),
+                }));
+                false
+            }
+            _ => true,
+        });
+        self.active.len() < before
+    }
+
     /// One poll of every active job, queueing the events it yields.
     async fn cycle(&mut self) {
         let ids: Vec<JobId> = self.active.iter().map(|(id, _)| id.clone()).collect();
@@ -113,7 +140,18 @@ impl<B: Backend> Watch<B> {
             }
             Err(error) if error.is_transient() => {
                 self.failures += 1;
-                tracing::warn!(%error, failures = self.failures, "poll failed; backing off");
+                let retry_in = self.delay();
+                tracing::warn!(%error, failures = self.failures, ?retry_in, "poll failed; backing off");
+                self.queued.push_back(Ok(WatchEvent::Unanswered {
+                    reason: error.to_string(),
+                    failures: self.failures,
+                    retry_in,
+                }));
+                return;
+            }
+            Err(error) if error.kind() == ErrorKind::CorruptRecord && self.drop_unreadable() => {
+                // The watched records that cannot be read are dropped (each reported);
+                // the next cycle polls the others.
                 return;
             }
             Err(error) => {

@@ -9,7 +9,10 @@ use crate::names::{validate_safe_name, MAX_NAME_LEN};
 use crate::spec::JobSpec;
 use crate::{Error, Result};
 
-/// A record id: `<label>-<6 hex>`, a safe name (`^[A-Za-z0-9][A-Za-z0-9._-]*$`,
+/// The hex digits of a minted id's random suffix.
+const SUFFIX_HEX: usize = 16;
+
+/// A record id: `<label>-<16 hex>` (64 random bits), a safe name (`^[A-Za-z0-9][A-Za-z0-9._-]*$`,
 /// at most 64 characters) usable as a file name and as the SLURM job name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -23,13 +26,14 @@ impl JobId {
     }
 
     /// Mint a fresh id from `label`: the label sanitised (unsafe characters become
-    /// `-`, cut to fit), a dash, and 6 random hex digits.
+    /// `-`, cut to fit), a dash, and 16 random hex digits (64 bits: records of many
+    /// stores sharing one results root do not meet by the birthday paradox).
     ///
     /// ```
     /// use slurm_core::JobId;
     /// let id = JobId::mint("dino/train v2");
     /// assert!(id.as_str().starts_with("dino-train-v2-"));
-    /// assert_eq!(id.as_str().len(), "dino-train-v2-".len() + 6);
+    /// assert_eq!(id.as_str().len(), "dino-train-v2-".len() + 16);
     /// ```
     pub fn mint(label: &str) -> Self {
         let mut clean: String = label
@@ -47,11 +51,11 @@ impl JobId {
             .trim_start_matches(|c: char| !c.is_ascii_alphanumeric())
             .trim_end_matches('-')
             .to_string();
-        clean.truncate(MAX_NAME_LEN - 7);
+        clean.truncate(MAX_NAME_LEN - 1 - SUFFIX_HEX);
         let clean = clean.trim_end_matches('-');
         let label = if clean.is_empty() { "job" } else { clean };
-        let suffix: u32 = rand::random::<u32>() & 0x00ff_ffff;
-        JobId(format!("{label}-{suffix:06x}"))
+        let suffix: u64 = rand::random();
+        JobId(format!("{label}-{suffix:0width$x}", width = SUFFIX_HEX))
     }
 
     /// Mint an id for `spec` from its labels `arch` and `action` (`arch-action`), else
@@ -143,4 +147,23 @@ fn native_id_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<S
         Text::Text(text) => text,
         Text::Number(number) => number.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minted_ids_are_wide_enough_that_collisions_are_no_birthday_problem() {
+        // Issue 26, defect 4: 24 random bits collide at a few thousand records (two
+        // stores sharing a results root, one of them then adopting the other's job).
+        let id = JobId::mint("train");
+        let suffix = id.as_str().strip_prefix("train-").unwrap();
+        assert!(
+            suffix.len() >= 16 && suffix.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{id}"
+        );
+        let long = JobId::mint(&"x".repeat(200));
+        assert!(long.as_str().len() <= MAX_NAME_LEN, "{long}");
+    }
 }

@@ -74,6 +74,8 @@ pub struct JobRecord {
     pub(crate) secrets_staged: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) submit_attempts: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) owner_token: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) candidates: Vec<BackendRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -254,6 +256,15 @@ impl JobRecord {
         self.unsettled.as_ref()
     }
 
+    /// This record's claim on its job's folder on the backend (random, made with the
+    /// record): the folder is claimed with it once, exclusively, and every later attempt
+    /// and settle checks it, so another store's record of the same id (sharing the
+    /// results root) never takes this record's job, attempts or secrets as its own.
+    /// `None` for a record made before claims.
+    pub fn owner_token(&self) -> Option<&str> {
+        self.owner_token.as_deref()
+    }
+
     /// The record that retries this one: claimed once, under the record's lock, so two
     /// watchers (in one process or several) retry a failure once.
     pub fn retried_as(&self) -> Option<&JobId> {
@@ -317,6 +328,7 @@ impl JobRecord {
             secret_names: spec.secrets.clone(),
             secrets_staged: false,
             submit_attempts: None,
+            owner_token: Some(format!("{:032x}", rand::random::<u128>())),
             candidates: Vec::new(),
             unsettled: None,
             retried_as: None,

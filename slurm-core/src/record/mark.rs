@@ -190,6 +190,7 @@ impl JobRecord {
                 message: mark.message.clone().map(redact),
                 nodes: None,
                 node_fault: mark.node_fault,
+                exit_code: None,
             };
             for task in self.tasks.values_mut() {
                 if !task.state.is_terminal() {

@@ -24,6 +24,7 @@ pub use job_record::JobRecord;
 pub(crate) use job_record::SCHEMA_VERSION;
 pub use mark::Mark;
 pub use memory::MemoryRecordStore;
+pub(crate) use store::list_readable;
 pub use store::{Listing, RecordStore, SubmitLease};
 pub use tasks::{TaskMark, TaskRecord};
 pub use unsettled::{Unsettled, UnsettledKind};

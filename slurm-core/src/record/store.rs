@@ -97,6 +97,25 @@ impl Listing {
             false => Err(self.unreadable.remove(0)),
         }
     }
+
+    /// The records read; each unreadable one is reported (a warning naming its file)
+    /// and left out.
+    pub(crate) fn reported(self, purpose: &str) -> Vec<JobRecord> {
+        for error in &self.unreadable {
+            tracing::warn!(%error, purpose, "a record could not be read; left out");
+        }
+        self.records
+    }
+}
+
+/// The readable records of `store` passing `filter`, for `purpose` (a step of a
+/// backend's own): each unreadable record is reported and left out.
+pub(crate) fn list_readable(
+    store: &dyn RecordStore,
+    filter: &RecordFilter,
+    purpose: &str,
+) -> Result<Vec<JobRecord>> {
+    Ok(store.list_readable(filter)?.reported(purpose))
 }
 
 /// A held submit lease (see [`RecordStore::submit_lease`]); released on drop.

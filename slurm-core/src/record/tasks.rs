@@ -24,6 +24,8 @@ pub struct TaskRecord {
     pub(crate) node_fault: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) exit_code: Option<i32>,
     pub(crate) updated_at: DateTime<Utc>,
 }
 
@@ -53,6 +55,12 @@ impl TaskRecord {
         self.message.as_deref()
     }
 
+    /// Its exit code, kept from the poll that saw it end (a task that ended is not
+    /// asked about again).
+    pub fn exit_code(&self) -> Option<i32> {
+        self.exit_code
+    }
+
     /// When it last changed.
     pub fn updated_at(&self) -> DateTime<Utc> {
         self.updated_at
@@ -66,6 +74,7 @@ impl TaskRecord {
             nodes: Vec::new(),
             node_fault: false,
             message: None,
+            exit_code: None,
             updated_at: at,
         }
     }
@@ -84,6 +93,8 @@ pub struct TaskMark {
     pub nodes: Option<Vec<String>>,
     /// Whether its failure is tied to its nodes.
     pub node_fault: bool,
+    /// Its exit code, when the scheduler gave one.
+    pub exit_code: Option<i32>,
 }
 
 impl TaskMark {
@@ -95,6 +106,7 @@ impl TaskMark {
             message: None,
             nodes: None,
             node_fault: false,
+            exit_code: None,
         }
     }
 }
@@ -110,11 +122,16 @@ pub(crate) fn apply_task(task: &mut TaskRecord, mark: &TaskMark, at: DateTime<Ut
             task.err_class = mark.err_class;
             task.node_fault = mark.node_fault;
             task.message = mark.message.clone();
+            task.exit_code = mark.exit_code.or(task.exit_code);
             changed = true;
         }
         Ok(TransitionOutcome::NoOp) => {
             if task.err_class.is_none() && mark.err_class.is_some() {
                 task.err_class = mark.err_class;
+                changed = true;
+            }
+            if task.exit_code.is_none() && mark.exit_code.is_some() {
+                task.exit_code = mark.exit_code;
                 changed = true;
             }
         }

@@ -12,6 +12,7 @@ use futures::stream::BoxStream;
 
 use super::cancel::{cancel, cancel_many, cancel_tasks};
 use super::context::{Context, ContextOwner, Hooks, Locks};
+use super::conversion::CONVERSION_LABEL;
 use super::credentials::{
     check_credentials, install_credentials, remove_credentials, CredentialsStatus,
 };
@@ -357,12 +358,15 @@ where
         self.inner.store.get(id)
     }
 
-    /// NCCL probe jobs (labelled [`PROBE_LABEL`]) are left out unless the filter asks
+    /// NCCL probe jobs (labelled [`PROBE_LABEL`]) and image conversion jobs (labelled
+    /// [`CONVERSION_LABEL`](crate::CONVERSION_LABEL)) are left out unless the filter asks
     /// for that label.
     fn records(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
         let mut records = self.inner.store.list(filter)?;
-        if !filter.labels.contains_key(PROBE_LABEL) {
-            records.retain(|r| !r.labels.contains_key(PROBE_LABEL));
+        for label in [PROBE_LABEL, CONVERSION_LABEL] {
+            if !filter.labels.contains_key(label) {
+                records.retain(|r| !r.labels.contains_key(label));
+            }
         }
         Ok(records)
     }

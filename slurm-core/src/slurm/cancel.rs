@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use super::commands;
 use super::context::Context;
 use super::job::{slurm_job, slurm_job_of};
-use super::parse::SlurmJobId;
+use super::parse::{checked, SlurmJobId};
 use super::sidecars::forget;
 use super::status::{status_many, status_settling};
 use crate::record::{JobId, JobRecord, Mark, TaskMark, TransitionSource, UnsettledKind};
@@ -88,7 +88,7 @@ pub(super) async fn cancel_many(ctx: &Context<'_>, ids: &[JobId]) -> Result<Vec<
         let parts = round_trip::split(&output, commands.len())?;
         // scancel of a finished or unknown id exits 0; anything else is a real failure.
         for (part, command) in parts.into_iter().zip(&commands) {
-            part.check(command)?;
+            checked(part, command)?;
         }
         let deadline = Instant::now() + CANCEL_CONFIRM;
         let mut waiting = batch;
@@ -160,7 +160,7 @@ async fn scancel_and_confirm(
 ) -> Result<JobRecord> {
     let output = ctx.transport().run(&command).await?;
     // scancel of a finished or unknown id exits 0; anything else is a real failure.
-    output.check(&command)?;
+    checked(output, &command)?;
     let deadline = Instant::now() + CANCEL_CONFIRM;
     loop {
         let mut status = status_many(ctx, std::slice::from_ref(id)).await?.remove(0);
@@ -225,7 +225,7 @@ async fn cancel_unsettled(ctx: &Context<'_>, record: JobRecord) -> Result<JobRec
     for job in &record.candidates {
         let (cluster, slurm_id) = slurm_job_of(job)?;
         let command = commands::scancel(slurm_id, cluster.as_deref());
-        ctx.transport().run(&command).await?.check(&command)?;
+        checked(ctx.transport().run(&command).await?, &command)?;
     }
     let ids: Vec<String> = record.candidates.iter().map(ToString::to_string).collect();
     let ended = ctx.store().mark(

@@ -160,3 +160,32 @@ async fn cancel_cancels_every_job_a_submits_own_settle_found() {
     assert_eq!(ended.state, JobState::Canceled);
     assert_eq!(*cancelled.lock().unwrap(), ["5", "6"]);
 }
+
+#[tokio::test]
+async fn a_cancel_the_cluster_could_not_take_yet_is_transient() {
+    // Defect 13: `scancel: fatal: Could not get cluster information` (the controller
+    // mid-restart) read as a refusal.
+    use crate::record::{BackendRef, Mark, RecordStore, TransitionSource};
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(|c| c.program() == "scancel")
+        .returning(|_| {
+            Ok(output(
+                1,
+                "",
+                "scancel: fatal: Could not get cluster information\n",
+            ))
+        });
+    let backend = backend(remote);
+    let record = left_submitting(&backend, "busy", 0);
+    backend
+        .store()
+        .mark(
+            &record.id,
+            Mark::new(JobState::Pending, TransitionSource::Agent).backend_ref(BackendRef::new("5")),
+        )
+        .unwrap();
+    let error = backend.cancel(&record.id).await.unwrap_err();
+    assert!(error.is_transient(), "{error}");
+}

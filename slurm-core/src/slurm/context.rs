@@ -22,6 +22,9 @@ pub(super) struct Locks {
     /// Held while a submit decides on (and maybe queues) an NCCL probe, so concurrent
     /// submits share one probe.
     pub(super) probe: tokio::sync::Mutex<()>,
+    /// Held while a submit decides on (and maybe queues) an image's conversion, so
+    /// concurrent first submits of one image share one conversion job.
+    pub(super) conversion: tokio::sync::Mutex<()>,
 }
 
 /// What a caller asked to hear about as operations go (shared by a backend's clones).

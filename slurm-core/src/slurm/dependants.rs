@@ -11,8 +11,7 @@ use super::context::Context;
 use super::job::{slurm_job, SlurmJob};
 use crate::classify::ErrorClass;
 use crate::dependency::{
-    never_satisfied, resolve_dependencies, DependencyCondition, DependencyVerdict,
-    ResolvedDependency,
+    never_satisfied, Attempts, DependencyCondition, DependencyVerdict, ResolvedDependency,
 };
 use crate::record::{JobId, JobRecord, Mark, TransitionSource};
 use crate::state::JobState;
@@ -77,14 +76,16 @@ pub(super) enum DependantStep {
     FollowRetry,
 }
 
-/// The next step for `record` (not ended, with dependencies); `ended_before` are the
-/// parents whose end was known before this poll.
+/// The next step for `record` (not ended, with dependencies), its parents resolved in
+/// `attempts` (the poll's one listing); `ended_before` are the parents whose end was
+/// known before this poll.
 pub(super) fn next_step(
     ctx: &Context<'_>,
     record: &JobRecord,
+    attempts: &Attempts,
     ended_before: &HashSet<JobId>,
 ) -> Result<DependantStep> {
-    let resolved = resolve_dependencies(ctx.store(), &record.after)?;
+    let resolved = attempts.resolve(&record.after)?;
     if let Some(why) = never_satisfied(&resolved, ended_before) {
         let job = slurm_job(record)?;
         let record = ctx.store().mark(
@@ -104,13 +105,18 @@ pub(super) fn next_step(
     Ok(DependantStep::Wait)
 }
 
-/// Point `dependants` at their parents' latest attempts: their records' `after`, and
-/// their dependency on the cluster (one `scontrol update` each, in one round trip).
-pub(super) async fn follow_retries(ctx: &Context<'_>, dependants: &[JobRecord]) -> Result<()> {
+/// Point `dependants` at their parents' latest attempts (in `attempts`): their records'
+/// `after`, and their dependency on the cluster (one `scontrol update` each, in one
+/// round trip).
+pub(super) async fn follow_retries(
+    ctx: &Context<'_>,
+    dependants: &[JobRecord],
+    attempts: &Attempts,
+) -> Result<()> {
     let store = ctx.store();
     let mut commands = Vec::new();
     for dependant in dependants {
-        let resolved = resolve_dependencies(store, &dependant.after)?;
+        let resolved = attempts.resolve(&dependant.after)?;
         let updated = store.update(&dependant.id, &mut |record| {
             record.after = resolved.iter().map(ResolvedDependency::current).collect();
             Ok(())
@@ -144,11 +150,11 @@ pub(super) async fn follow_retries(ctx: &Context<'_>, dependants: &[JobRecord]) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dependency::Dependency;
-    use crate::record::{BackendRef, MemoryRecordStore, RecordStore};
+    use crate::dependency::{resolve_dependencies, Dependency};
+    use crate::record::MemoryRecordStore;
+    use crate::slurm::testkit::open_accepted;
     use crate::spec::JobSpec;
     use crate::state::JobState;
-    use crate::storage::RemotePath;
 
     #[test]
     fn the_option_groups_parents_by_condition_and_skips_the_met_ones() {
@@ -161,26 +167,8 @@ mod tests {
             ("d", "14", JobState::Complete, DependencyCondition::Ok),
             ("e", "15", JobState::Pending, DependencyCondition::Start),
         ] {
-            let id = JobId::mint(name);
-            let record = JobRecord::new(
-                id.clone(),
-                &JobSpec::new(name, "true"),
-                RemotePath::parse("/r/x").unwrap(),
-            )
-            .unwrap();
-            store.open(&record).unwrap();
-            store
-                .mark(
-                    &id,
-                    Mark::new(JobState::Pending, TransitionSource::Agent)
-                        .backend_ref(BackendRef::new(native)),
-                )
-                .unwrap();
-            if state != JobState::Pending {
-                store
-                    .mark(&id, Mark::new(state, TransitionSource::Poll))
-                    .unwrap();
-            }
+            let record = open_accepted(&store, &JobSpec::new(name, "true"), native, state);
+            let id = record.id().clone();
             deps.push(Dependency { job: id, condition });
         }
         let resolved = resolve_dependencies(&store, &deps).unwrap();

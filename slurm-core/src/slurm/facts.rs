@@ -42,6 +42,9 @@ pub(super) struct Facts {
     pub(super) conversion_ready: HashSet<String>,
     /// Code trees known whole on the cluster (`<store>/<tree id>`): not asked about again.
     pub(super) code_trees: HashSet<String>,
+    /// Converted images (`.sqsh` paths) seen whole, by a check or a conversion job that
+    /// completed (the submit script checks them again before sbatch).
+    pub(super) sqsh_present: HashSet<String>,
 }
 
 /// [`Facts`] shared by the clones of one backend (a lock held only to read or write,
@@ -121,6 +124,11 @@ impl ClusterFacts {
     /// The cluster's Slurm releases, once read (by preflight or with the cluster's name).
     pub(super) fn release(&self) -> Option<ClusterRelease> {
         self.read(|facts| facts.release)
+    }
+
+    /// Whether the image at `path` was seen whole.
+    pub(super) fn sqsh_present(&self, path: &str) -> bool {
+        self.read(|facts| facts.sqsh_present.contains(path))
     }
 
     /// Whether the conversion checks of `key` passed before.

@@ -2,7 +2,9 @@
 //! registry image converted once on the CPU partition (never on the GPU allocation) and
 //! reused, a `:latest` converted again only on request; never a fall back to pulling the
 //! registry image inside the job. Before anything is queued, the gate checks what a
-//! conversion needs: enroot, credentials for the registry, the conversion partition.
+//! conversion needs: enroot, credentials for the registry, the conversion partition. A
+//! submit queues the conversion as a job of its own ([`conversion`](super::conversion));
+//! `stage_image` converts and waits; both read a failure by what enroot said.
 
 use std::time::Duration;
 
@@ -139,12 +141,34 @@ pub(crate) fn container_image(
     Ok(Some(planned))
 }
 
+/// Whether a registry image must be converted before its job can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ImageNeed {
+    /// A whole `.sqsh` is there and need not be made again.
+    Present,
+    /// It must be converted first (missing, or a `:latest` asked anew).
+    Convert,
+}
+
 /// The submit gate of a conversion, before anything is queued: a whole `.sqsh` that
-/// need not be made again passes; otherwise enroot must be on PATH (the conversion
-/// step inherits the login environment), credentials for the image's registry must
-/// be installed, and the conversion partition must exist and be up. One round trip;
-/// a pass of the conversion checks is remembered per registry.
-pub(crate) async fn gate_conversion(ctx: &Context<'_>, conversion: &Conversion) -> Result<()> {
+/// need not be made again passes ([`ImageNeed::Present`]); otherwise enroot must be on
+/// PATH (the conversion step inherits the login environment), credentials for the
+/// image's registry must be installed, and the conversion partition must exist and be
+/// up ([`ImageNeed::Convert`]). One round trip (none for an image seen whole before); a
+/// pass of the conversion checks is remembered per registry, and then only the image
+/// is checked.
+pub(crate) async fn gate_conversion(
+    ctx: &Context<'_>,
+    conversion: &Conversion,
+) -> Result<ImageNeed> {
+    if !conversion.force && ctx.facts().sqsh_present(&conversion.path) {
+        return Ok(ImageNeed::Present);
+    }
+    let present = |ctx: &Context<'_>| {
+        ctx.facts()
+            .change(|facts| facts.sqsh_present.insert(conversion.path.clone()));
+        ImageNeed::Present
+    };
     let machines = match conversion.image.registry() {
         Some(registry) => credential_machines(registry)?,
         // Docker Hub: anonymous pulls need no credentials.
@@ -153,7 +177,19 @@ pub(crate) async fn gate_conversion(ctx: &Context<'_>, conversion: &Conversion) 
     let partition = &ctx.config().convert_partition;
     let key = format!("{} @ {partition}", machines.join(" "));
     if ctx.facts().conversion_ready(&key) {
-        return Ok(());
+        if conversion.force {
+            return Ok(ImageNeed::Convert);
+        }
+        let whole = ctx
+            .transport()
+            .run(&CHECK_SQSH.command([conversion.path.clone()]))
+            .await?
+            .success();
+        return Ok(if whole {
+            present(ctx)
+        } else {
+            ImageNeed::Convert
+        });
     }
     let commands = [
         CHECK_SQSH.command([conversion.path.clone()]),
@@ -165,7 +201,7 @@ pub(crate) async fn gate_conversion(ctx: &Context<'_>, conversion: &Conversion) 
         .try_into()
         .map_err(|_| Error::parse("image gate", "three answers expected"))?;
     if sqsh.success() && !conversion.force {
-        return Ok(());
+        return Ok(present(ctx));
     }
     if enroot.stdout_text().lines().any(|l| l == "enroot") {
         return Err(Error::Preflight {
@@ -206,7 +242,7 @@ pub(crate) async fn gate_conversion(ctx: &Context<'_>, conversion: &Conversion) 
     }
     ctx.facts()
         .change(|facts| facts.conversion_ready.insert(key));
-    Ok(())
+    Ok(ImageNeed::Convert)
 }
 
 /// Convert once on the CPU partition (the script holds a lock per image: a submit
@@ -237,69 +273,184 @@ pub(crate) async fn convert_image(ctx: &Context<'_>, conversion: &Conversion) ->
             None => Converted::Present,
         });
     }
-    let lines = enroot_lines(&output.stderr_text());
-    let never = "the job is not submitted: slurm-run never falls back to pulling the registry image inside the GPU allocation";
     let registry = image.registry().unwrap_or("docker.io");
-    let (kind, message, remedy) = match ConvertExit::from_status(output.status) {
-        Some(ConvertExit::RegistryRefused) => (
-            CheckKind::Credentials,
-            format!("registry {registry} refused or was unreachable; check `credentials check {registry}` (enroot sent the installed credentials and exited without a message: a wrong password or user, or no access to {image})"),
-            format!("slurmctl credentials check {registry}; if the password changed: {}", install_hint(registry)),
-        ),
-        Some(ConvertExit::AnonymousRefused) => (
-            CheckKind::Credentials,
-            format!("registry {registry} refused or was unreachable; check `credentials check {registry}` (enroot found no credentials for it and pulled anonymously)"),
-            format!("install them once: {}", install_hint(registry)),
-        ),
+    let failure = conversion_failure(
+        output.status,
+        &output.stderr_text(),
+        registry,
+        &image.to_string(),
+        &config.convert_partition,
+    );
+    Err(failure.into_error())
+}
+
+/// Why a conversion failed, from its exit status and what enroot (and srun) said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConversionFailure {
+    /// What to fix: credentials, containers (enroot, the image, disk), the partition.
+    pub(crate) kind: CheckKind,
+    /// What happened, with enroot's decisive lines.
+    pub(crate) message: String,
+    /// How to fix it.
+    pub(crate) remedy: String,
+}
+
+impl ConversionFailure {
+    /// The error a submit (or `stage_image`) returns.
+    pub(crate) fn into_error(self) -> Error {
+        Error::Preflight {
+            kind: self.kind,
+            check: "image conversion".into(),
+            message: self.message,
+            remedy: self.remedy,
+        }
+    }
+}
+
+/// What slurm-run never does when a conversion failed.
+pub(crate) const NEVER_PULLS: &str = "the job is not run: slurm-run never falls back to pulling the registry image inside the GPU allocation";
+
+/// A failed conversion of `image` (from `registry`) on `partition`, as its exit status
+/// and enroot's output (`stderr`) tell it: enroot's words decide (the registry refused
+/// the credentials, the registry could not be reached, the image or tag is not there,
+/// squashfs or the disk failed), never the absence of an `[ERROR]` line alone.
+pub(crate) fn conversion_failure(
+    status: i32,
+    stderr: &str,
+    registry: &str,
+    image: &str,
+    partition: &str,
+) -> ConversionFailure {
+    let lines = enroot_lines(stderr);
+    let said = |patterns: &[&str]| {
+        stderr.lines().any(|line| {
+            let line = line.to_ascii_lowercase();
+            patterns.iter().any(|p| line.contains(p))
+        })
+    };
+    let authenticated = said(&["authentication succeeded"]);
+    let anonymous = said(&["authenticating with user: <anonymous>"]);
+    let check = format!("slurmctl credentials check {registry}");
+    let (kind, what, remedy) = match ConvertExit::from_status(status) {
         Some(ConvertExit::NoEnroot) => (
             CheckKind::Containers,
-            format!("enroot is not on PATH on the conversion node of partition {}", config.convert_partition),
+            format!("enroot is not on PATH on the conversion node of partition {partition}"),
             "install enroot on the conversion partition's nodes, or set SLURM_CONVERT_PARTITION to one that has it".to_string(),
         ),
         Some(ConvertExit::JobFailed) => (
             CheckKind::Partition,
-            format!("the conversion job did not start on partition {}", config.convert_partition),
+            format!("the conversion job did not start on partition {partition}"),
             "set SLURM_CONVERT_PARTITION to a CPU partition you may use (sinfo -s; its limits allow 4 CPUs, 7200M and the conversion time)".to_string(),
         ),
-        Some(ConvertExit::NotAnImage | ConvertExit::ConvertFailed) | None => (
+        Some(ConvertExit::NotAnImage) => (
+            CheckKind::Containers,
+            format!("converting {image} produced no whole squashfs image"),
+            "check the disk of the results root (df) and convert again".to_string(),
+        ),
+        _ if said(&["slurm-run-no-enroot"]) => (
+            CheckKind::Containers,
+            format!("enroot is not on PATH on the conversion node of partition {partition}"),
+            "install enroot on the conversion partition's nodes, or set SLURM_CONVERT_PARTITION to one that has it".to_string(),
+        ),
+        _ if said(&["slurm-run-conversion: not-an-image"]) => (
+            CheckKind::Containers,
+            format!("converting {image} produced no whole squashfs image"),
+            "check the disk of the results root (df) and convert again".to_string(),
+        ),
+        _ if said(&["no space left on device", "disk quota exceeded", "no-images-folder", "enroot-mksquashovlfs", "mksquashfs", "failed to write", "write failed", "read-only file system"]) => (
+            CheckKind::Containers,
+            format!("making the squashfs image of {image} failed (squashfs or the disk: see enroot's lines)"),
+            "free space on the results root (or the node's temporary folder, ENROOT_TEMP_PATH) and submit again".to_string(),
+        ),
+        _ if said(&["error code: 404", "manifest unknown", "name unknown", "could not parse digest information"]) => (
+            CheckKind::Containers,
+            format!("image {image} was not found in registry {registry} (no such repository or tag)"),
+            format!("check the image's name and tag (the registry answered; {check} shows the credentials are fine)"),
+        ),
+        _ if said(&["error code: 401", "error code: 403"]) => (
+            CheckKind::Credentials,
+            format!("registry {registry} refused the credentials for {image}"),
+            format!("{check}; if the password changed: {}", install_hint(registry)),
+        ),
+        _ if said(&["curl: (", "could not resolve host", "failed to connect", "connection refused", "timed out", "ssl"]) => (
+            CheckKind::Containers,
+            format!("registry {registry} was unreachable from the conversion node"),
+            format!("check that the conversion partition's nodes reach {registry} (proxy, firewall, DNS), then submit again"),
+        ),
+        _ if authenticated => (
+            CheckKind::Containers,
+            format!("converting {image} failed after registry {registry} let enroot in (see enroot's lines)"),
+            "fix what enroot says on the conversion partition, then submit again".to_string(),
+        ),
+        _ if anonymous => (
+            CheckKind::Credentials,
+            format!("registry {registry} refused or was unreachable; check `credentials check {registry}` (enroot found no credentials for it and pulled anonymously)"),
+            format!("install them once: {}", install_hint(registry)),
+        ),
+        _ if !said(&["[error]"]) => (
+            CheckKind::Credentials,
+            format!("registry {registry} refused or was unreachable; check `credentials check {registry}` (enroot sent the installed credentials and exited without a message: a wrong password or user, or no access to {image})"),
+            format!("{check}; if the password changed: {}", install_hint(registry)),
+        ),
+        _ => (
             CheckKind::Containers,
             format!("converting {image} failed"),
             "fix what enroot says on the conversion partition, then submit again".to_string(),
         ),
     };
-    Err(Error::Preflight {
+    ConversionFailure {
         kind,
-        check: "image conversion".into(),
-        message: format!("{message}; {never}; enroot said: {lines}"),
+        message: format!("{what}; {NEVER_PULLS}; enroot said: {lines}"),
         remedy,
-    })
+    }
 }
 
-/// enroot's and srun's own lines of a failed conversion (the last few), on one line.
+/// enroot's and srun's own lines of a failed conversion (the last few, and always the
+/// ones that name a cause: squashfs, the disk, a checksum), on one line.
 fn enroot_lines(stderr: &str) -> String {
+    let decisive = |l: &str| {
+        [
+            "enroot-mksquashovlfs",
+            "mksquashfs",
+            "FATAL ERROR",
+            "No space left",
+            "Disk quota",
+            "Checksum mismatch",
+        ]
+        .iter()
+        .any(|p| l.contains(p))
+    };
     let lines: Vec<&str> = stderr
         .lines()
         .map(str::trim)
         .filter(|l| {
-            [
-                "[INFO]",
-                "[WARN]",
-                "[ERROR]",
-                "srun:",
-                "curl:",
-                "slurm-run-no-enroot",
-                "the conversion",
-            ]
-            .iter()
-            .any(|p| l.starts_with(p))
+            decisive(l)
+                || [
+                    "[INFO]",
+                    "[WARN]",
+                    "[ERROR]",
+                    "srun:",
+                    "curl:",
+                    "slurm-run-no-enroot",
+                    "slurm-run-conversion",
+                    "the conversion",
+                ]
+                .iter()
+                .any(|p| l.starts_with(p))
         })
         .collect();
-    let start = lines.len().saturating_sub(ENROOT_LINES);
     if lines.is_empty() {
-        "(nothing)".to_string()
-    } else {
-        lines[start..].join(" | ")
+        return "(nothing)".to_string();
     }
+    let start = lines.len().saturating_sub(ENROOT_LINES);
+    // A decisive line older than the last few is kept too, first.
+    let mut kept: Vec<&str> = lines[..start]
+        .iter()
+        .copied()
+        .filter(|l| decisive(l))
+        .collect();
+    kept.extend(&lines[start..]);
+    kept.join(" | ")
 }
 
 #[cfg(test)]

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use super::context::{Context, ContextOwner};
 use super::job::slurm_job;
 use super::paths::log_folder;
-use super::scripts::READ_FROM;
+use super::scripts::{ReadFromExit, READ_FROM};
 use super::status::status_many;
 use crate::backend::{LogOptions, LogStream};
 use crate::record::{JobId, JobRecord};
+use crate::redact::StreamRedactor;
 use crate::spec::TaskSet;
 use crate::{Error, Result};
 
@@ -66,7 +67,9 @@ pub(super) async fn logs(ctx: &Context<'_>, id: &JobId, options: LogOptions) -> 
     }
 }
 
-/// Follow a job's log until the job ends: each new piece, secrets redacted.
+/// Follow a job's log until the job ends: each new piece, secrets redacted (a secret or
+/// a character cut between two reads is held back until it is whole). A log that
+/// cannot be read (anything but "not there yet") ends the follow with the error.
 pub(super) fn follow_logs(
     owner: Arc<dyn ContextOwner>,
     id: JobId,
@@ -81,6 +84,8 @@ pub(super) fn follow_logs(
         /// Read again at once (the last read was a full chunk: more is waiting).
         more: bool,
         first: bool,
+        /// What was read and not shown yet (a secret or a character cut by a read).
+        redactor: StreamRedactor,
     }
     let state = Follow {
         owner,
@@ -89,6 +94,7 @@ pub(super) fn follow_logs(
         done: false,
         more: false,
         first: true,
+        redactor: StreamRedactor::default(),
     };
     stream::unfold(state, move |mut st| async move {
         loop {
@@ -125,44 +131,76 @@ pub(super) fn follow_logs(
                 }
             };
             let chunk = match log_path(&record, None, stream) {
-                Ok(path) => {
-                    let command =
-                        READ_FROM.command([path, st.offset.to_string(), FOLLOW_CHUNK.to_string()]);
-                    match ctx.transport().run(&command).await {
-                        Ok(output) if output.success() => {
-                            let text = output.stdout;
-                            let newline =
-                                text.iter().position(|b| *b == b'\n').unwrap_or(text.len());
-                            let size: u64 = String::from_utf8_lossy(&text[..newline])
-                                .trim()
-                                .parse()
-                                .unwrap_or(st.offset);
-                            let body = text.get(newline + 1..).unwrap_or_default().to_vec();
-                            st.offset = st.offset.max(size.min(st.offset + body.len() as u64));
-                            st.more = st.offset < size;
-                            body
-                        }
-                        Ok(_) => Vec::new(),
-                        Err(error) if error.is_transient() => Vec::new(),
-                        Err(error) => {
-                            st.done = true;
-                            return Some((Err(error), st));
-                        }
+                Ok(path) => match read_chunk(&ctx, &path, st.offset).await {
+                    Ok(Some((size, body))) => {
+                        st.offset = st.offset.max(size.min(st.offset + body.len() as u64));
+                        st.more = st.offset < size;
+                        body
                     }
-                }
+                    Ok(None) => Vec::new(),
+                    Err(error) => {
+                        st.done = true;
+                        return Some((Err(error), st));
+                    }
+                },
                 Err(_) => Vec::new(),
             };
+            let registry = ctx.secrets().redactor_for(&record);
+            let mut text = st.redactor.push(&registry, &chunk);
             if terminal && !st.more {
                 st.done = true;
+                text.push_str(&st.redactor.finish(&registry));
             }
-            if !chunk.is_empty() {
-                let text = ctx
-                    .secrets()
-                    .redactor_for(&record)
-                    .redact(&String::from_utf8_lossy(&chunk));
+            if !text.is_empty() {
                 return Some((Ok(text), st));
             }
         }
     })
     .boxed()
+}
+
+/// One read of the log at `path` from `offset`: its size and the bytes read, `None`
+/// when there is nothing to read now (the file is not there yet, or the connection
+/// failed for a moment: the next read tries again), or the error of a read that failed.
+async fn read_chunk(ctx: &Context<'_>, path: &str, offset: u64) -> Result<Option<(u64, Vec<u8>)>> {
+    let command = READ_FROM.command([
+        path.to_string(),
+        offset.to_string(),
+        FOLLOW_CHUNK.to_string(),
+    ]);
+    let output = match ctx.transport().run(&command).await {
+        Ok(output) => output,
+        Err(error) if error.is_transient() => {
+            tracing::warn!(%error, path, "reading the followed log failed for now; trying again");
+            return Ok(None);
+        }
+        Err(error) => return Err(error),
+    };
+    if !output.success() {
+        if ReadFromExit::from_status(output.status) == Some(ReadFromExit::NoFile) {
+            return Ok(None);
+        }
+        return Err(Error::Remote {
+            command: format!("read {path}"),
+            status: output.status,
+            stderr: format!(
+                "following the log failed: {}",
+                output
+                    .stderr_text()
+                    .trim()
+                    .chars()
+                    .take(500)
+                    .collect::<String>()
+            ),
+            transient: false,
+        });
+    }
+    let text = output.stdout;
+    let newline = text.iter().position(|b| *b == b'\n').unwrap_or(text.len());
+    let size: u64 = String::from_utf8_lossy(&text[..newline])
+        .trim()
+        .parse()
+        .unwrap_or(offset);
+    let body = text.get(newline + 1..).unwrap_or_default().to_vec();
+    Ok(Some((size, body)))
 }

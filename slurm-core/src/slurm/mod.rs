@@ -37,6 +37,7 @@ mod cancel;
 mod commands;
 mod config;
 mod context;
+mod conversion;
 mod credentials;
 mod dependants;
 mod exec;
@@ -65,6 +66,8 @@ mod submit;
 #[cfg(test)]
 mod cancel_tests;
 #[cfg(test)]
+mod conversion_tests;
+#[cfg(test)]
 mod credentials_tests;
 #[cfg(test)]
 mod images_tests;
@@ -85,6 +88,7 @@ use crate::nccl::{NcclProbe, ProbeOptions};
 
 pub use backend::SlurmBackend;
 pub use config::{default_state_dir, SlurmConfig, SlurmConfigBuilder};
+pub use conversion::CONVERSION_LABEL;
 pub use credentials::{credential_machines, CredentialsStatus};
 pub use exec::ExecOptions;
 pub use forward::{ForwardOptions, JobForward};

@@ -7,6 +7,7 @@ use super::dependants::follow_retries;
 use super::paths::spec_copy;
 use super::submit::submit;
 use crate::dependency::follow_retry;
+use crate::dependency::Attempts;
 use crate::record::{JobId, JobRecord};
 use crate::retry::{begin, retry_options, retry_spec, RetryStart};
 use crate::Result;
@@ -37,7 +38,14 @@ pub(super) async fn resubmit(ctx: &Context<'_>, id: &JobId) -> Result<JobRecord>
     let record = submit(ctx, &spec, options, ctx.config().submit.clone()).await?;
     // Dependants of the failed attempt wait for this one instead (on the cluster too).
     let dependants = follow_retry(ctx.store(), id, &record.id)?;
-    if let Err(error) = follow_retries(ctx, &dependants).await {
+    let followed = match dependants.is_empty() {
+        true => Ok(()),
+        false => match Attempts::read(ctx.store()) {
+            Ok(attempts) => follow_retries(ctx, &dependants, &attempts).await,
+            Err(error) => Err(error),
+        },
+    };
+    if let Err(error) = followed {
         tracing::warn!(job = %record.id, %error, "re-pointing the dependants of a retry failed; the next poll tries again");
     }
     Ok(record)

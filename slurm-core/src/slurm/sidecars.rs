@@ -16,16 +16,19 @@ const FORGET_CHUNK: usize = 200;
 /// The most commands of one joined round trip of forgets.
 const ROUND_TRIP_CHUNK: usize = 200;
 
-/// The `forget-secrets` commands for `records` (folder and name of each).
+/// The `forget-secrets` commands for `records` (folder, name and owner token of each:
+/// a folder another record claimed is left alone).
 pub(super) fn forget_commands(records: &[&JobRecord]) -> Vec<Command> {
     records
         .chunks(FORGET_CHUNK)
         .map(|chunk| {
-            FORGET_SECRETS.command(
-                chunk
-                    .iter()
-                    .flat_map(|r| [r.results_dir.as_str().to_string(), r.id.to_string()]),
-            )
+            FORGET_SECRETS.command(chunk.iter().flat_map(|r| {
+                [
+                    r.results_dir.as_str().to_string(),
+                    r.id.to_string(),
+                    r.owner_token.clone().unwrap_or_default(),
+                ]
+            }))
         })
         .collect()
 }

@@ -10,8 +10,9 @@
 //!    and the removal of the secrets of jobs ending now (and of ended ones whose removal
 //!    failed before; an array's once the array has ended), in one more round trip.
 //! 5. **Record** the marks.
-//! 6. **Probes**: the verdicts of NCCL probes that ended ([`probe`](super::probe)); a
-//!    failed one ends the jobs waiting for it.
+//! 6. **Probes and conversions**: the verdicts of NCCL probes that ended
+//!    ([`probe`](super::probe)), and the ends of image conversions
+//!    ([`conversion`](super::conversion)); a failed one ends the jobs waiting for it.
 //! 7. **Dependants**: a dependant whose parent can never meet its condition, and whose
 //!    parent's end was known before this poll (one poll of grace for a retry), ends
 //!    ERROR; one whose parent was retried follows the retry
@@ -24,6 +25,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use super::context::Context;
+use super::conversion::conclude as conclude_conversions;
 use super::dependants::{follow_retries, next_step, DependantStep};
 use super::job::scancel_quietly;
 use super::poll::observe_jobs;
@@ -31,7 +33,7 @@ use super::probe::conclude;
 use super::reconcile::{settle_left, SETTLE_AFTER};
 use super::sidecars::{forget, forget_commands, forgotten, note_forgotten};
 use crate::backend::{JobStatus, NativeStatus};
-use crate::dependency::latest_attempts;
+use crate::dependency::Attempts;
 use crate::record::{JobId, JobRecord};
 use crate::Result;
 
@@ -62,7 +64,17 @@ pub(super) async fn status_settling(
             parent_ids.extend(record.after.iter().map(|d| d.job.clone()));
         }
     }
-    let parents = latest_attempts(store, &parent_ids).unwrap_or_default();
+    // The store is listed once per poll, and only when a dependant waits: every
+    // dependant's parents are resolved in that one listing (steps 2 and 7).
+    let waits = records
+        .iter()
+        .any(|r| !r.state.is_terminal() && !r.after.is_empty());
+    let mut attempts = if waits {
+        Attempts::read(store)?
+    } else {
+        Attempts::default()
+    };
+    let parents = attempts.latest(&parent_ids).unwrap_or_default();
     let ended_before: HashSet<JobId> = parents
         .values()
         .filter(|p| p.state.is_terminal())
@@ -113,14 +125,23 @@ pub(super) async fn status_settling(
         .collect();
     let mut concluded = conclude(ctx, &candidates, &natives).await;
     cancels.append(&mut concluded.cancels);
+    // Image conversions that ended: a failed one ends the jobs waiting for it.
+    let mut converted = conclude_conversions(ctx, &candidates).await;
+    cancels.append(&mut converted.cancels);
     for status in statuses.iter_mut() {
         if let Some(record) = concluded.ended.remove(&status.record.id) {
             status.record = record;
         }
+        if let Some(record) = converted.ended.remove(&status.record.id) {
+            status.record = record;
+        }
+    }
+    for status in &statuses {
+        attempts.refresh(&status.record);
     }
     statuses.truncate(ids.len());
 
-    // 7. Dependants.
+    // 7. Dependants, their parents as this poll left them.
     let mut follow = Vec::new();
     let mut ended = Vec::new();
     for status in statuses.iter_mut() {
@@ -128,7 +149,7 @@ pub(super) async fn status_settling(
         if record.state.is_terminal() || record.after.is_empty() {
             continue;
         }
-        match next_step(ctx, record, &ended_before)? {
+        match next_step(ctx, record, &attempts, &ended_before)? {
             DependantStep::Ended { record, job } => {
                 cancels.extend(job);
                 status.record = *record;
@@ -139,7 +160,7 @@ pub(super) async fn status_settling(
         }
     }
     if !follow.is_empty() {
-        follow_retries(ctx, &follow).await?;
+        follow_retries(ctx, &follow, &attempts).await?;
     }
 
     // 8. Cancels.

@@ -232,6 +232,8 @@ pub(super) fn settle_answer(
             }
         }
     }
+    // The cluster keeps ended jobs the default 300 s, and accounting is current.
+    text.push_str("@@begin 3\nO min_job_age 300\nO dbd_agent_queue 0\n@@end 3 0\n");
     output(0, &text, "")
 }
 
@@ -258,7 +260,8 @@ pub(super) fn is_forget(command: &Command) -> bool {
 pub(super) fn forget_answer(command: &Command) -> Output {
     let args = command.get_args();
     let at = args.iter().position(|a| a == "forget-secrets").unwrap();
-    let names: Vec<&String> = args[at + 1..].iter().skip(1).step_by(2).collect();
+    // FOLDER NAME OWNER triples.
+    let names: Vec<&String> = args[at + 1..].iter().skip(1).step_by(3).collect();
     let mut text = String::from("@@begin 0\n");
     for name in names {
         text.push_str(&format!("O {name}\n"));
@@ -321,3 +324,36 @@ pub(super) fn poll_answer(line: &str) -> Output {
 
 /// What a fake transport saw staged, shared with the test.
 pub(super) type Scripts = std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
+/// Open a record of `spec` in `store` as one the scheduler accepted (`native`, PENDING),
+/// then moved to `state`; the record as stored.
+pub(super) fn open_accepted<S: RecordStore + ?Sized>(
+    store: &S,
+    spec: &JobSpec,
+    native: &str,
+    state: crate::state::JobState,
+) -> JobRecord {
+    use crate::record::{BackendRef, Mark, TransitionSource};
+    use crate::state::JobState;
+    let id = JobId::mint_for(spec);
+    let dir = RemotePath::parse("/shared/results")
+        .unwrap()
+        .join(id.as_str())
+        .unwrap();
+    store
+        .open(&JobRecord::new(id.clone(), spec, dir).unwrap())
+        .unwrap();
+    store
+        .mark(
+            &id,
+            Mark::new(JobState::Pending, TransitionSource::Agent)
+                .backend_ref(BackendRef::new(native)),
+        )
+        .unwrap();
+    if state != JobState::Pending {
+        store
+            .mark(&id, Mark::new(state, TransitionSource::Poll))
+            .unwrap();
+    }
+    store.get(&id).unwrap()
+}

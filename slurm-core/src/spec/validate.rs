@@ -152,6 +152,9 @@ const RESERVED_SBATCH: &[(&str, &str)] = &[
     ("gres", "set GPUs with the spec's `gpus_per_node` or `gpus` key"),
     ("gpus", "set GPUs with the spec's `gpus_per_node` or `gpus` key"),
     ("gpus-per-node", "set GPUs with the spec's `gpus_per_node` key"),
+    ("dependency", "slurm-run writes it from `after` (the spec's key, or --after) and the NCCL probe the job waits for; an entry here would drop them and start the job early"),
+    ("kill-on-invalid-dep", "slurm-run writes it with the dependency (a dependant that can never run is ended and cancelled by the poll)"),
+    ("nodelist", "it would pin the job to nodes a retry excludes after a node fault; use --exclude (merged with those) or --constraint"),
 ];
 
 pub(crate) fn first_duplicate(items: &[String]) -> Option<&str> {
@@ -379,8 +382,7 @@ mod tests {
             ("--qo=high", "--qos=high"),
             ("--exclude=n3", "--exclude=n3"),
             ("-x n3", "--exclude=n3"),
-            ("--nodelist=n2", "--nodelist=n2"),
-            ("--dependency=afterok:12", "--dependency=afterok:12"),
+            ("--constraint=a100", "--constraint=a100"),
             ("--exclusive", "--exclusive"),
             ("--exclusive=user", "--exclusive=user"),
             ("--begin=now+1hour", "--begin=now+1hour"),

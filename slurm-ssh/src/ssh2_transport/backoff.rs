@@ -1,4 +1,4 @@
-//! Doubling waits between attempts: reconnecting a session, or opening a shell after one failed to start.
+//! Doubling waits between attempts, each with a random part (jitter): reconnecting a session, or opening a shell after one failed to start.
 
 use std::time::{Duration, Instant};
 
@@ -23,9 +23,13 @@ impl Backoff {
         }
     }
 
-    /// An attempt failed at `now`: wait the current delay, and double it (up to the cap).
+    /// An attempt failed at `now`: wait the current delay, less a random part of up to
+    /// its half (so clients that failed together, after a login node restarted, do not
+    /// reconnect in lockstep), and double the delay (up to the cap).
     pub(crate) fn failed(&mut self, now: Instant) {
-        self.next_attempt = now + self.delay;
+        let half = self.delay / 2;
+        let jitter = half.mul_f64(rand::random::<f64>());
+        self.next_attempt = now + self.delay - jitter;
         self.delay = (self.delay * 2).min(MAX_BACKOFF);
     }
 
@@ -54,32 +58,47 @@ mod tests {
         let start = Instant::now();
         let mut backoff = Backoff::new(start);
         assert!(backoff.allows(start), "the first attempt does not wait");
-        let mut waits = Vec::new();
-        for _ in 0..9 {
-            backoff.failed(start);
-            waits.push(backoff.next_attempt() - start);
-        }
         let ms = |n| Duration::from_millis(n);
-        assert_eq!(
-            waits,
-            [
-                ms(250),
-                ms(500),
-                ms(1000),
-                ms(2000),
-                ms(4000),
-                ms(8000),
-                MAX_BACKOFF,
-                MAX_BACKOFF,
-                MAX_BACKOFF
-            ]
-        );
-        assert!(!backoff.allows(start + ms(14_999)));
+        // Each wait is its delay less up to half of it.
+        for delay in [250, 500, 1000, 2000, 4000, 8000, 15_000, 15_000, 15_000] {
+            backoff.failed(start);
+            let wait = backoff.next_attempt() - start;
+            assert!(
+                wait <= ms(delay) && wait >= ms(delay) / 2,
+                "{wait:?} for {delay} ms"
+            );
+        }
+        assert!(!backoff.allows(start + MAX_BACKOFF / 2 - ms(1)));
         assert!(backoff.allows(start + MAX_BACKOFF));
         // A success resets the delay, not the pending wait.
+        let pending = backoff.next_attempt();
         backoff.succeeded();
-        assert_eq!(backoff.next_attempt(), start + MAX_BACKOFF);
+        assert_eq!(backoff.next_attempt(), pending);
         backoff.failed(start);
-        assert_eq!(backoff.next_attempt(), start + FIRST_BACKOFF);
+        assert!(backoff.next_attempt() <= start + FIRST_BACKOFF);
+    }
+
+    #[test]
+    fn waits_are_jittered_so_clients_do_not_reconnect_in_lockstep() {
+        // Issue 26, defect 11: after a login-node restart every client waited exactly
+        // 250 ms, 500 ms, ... and reconnected in lockstep.
+        let start = Instant::now();
+        let waits: Vec<Duration> = (0..20)
+            .map(|_| {
+                let mut backoff = Backoff::new(start);
+                backoff.failed(start);
+                backoff.next_attempt() - start
+            })
+            .collect();
+        assert!(
+            waits.iter().any(|w| *w != waits[0]),
+            "20 clients wait alike: {waits:?}"
+        );
+        for wait in &waits {
+            assert!(
+                *wait >= FIRST_BACKOFF / 2 && *wait <= FIRST_BACKOFF,
+                "{wait:?}"
+            );
+        }
     }
 }

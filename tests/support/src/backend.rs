@@ -195,6 +195,27 @@ pub async fn staged_script(harness: &Harness, record: &slurm_core::JobRecord) ->
     .await
 }
 
+/// Give the pending job of `dependant` a raw dependency on `parent`'s job
+/// (`afterok`) and let it start now: a dependency slurm-run did not write (its
+/// `extra_sbatch` may not hold one), as a person's `scontrol update` would give it.
+pub async fn depend_raw(
+    harness: &Harness,
+    dependant: &slurm_core::JobRecord,
+    parent: &slurm_core::JobRecord,
+) {
+    let native = |r: &slurm_core::JobRecord| r.backend_ref().unwrap().native_id.clone();
+    remote(
+        harness,
+        Command::new("scontrol").args([
+            "update".to_string(),
+            format!("JobId={}", native(dependant)),
+            format!("Dependency=afterok:{}", native(parent)),
+            "StartTime=now".to_string(),
+        ]),
+    )
+    .await;
+}
+
 /// The SLURM job ids carrying `name`, from squeue and sacct.
 pub async fn jobs_named(harness: &Harness, name: &str) -> Vec<String> {
     let out = remote(

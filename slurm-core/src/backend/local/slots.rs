@@ -316,6 +316,7 @@ impl LocalBackend {
                     message: mark.message,
                     nodes: None,
                     node_fault: false,
+                    exit_code: None,
                 },
             ),
             None => mark,

@@ -1,5 +1,8 @@
 //! Recognisers for the scheduler's error messages: transient failures worth a retry, unknown job ids, disabled accounting.
 
+use crate::transport::{Command, Output};
+use crate::{Error, Result};
+
 /// What a scheduler error message says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum SchedulerError {
@@ -28,6 +31,10 @@ pub(crate) const TRANSIENT_PATTERNS: &[&str] = &[
     "backup controller in standby mode",
     "resource temporarily unavailable",
     "slurmctld not responding",
+    // A login node mid-reconfigure: the tool could not read slurm.conf, so it asked nothing.
+    "unable to process configuration file",
+    // The controller (or the federation's database) could not be reached for the cluster.
+    "could not get cluster information",
 ];
 
 /// Lower-cased fragment of an unknown job id.
@@ -50,6 +57,21 @@ pub(crate) fn recognise_scheduler_error(stderr: &str) -> Option<SchedulerError> 
     } else {
         None
     }
+}
+
+/// `output` of a scheduler tool run as `command`, or the error it reports: transient
+/// when the scheduler could not be asked (retry with back-off), never a verdict.
+pub(crate) fn checked(output: Output, command: &Command) -> Result<Output> {
+    if output.success() {
+        return Ok(output);
+    }
+    let stderr = output.stderr_text();
+    Err(Error::Remote {
+        command: command.label(),
+        status: output.status,
+        transient: is_transient_scheduler_error(&stderr),
+        stderr: stderr.trim().chars().take(2000).collect(),
+    })
 }
 
 /// Whether `stderr` shows a transient scheduler failure (retry later).
@@ -102,5 +124,21 @@ mod tests {
             None
         );
         assert_eq!(recognise_scheduler_error(""), None);
+    }
+
+    #[test]
+    fn a_reconfiguring_login_node_and_an_unreachable_cluster_are_transient() {
+        // Defect 13: these read as refusals (or were not recognised at all).
+        for message in [
+            "sbatch: fatal: Unable to process configuration file",
+            "squeue: fatal: Unable to process configuration file",
+            "scancel: fatal: Could not get cluster information",
+        ] {
+            assert_eq!(
+                recognise_scheduler_error(message),
+                Some(SchedulerError::Transient),
+                "{message}"
+            );
+        }
     }
 }

@@ -188,6 +188,7 @@ impl SlurmIdField {
     }
 
     /// Whether the row describes the job itself (not an array task, het component or step).
+    #[cfg(test)]
     pub(crate) fn is_job_itself(&self) -> bool {
         self.array.is_none() && self.het.is_none() && self.step.is_none()
     }

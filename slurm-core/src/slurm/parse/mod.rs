@@ -16,12 +16,16 @@ pub(crate) mod scontrol;
 pub(crate) mod squeue;
 
 pub(crate) use config::parse_cluster_config;
-pub(crate) use errors::{is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error};
+pub(crate) use errors::{
+    checked, is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error,
+};
 pub(crate) use id::SlurmIdField;
 pub use id::SlurmJobId;
 pub(crate) use nodelist::expand_nodelist;
+#[cfg(test)]
+pub(crate) use sacct::parse_sacct;
 pub(crate) use sacct::{
-    parse_sacct, resolve_newest_of, split_failed_nodes, SacctRow, SACCT_FORMAT,
+    parse_sacct_rows, resolve_newest_of, split_failed_nodes, SacctRow, SACCT_FORMAT,
     SACCT_FORMAT_WITH_FAILED_NODE,
 };
 pub(crate) use sbatch::{parse_sbatch_parsable, SbatchOutcome};

@@ -81,55 +81,92 @@ pub(crate) struct SacctRow {
 }
 
 /// Parse sacct output in [`SACCT_FORMAT`] (`--parsable2`). Blank lines are
-/// skipped; any malformed line is an error naming the line.
+/// skipped; any malformed line is an error naming the line (the tests' strict reading;
+/// the poll reads with [`parse_sacct_rows`]).
+#[cfg(test)]
 pub(crate) fn parse_sacct(stdout: &str) -> Result<Vec<SacctRow>> {
+    let (rows, mut unreadable) = parse_sacct_rows(stdout);
+    match unreadable.is_empty() {
+        true => Ok(rows),
+        false => Err(unreadable.remove(0).error),
+    }
+}
+
+/// A sacct line the parser refused: the job it names (when its JobID reads) and why.
+#[derive(Debug)]
+pub(crate) struct UnreadableRow {
+    /// The job of the line's JobID column, when that much reads.
+    pub(crate) job: Option<SlurmJobId>,
+    /// The error naming the line.
+    pub(crate) error: Error,
+}
+
+/// Parse sacct output in [`SACCT_FORMAT`], every line that reads, and apart the lines
+/// that do not (so one odd row costs its own job only).
+pub(crate) fn parse_sacct_rows(stdout: &str) -> (Vec<SacctRow>, Vec<UnreadableRow>) {
     let mut rows = Vec::new();
-    let n_fields = SACCT_FIELDS.len();
+    let mut unreadable = Vec::new();
     for (n, line) in stdout.lines().enumerate() {
         let line = line.trim_end_matches('\r');
         if line.trim().is_empty() {
             continue;
         }
-        let bad = |why: String| {
-            Error::parse(
-                "sacct output",
-                format!("line {}: {why}: `{}`", n + 1, short(line)),
-            )
-        };
-        let p: Vec<&str> = line.splitn(n_fields, '|').collect();
-        if p.len() != n_fields {
-            return Err(bad(format!(
-                "expected {n_fields} `|`-separated fields, got {}",
-                p.len()
-            )));
+        match parse_row(n, line, rows.len()) {
+            Ok(row) => rows.push(row),
+            Err(error) => unreadable.push(UnreadableRow {
+                job: line
+                    .split('|')
+                    .next()
+                    .and_then(|id| SlurmIdField::parse(id.trim()).ok())
+                    .map(|id| id.job),
+                error,
+            }),
         }
-        let id = SlurmIdField::parse(p[0]).map_err(|e| bad(e.to_string()))?;
-        let raw_id = match p[1].trim() {
-            "" => None,
-            raw => Some(
-                SlurmIdField::parse(raw)
-                    .map_err(|e| bad(e.to_string()))?
-                    .job,
-            ),
-        };
-        let state = SlurmState::parse(p[2]).map_err(|e| bad(e.to_string()))?;
-        let (exit_code, signal) = parse_exit_code(p[3]).map_err(bad)?;
-        rows.push(SacctRow {
-            id,
-            raw_id,
-            state,
-            exit_code,
-            signal,
-            reason: optional(p[4]),
-            submit: parse_time(p[5]).map_err(bad)?,
-            start: parse_time(p[6]).map_err(bad)?,
-            end: parse_time(p[7]).map_err(bad)?,
-            nodelist: optional(p[8]).filter(|n| n != "None assigned"),
-            name: p[9].to_string(),
-            position: rows.len(),
-        });
     }
-    Ok(rows)
+    (rows, unreadable)
+}
+
+/// Line `n` (0-based) of sacct's output, the `position`-th row read.
+fn parse_row(n: usize, line: &str, position: usize) -> Result<SacctRow> {
+    let n_fields = SACCT_FIELDS.len();
+    let bad = |why: String| {
+        Error::parse(
+            "sacct output",
+            format!("line {}: {why}: `{}`", n + 1, short(line)),
+        )
+    };
+    let p: Vec<&str> = line.splitn(n_fields, '|').collect();
+    if p.len() != n_fields {
+        return Err(bad(format!(
+            "expected {n_fields} `|`-separated fields, got {}",
+            p.len()
+        )));
+    }
+    let id = SlurmIdField::parse(p[0]).map_err(|e| bad(e.to_string()))?;
+    let raw_id = match p[1].trim() {
+        "" => None,
+        raw => Some(
+            SlurmIdField::parse(raw)
+                .map_err(|e| bad(e.to_string()))?
+                .job,
+        ),
+    };
+    let state = SlurmState::parse(p[2]).map_err(|e| bad(e.to_string()))?;
+    let (exit_code, signal) = parse_exit_code(p[3]).map_err(bad)?;
+    Ok(SacctRow {
+        id,
+        raw_id,
+        state,
+        exit_code,
+        signal,
+        reason: optional(p[4]),
+        submit: parse_time(p[5]).map_err(bad)?,
+        start: parse_time(p[6]).map_err(bad)?,
+        end: parse_time(p[7]).map_err(bad)?,
+        nodelist: optional(p[8]).filter(|n| n != "None assigned"),
+        name: p[9].to_string(),
+        position,
+    })
 }
 
 /// `2:0` -> (Some(2), Some(0)); empty -> (None, None).

@@ -22,7 +22,7 @@ mod tests;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use self::observe::{
-    apply_followup, decide, from_scontrol, merge_reading, Decision, Followup, TaskKey,
+    apply_followup, decide, from_scontrol, kept, merge_reading, Decision, Followup, TaskKey,
 };
 use super::commands;
 use super::context::Context;
@@ -101,20 +101,43 @@ pub(super) async fn observe_jobs(ctx: &Context<'_>, records: Vec<JobRecord>) -> 
         }
         keys.push(own);
     }
-    let mut observations = if groups.is_empty() {
-        HashMap::new()
+    let Polled {
+        mut observations,
+        kept: notes,
+        unavailable,
+    } = if groups.is_empty() {
+        Polled::default()
     } else {
         poll_groups(ctx, &groups).await?
     };
 
-    // Jobs neither squeue nor sacct knows: ask scontrol (a second round trip, rare).
+    // Jobs neither squeue nor sacct knows, and ends squeue showed while accounting
+    // could not be asked (scontrol has their exit code): ask scontrol (a second round
+    // trip, rare).
     let missing: Vec<Key> = groups
         .iter()
         .flat_map(|(cluster, g)| g.keys.iter().map(move |k| (cluster.clone(), *k)))
-        .filter(|key| key.1 .1.is_none() && !observations.contains_key(key))
+        .filter(|key| key.1 .1.is_none() && !notes.contains_key(key))
+        .filter(|key| {
+            observations
+                .get(key)
+                .is_none_or(|o| o.unconfirmed.is_some())
+        })
         .collect();
     if !missing.is_empty() {
-        observations.extend(ask_scontrol(ctx, &missing).await?);
+        for (key, mut observation) in ask_scontrol(ctx, &missing).await? {
+            let unconfirmed = observations.get(&key).and_then(|o| o.unconfirmed.clone());
+            let ended = crate::slurm::states::map_state(&observation.state)
+                .0
+                .is_terminal();
+            match unconfirmed {
+                // What squeue showed stays unless scontrol tells the end too.
+                Some(_) if !ended => continue,
+                Some(why) => observation.unconfirmed = Some(why),
+                None => {}
+            }
+            observations.insert(key, observation);
+        }
     }
 
     let decisions = records
@@ -129,7 +152,16 @@ pub(super) async fn observe_jobs(ctx: &Context<'_>, records: Vec<JobRecord>) -> 
                         .and_then(|task| record.tasks.get(&task))
                         .map_or(record.state, |task| task.state);
                     let observed = observations.get(key).cloned();
-                    (key.clone(), decide(record, current, observed))
+                    let decision = match (notes.get(key), &observed, unavailable.get(&key.0)) {
+                        (Some(why), _, _) => kept(current, why),
+                        // Nothing known, and accounting could not be asked: no verdict.
+                        (None, None, Some(why)) => kept(
+                            current,
+                            &format!("not listed by squeue or scontrol, and accounting could not be asked ({why})"),
+                        ),
+                        (None, observed, _) => decide(record, current, observed.clone()),
+                    };
+                    (key.clone(), decision)
                 })
                 .collect()
         })
@@ -230,6 +262,8 @@ fn record_decisions(
         let mut natives = BTreeMap::new();
         for ((_, (_, task)), decision) in decided {
             let Some(task) = task else { continue };
+            // Kept in the task once it ends: an ended task is not polled again.
+            let exit_code = decision.native.as_ref().and_then(|n| n.exit_code);
             if let Some(native) = decision.native {
                 natives.insert(task, native);
             }
@@ -245,6 +279,7 @@ fn record_decisions(
                         message: m.message,
                         nodes: m.nodes,
                         node_fault: m.node_fault,
+                        exit_code: exit_code.filter(|_| m.state.is_terminal()),
                     },
                 );
             }
@@ -298,12 +333,22 @@ fn mark_kept(ctx: &Context<'_>, record: &JobRecord, mark: Mark) -> Result<JobRec
     }
 }
 
+/// What the poll round trip said of every cluster's keys.
+#[derive(Default)]
+struct Polled {
+    observations: HashMap<Key, observe::Observation>,
+    /// Keys left as they are (a sacct row of theirs could not be read), and why.
+    kept: HashMap<Key, String>,
+    /// Clusters whose sacct could not answer now, and why.
+    unavailable: HashMap<Option<String>, String>,
+}
+
 /// squeue for every group and, in the same round trip, sacct for the jobs squeue
 /// cannot settle (`poll.sh`).
 async fn poll_groups(
     ctx: &Context<'_>,
     groups: &BTreeMap<Option<String>, Group>,
-) -> Result<HashMap<Key, observe::Observation>> {
+) -> Result<Polled> {
     let label = format!(
         "poll {} job(s)",
         groups.values().map(|g| g.jobs.len()).sum::<usize>()
@@ -311,14 +356,24 @@ async fn poll_groups(
     let command = request::poll_command(groups)?.display_as(label);
     let output = ctx.transport().run(&command).await?;
     let parts = round_trip::split(&output, 2 * groups.len())?;
-    let mut observations = HashMap::new();
+    let mut polled = Polled::default();
     for ((cluster, group), pair) in groups.iter().zip(parts.chunks(2)) {
-        for (key, observation) in merge_reading(&group.keys, &pair[0], &pair[1], group.failed_node)?
-        {
-            observations.insert((cluster.clone(), key), observation);
+        let merged = merge_reading(&group.keys, &pair[0], &pair[1], group.failed_node)?;
+        for (key, observation) in merged.observations {
+            polled
+                .observations
+                .insert((cluster.clone(), key), observation);
+        }
+        for key in &group.keys {
+            if let Some(why) = merged.unreadable.get(&key.0) {
+                polled.kept.insert((cluster.clone(), *key), why.clone());
+            }
+        }
+        if let Some(why) = merged.accounting_unavailable {
+            polled.unavailable.insert(cluster.clone(), why);
         }
     }
-    Ok(observations)
+    Ok(polled)
 }
 
 /// `scontrol show job` for jobs squeue and sacct did not know.

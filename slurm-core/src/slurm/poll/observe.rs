@@ -11,7 +11,7 @@ use crate::classify::{
 use crate::record::{JobRecord, Mark, TransitionSource};
 use crate::slurm::parse::{
     expand_nodelist, is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error,
-    parse_sacct, parse_scontrol_show_job, parse_squeue, resolve_newest_of, split_failed_nodes,
+    parse_sacct_rows, parse_scontrol_show_job, parse_squeue, resolve_newest_of, split_failed_nodes,
     SacctRow, SlurmJobId, SqueueRow,
 };
 use crate::slurm::reasons::{reason_kind, ReasonKind};
@@ -38,6 +38,22 @@ pub(super) struct Observation {
     pub(super) failed_step: Option<(String, SlurmState)>,
     /// The node the scheduler pinned a failure on (sacct's `FailedNode`, 23.02 on).
     pub(super) failed_node: Option<String>,
+    /// The end was read from slurmctld (squeue, scontrol) while accounting could not be
+    /// asked (why): its exit code and steps are not confirmed by accounting.
+    pub(super) unconfirmed: Option<String>,
+}
+
+/// What one cluster's squeue and sacct parts said of the keys asked about.
+#[derive(Debug, Default)]
+pub(super) struct Merged {
+    /// Each key the scheduler described.
+    pub(super) observations: HashMap<TaskKey, Observation>,
+    /// Jobs with a sacct row that could not be read: they stay as they are (why).
+    pub(super) unreadable: HashMap<SlurmJobId, String>,
+    /// sacct could not answer now (slurmdbd down, a row of no readable job): why. What
+    /// only accounting could tell stays as it is; ends squeue shows are read from
+    /// slurmctld, unconfirmed.
+    pub(super) accounting_unavailable: Option<String>,
 }
 
 /// What a poll decided for one record: the mark, what the scheduler said, and what
@@ -66,13 +82,10 @@ pub(super) enum Followup {
 
 /// What one cluster's squeue and sacct parts of a poll say of `keys` (jobs, or tasks of
 /// array jobs). `squeue` answers for every job; `sacct` only for those squeue could not
-/// settle (empty otherwise), in `SACCT_FORMAT`.
+/// settle (empty otherwise), in `SACCT_FORMAT`. squeue's failure fails the poll; sacct's
+/// does not (see [`Merged`]), and a sacct row that cannot be read costs its own job only.
 #[cfg(test)]
-pub(super) fn merge(
-    keys: &[TaskKey],
-    squeue: &Output,
-    sacct: &Output,
-) -> Result<HashMap<TaskKey, Observation>> {
+pub(super) fn merge(keys: &[TaskKey], squeue: &Output, sacct: &Output) -> Result<Merged> {
     merge_reading(keys, squeue, sacct, false)
 }
 
@@ -83,13 +96,14 @@ pub(super) fn merge_reading(
     squeue: &Output,
     sacct: &Output,
     failed_node: bool,
-) -> Result<HashMap<TaskKey, Observation>> {
+) -> Result<Merged> {
     let squeue_rows = if squeue.success() {
         parse_squeue(&squeue.stdout_text())?
     } else {
         scheduler_failure("squeue", squeue)?;
         Vec::new()
     };
+    let mut merged = Merged::default();
     // sacct ran and accounting is on: its silence about a job means lag.
     let accounting = sacct.success() && !is_accounting_disabled(&sacct.stderr_text());
     let (sacct_text, failed_nodes) = match failed_node {
@@ -97,9 +111,20 @@ pub(super) fn merge_reading(
         false => (sacct.stdout_text(), HashMap::new()),
     };
     let sacct_rows = if accounting {
-        parse_sacct(&sacct_text)?
+        let (rows, unreadable) = parse_sacct_rows(&sacct_text);
+        for row in unreadable {
+            tracing::warn!(error = %row.error, "a sacct row could not be read; its job is left as it was");
+            let why = format!("its accounting row could not be read ({})", row.error);
+            match row.job {
+                Some(job) => {
+                    merged.unreadable.insert(job, why);
+                }
+                None => merged.accounting_unavailable = Some(why),
+            }
+        }
+        rows
     } else {
-        scheduler_failure("sacct", sacct)?;
+        merged.accounting_unavailable = sacct_failure(sacct);
         Vec::new()
     };
     // Rows by job (a row describes only keys of its own job), so a poll of 10,000 jobs
@@ -112,8 +137,10 @@ pub(super) fn merge_reading(
     for row in sacct_rows {
         accounted.entry(row.id.job).or_default().push(row);
     }
-    let mut observations = HashMap::new();
     for key in keys {
+        if merged.unreadable.contains_key(&key.0) {
+            continue;
+        }
         let from_sacct = accounted
             .get(&key.0)
             .and_then(|rows| observe_sacct(rows, *key));
@@ -139,6 +166,7 @@ pub(super) fn merge_reading(
                 // Steps confirm only a finished job; sacct decides those.
                 failed_step: None,
                 failed_node: None,
+                unconfirmed: None,
             }),
             // squeue answered and no longer lists the job, yet sacct says it is
             // pending or running: slurmdbd lags behind slurmctld, so that row is
@@ -153,7 +181,8 @@ pub(super) fn merge_reading(
             // its steps (a COMPLETED job with a failed step did not finish; exit 124 is
             // the child timeout). While accounting lags behind (no row yet, or a row
             // that has not ended), the job is not called terminal: terminal states are
-            // final, so it waits a poll.
+            // final, so it waits a poll. While accounting cannot be asked at all, the
+            // end slurmctld shows is taken, said to be unconfirmed.
             let ended =
                 observation.source == "squeue" && map_state(&observation.state).0.is_terminal();
             // A requeued job that then ends another way (cancelled while pending
@@ -179,13 +208,17 @@ pub(super) fn merge_reading(
                     exit_code: None,
                     ..observation
                 },
+                None if ended => Observation {
+                    unconfirmed: merged.accounting_unavailable.clone(),
+                    ..observation
+                },
                 _ => observation,
             };
             let failed_node = match key.1 {
                 None => failed_nodes.get(&key.0.to_string()).cloned(),
                 Some(_) => None,
             };
-            observations.insert(
+            merged.observations.insert(
                 *key,
                 Observation {
                     failed_node,
@@ -194,7 +227,44 @@ pub(super) fn merge_reading(
             );
         }
     }
-    Ok(observations)
+    Ok(merged)
+}
+
+/// Why sacct did not answer for this poll (`None`: it answered, or accounting is off on
+/// this cluster, or it only did not know the ids). Never a failure of the poll: sacct
+/// adds to squeue.
+fn sacct_failure(sacct: &Output) -> Option<String> {
+    let stderr = sacct.stderr_text();
+    if sacct.success() || is_invalid_job_id(&stderr) || is_accounting_disabled(&stderr) {
+        return None;
+    }
+    let why = stderr
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(|l| l.chars().take(300).collect::<String>())
+        .unwrap_or_else(|| format!("sacct exited {} without a message", sacct.status));
+    tracing::warn!(%why, "sacct did not answer; using squeue and scontrol only");
+    Some(why)
+}
+
+/// The decision for a job the poll could not read (`why`): it stays as it was
+/// (`current`), with a note in what the status shows.
+pub(super) fn kept(current: JobState, why: &str) -> Decision {
+    Decision {
+        mark: Mark::new(current, TransitionSource::Poll).message(why),
+        native: Some(NativeStatus {
+            state: "UNREAD".to_string(),
+            reason: Some(format!("left {current}: {why}")),
+            exit_code: None,
+            nodes: None,
+            source: "sacct",
+            reason_note: None,
+        }),
+        followup: Followup::None,
+        observed: None,
+        cancel: false,
+    }
 }
 
 /// What `scontrol show job` said of `id` (the fallback for jobs squeue and sacct did
@@ -218,6 +288,7 @@ pub(super) fn from_scontrol(id: SlurmJobId, part: &Output) -> Result<Option<Obse
                 requeued_after: None,
                 failed_step: None,
                 failed_node: job.get("FailedNode").and_then(optional_node),
+                unconfirmed: None,
             })
         })
         .next_back())
@@ -255,6 +326,11 @@ pub(super) fn decide(
         state
     };
     let mut message = describe(&observed);
+    if let (Some(why), true) = (&observed.unconfirmed, state.is_terminal()) {
+        message = format!(
+            "{message}; read from slurmctld while accounting could not be asked ({why}): not confirmed by accounting"
+        );
+    }
     let never = observed
         .reason
         .as_deref()
@@ -441,6 +517,7 @@ fn observe_sacct(rows: &[SacctRow], key: TaskKey) -> Option<Observation> {
         requeued_after,
         failed_step,
         failed_node: None,
+        unconfirmed: None,
     })
 }
 
@@ -460,19 +537,15 @@ fn is_requeue_cause(state: &SlurmBaseState) -> bool {
     )
 }
 
-/// A scheduler command that failed: fine when the job simply left the queue, a
-/// transient error when the scheduler did not answer, otherwise a remote error.
+/// A scheduler command that failed (squeue, scontrol): fine when the job simply left
+/// the queue, a transient error when the scheduler did not answer, otherwise a remote
+/// error.
 fn scheduler_failure(tool: &str, output: &Output) -> Result<()> {
     let stderr = output.stderr_text();
     if is_invalid_job_id(&stderr) || is_accounting_disabled(&stderr) {
         return Ok(());
     }
     let transient = is_transient_scheduler_error(&stderr);
-    if !transient && tool == "sacct" {
-        // sacct is an addition to squeue; its failure alone does not stop a poll.
-        tracing::warn!(stderr = %stderr.trim(), "sacct failed; using squeue and scontrol only");
-        return Ok(());
-    }
     Err(Error::Remote {
         command: tool.to_string(),
         status: output.status,

@@ -1,6 +1,7 @@
 //! What the scheduler's answers mean: merging rows, deciding, finishing with a follow-up.
 
 use super::*;
+use crate::slurm::parse::parse_sacct;
 
 fn rows(text: &str) -> Vec<SacctRow> {
     parse_sacct(text).unwrap()
@@ -29,7 +30,10 @@ fn a_job_ending_before_accounting_confirms_keeps_the_live_state_it_had() {
     )
     .unwrap();
     let decided = |current: JobState, squeue: &str| {
-        let observed = merge(&[id], &out(squeue), &out("")).unwrap().remove(&id);
+        let observed = merge(&[id], &out(squeue), &out(""))
+            .unwrap()
+            .observations
+            .remove(&id);
         decide(&record, current, observed).mark.state
     };
     let cancelled_pending = "9|CANCELLED|None||job-abcdef\n";
@@ -53,6 +57,7 @@ fn a_job_ending_before_accounting_confirms_keeps_the_live_state_it_had() {
     );
     let observed = merge(&[id], &out(cancelled_pending), &settled)
         .unwrap()
+        .observations
         .remove(&id);
     assert_eq!(
         decide(&record, JobState::Pending, observed).mark.state,
@@ -74,7 +79,7 @@ fn a_failure_squeue_reports_waits_for_accounting_to_give_its_exit_code() {
         0,
         "9|9|RUNNING|0:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|Unknown|n1|job-f\n",
     );
-    let waiting = &merge(&[id], &squeue, &stale).unwrap()[&id];
+    let waiting = &merge(&[id], &squeue, &stale).unwrap().observations[&id];
     assert!(
         !map_state(&waiting.state).0.is_terminal(),
         "not terminal before accounting knows how it ended: {waiting:?}"
@@ -83,7 +88,7 @@ fn a_failure_squeue_reports_waits_for_accounting_to_give_its_exit_code() {
             0,
             "9|9|FAILED|3:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:00:02|n1|job-f\n",
         );
-    let failed = &merge(&[id], &squeue, &settled).unwrap()[&id];
+    let failed = &merge(&[id], &squeue, &settled).unwrap().observations[&id];
     assert_eq!(failed.state.base, SlurmBaseState::Failed);
     assert_eq!(failed.exit_code, Some(3));
     // Without accounting, squeue's word is all there is.
@@ -92,7 +97,7 @@ fn a_failure_squeue_reports_waits_for_accounting_to_give_its_exit_code() {
         stdout: Vec::new(),
         stderr: b"sacct: error: Slurm accounting storage is disabled\n".to_vec(),
     };
-    let alone = &merge(&[id], &squeue, &off).unwrap()[&id];
+    let alone = &merge(&[id], &squeue, &off).unwrap().observations[&id];
     assert_eq!(alone.state.base, SlurmBaseState::Failed);
 }
 
@@ -129,18 +134,18 @@ fn a_requeued_job_cancelled_before_accounting_knows_is_not_its_earlier_failure()
     let stale = out(
         "9|9|NODE_FAIL|1:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:00:09|n2|job-r\n",
     );
-    let waiting = &merge(&[id], &squeue, &stale).unwrap()[&id];
+    let waiting = &merge(&[id], &squeue, &stale).unwrap().observations[&id];
     assert!(
         !map_state(&waiting.state).0.is_terminal(),
         "an earlier run's NODE_FAIL is not this end: {waiting:?}"
     );
     let settled =
         out("9|9|CANCELLED by 0|0:0|None|2026-11-30T10:00:00|None|2026-11-30T10:00:20||job-r\n");
-    let done = &merge(&[id], &squeue, &settled).unwrap()[&id];
+    let done = &merge(&[id], &squeue, &settled).unwrap().observations[&id];
     assert_eq!(map_state(&done.state).0, JobState::Canceled);
     // A job that did fail on its node (no requeue) reads as such at once.
     let failed = out("9|NODE_FAIL|None|n2|job-r\n");
-    let observed = &merge(&[id], &failed, &stale).unwrap()[&id];
+    let observed = &merge(&[id], &failed, &stale).unwrap().observations[&id];
     assert_eq!(map_state(&observed.state).0, JobState::Error);
 }
 
@@ -238,6 +243,7 @@ fn a_status_json_that_cannot_be_read_is_no_verdict() {
         requeued_after: None,
         failed_step: None,
         failed_node: None,
+        unconfirmed: None,
     };
     let read = |status: i32, stdout: &str, stderr: &str| Output {
         status,
@@ -289,7 +295,10 @@ fn scheduler_failures_are_sorted() {
     )
     .unwrap_err();
     assert!(err.is_transient());
-    assert!(scheduler_failure("sacct", &out("sacct: error: something odd")).is_ok());
+    // sacct never fails a poll: it says why accounting could not be asked, if it could not.
+    assert!(sacct_failure(&out("sacct: error: something odd")).is_some());
+    assert!(sacct_failure(&out("sacct: error: Problem talking to the database")).is_some());
+    assert!(sacct_failure(&out("sacct: error: Slurm accounting storage is disabled")).is_none());
 }
 
 /// A two-node job one of whose nodes went down, as 24.11 and 26.05 print it: sacct's
@@ -322,6 +331,7 @@ fn a_node_failure_is_pinned_on_the_node_sacct_names_from_23_02() {
         let id: TaskKey = (SlurmJobId::new(job.parse().unwrap()).unwrap(), None);
         let observed = merge_reading(&[id], &out(""), &out(&sacct), true)
             .unwrap()
+            .observations
             .remove(&id);
         assert_eq!(
             observed.as_ref().and_then(|o| o.failed_node.as_deref()),
@@ -355,6 +365,7 @@ fn a_node_failure_is_pinned_on_the_node_sacct_names_from_23_02() {
     let id_22: TaskKey = (SlurmJobId::new(job.parse().unwrap()).unwrap(), None);
     let observed = merge(&[id_22], &out(""), &out(&sacct))
         .unwrap()
+        .observations
         .remove(&id_22);
     let decision = decide(&record, JobState::Running, observed);
     assert!(decision.mark.failed_nodes.is_empty());
@@ -379,7 +390,10 @@ fn a_waiting_jobs_message_says_what_its_reason_means() {
     let message = |squeue: &str| {
         let job = squeue.split(['|', '_']).next().unwrap().to_string();
         let id: TaskKey = (SlurmJobId::new(job.parse().unwrap()).unwrap(), None);
-        let observed = merge(&[id], &out(squeue), &out("")).unwrap().remove(&id);
+        let observed = merge(&[id], &out(squeue), &out(""))
+            .unwrap()
+            .observations
+            .remove(&id);
         let decision = decide(&record, JobState::Submitting, observed);
         assert_eq!(decision.mark.state, JobState::Pending, "{squeue}");
         decision.mark.message.unwrap()

@@ -154,7 +154,9 @@ async fn an_array_costs_one_squeue_until_a_task_ends_or_vanishes() {
     )
     .await;
     assert_eq!(sacct, None, "all live: no sacct");
-    let merged = merge(&(0..8).map(task).collect::<Vec<_>>(), &parts[0], &parts[1]).unwrap();
+    let merged = merge(&(0..8).map(task).collect::<Vec<_>>(), &parts[0], &parts[1])
+        .unwrap()
+        .observations;
     assert_eq!(merged.len(), 8);
     assert_eq!(merged[&task(1)].state.raw, "RUNNING");
     assert_eq!(

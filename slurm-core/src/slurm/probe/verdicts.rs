@@ -14,7 +14,7 @@ use crate::nccl::{
     ladder_outcomes, parse_shape, record_knobs, show_env, verdict_of, KnobSet, ProbeAttempt,
     ShapeKnobs, PROBE_LABEL, PROBE_SHAPE_LABEL, PROBE_VERDICT_LABEL,
 };
-use crate::record::{JobId, JobRecord, Mark, RecordFilter, TransitionSource};
+use crate::record::{list_readable, JobId, JobRecord, Mark, RecordFilter, TransitionSource};
 use crate::slurm::context::Context;
 use crate::slurm::job::{slurm_job, SlurmJob};
 use crate::slurm::paths::{probe_rung_log, probe_verdict};
@@ -71,7 +71,11 @@ async fn conclude_ended(
     let cluster = cluster_name(ctx).await?;
     let verdicts = read_verdicts(ctx, probes).await?;
     let mut concluded = Concluded::default();
-    let waiting = store.list(&RecordFilter::any().active())?;
+    let waiting = list_readable(
+        store,
+        &RecordFilter::any().active(),
+        "the jobs waiting for a probe",
+    )?;
     for (probe, verdict) in probes.iter().zip(&verdicts) {
         let attempts = attempts_of(probe, verdict, natives.get(&probe.id));
         let outcome = attempts

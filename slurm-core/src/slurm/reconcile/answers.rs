@@ -30,6 +30,9 @@ pub(super) struct Answers {
     pub(super) attempts: BTreeMap<u32, Attempt>,
     /// Whether the fence removed the secrets sidecar.
     pub(super) forgot: bool,
+    /// The job folder belongs to another record of the same name: nothing of this
+    /// record reached it or sbatch.
+    pub(super) foreign: bool,
     /// Jobs squeue lists with the name (`None`: squeue did not answer).
     pub(super) squeue: Option<BTreeSet<BackendRef>>,
     /// Jobs sacct lists with the name (`None`: sacct did not answer).
@@ -38,9 +41,17 @@ pub(super) struct Answers {
     pub(super) accounting_disabled: bool,
     /// Why a tool did not answer.
     pub(super) failures: Vec<String>,
+    /// The cluster's `MinJobAge` in seconds (`None`: unknown): how long slurmctld keeps
+    /// an ended job, so how long squeue alone can say a job does not exist.
+    pub(super) min_job_age: Option<u64>,
+    /// Whether sacct may lag behind slurmctld (its DBD agent queue not empty; `None`:
+    /// unknown, so it may).
+    pub(super) accounting_lag: Option<bool>,
 }
 
-/// Jobs of a squeue or sacct listing (`ID|NAME` lines) whose name is exactly `name`.
+/// Jobs of a squeue or sacct listing (`ID|NAME` lines) whose name is exactly `name`:
+/// a job itself, or an array by its tasks and pending ranges (`123_4`, `123_[5-9]` are
+/// array 123); steps are not jobs.
 pub(super) fn jobs_named(listing: &str, name: &str) -> BTreeSet<BackendRef> {
     listing
         .lines()
@@ -50,14 +61,13 @@ pub(super) fn jobs_named(listing: &str, name: &str) -> BTreeSet<BackendRef> {
                 return None;
             }
             let field = SlurmIdField::parse(id.trim()).ok()?;
-            field
-                .is_job_itself()
+            (!field.is_step() && field.het.is_none())
                 .then(|| BackendRef::new(field.job.to_string()))
         })
         .collect()
 }
 
-/// Read one settle round trip's three parts for `names`.
+/// Read one settle round trip's four parts for `names`.
 pub(super) fn read_answers(names: &[String], parts: &[Output]) -> BTreeMap<String, Answers> {
     let mut answers: BTreeMap<String, Answers> = names
         .iter()
@@ -78,6 +88,7 @@ pub(super) fn read_answers(names: &[String], parts: &[Output]) -> BTreeMap<Strin
         };
         match fields.as_slice() {
             [_, "forgot"] => entry.forgot = true,
+            [_, "foreign"] => entry.foreign = true,
             [_, n, "fenced"] => {
                 if let Ok(n) = n.parse() {
                     entry.attempts.insert(n, Attempt::Fenced);
@@ -111,7 +122,18 @@ pub(super) fn read_answers(names: &[String], parts: &[Output]) -> BTreeMap<Strin
     let squeue = &parts[1];
     let sacct = &parts[2];
     let sacct_disabled = is_accounting_disabled(&sacct.stderr_text());
+    let mut min_job_age = None;
+    let mut dbd_agent_queue: Option<u64> = None;
+    for line in parts[3].stdout_text().lines() {
+        match line.split_once(' ') {
+            Some(("min_job_age", value)) => min_job_age = value.trim().parse().ok(),
+            Some(("dbd_agent_queue", value)) => dbd_agent_queue = value.trim().parse().ok(),
+            _ => {}
+        }
+    }
     for (name, entry) in answers.iter_mut() {
+        entry.min_job_age = min_job_age;
+        entry.accounting_lag = dbd_agent_queue.map(|queued| queued > 0);
         if squeue.success() {
             entry.squeue = Some(jobs_named(&squeue.stdout_text(), name));
         } else {

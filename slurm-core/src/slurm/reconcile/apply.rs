@@ -101,16 +101,16 @@ pub(super) fn apply(
                         ),
                         transient: true,
                     };
-                    store
-                        .mark(
-                            id,
-                            Mark::new(JobState::NotSubmitted, source).message(format!(
-                                "never reached the scheduler: {why}; submit it again"
-                            )),
-                        )
-                        .map(|record| Applied::Ended { record, error })
+                    never_reached(ctx, id, source, &why, error)
                 }
             }
+        }
+        Verdict::Foreign(why) => {
+            let error = Error::invalid(
+                "id",
+                format!("{id}: {why}; submit the spec again (it gets a new id)"),
+            );
+            never_reached(ctx, id, source, &why, error)
         }
         Verdict::Refused(error) => store
             .mark(
@@ -147,6 +147,25 @@ pub(super) fn apply(
         Err(Error::InvalidTransition { .. }) => Ok(Applied::SettledElsewhere(store.get(id)?)),
         other => other,
     }
+}
+
+/// End `id` NOT_SUBMITTED (its submit never reached the scheduler, `why`), answering
+/// `error`.
+fn never_reached(
+    ctx: &Context<'_>,
+    id: &crate::record::JobId,
+    source: TransitionSource,
+    why: &str,
+    error: Error,
+) -> Result<Applied> {
+    ctx.store()
+        .mark(
+            id,
+            Mark::new(JobState::NotSubmitted, source).message(format!(
+                "never reached the scheduler: {why}; submit it again"
+            )),
+        )
+        .map(|record| Applied::Ended { record, error })
 }
 
 /// Count attempt `attempt` before it is sent; refused when the record was settled

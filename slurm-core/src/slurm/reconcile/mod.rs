@@ -8,8 +8,11 @@
 //!    limit). So a late upload can never create a job after the settle said there is none.
 //! 2. Read the answers the attempts left (sbatch's printed id is the scheduler's answer).
 //! 3. List the user's own jobs carrying each record's exact name, from squeue *and*
-//!    sacct. A tool that failed (controller or database unreachable, which is exactly when
-//!    answers get lost) is "could not ask", never "no job".
+//!    sacct (an array by its tasks; sacct also by the ids known of the record). A tool
+//!    that failed (controller or database unreachable, which is exactly when answers get
+//!    lost) is "could not ask", never "no job".
+//! 4. Read how far each listing can be trusted: `MinJobAge` (how long squeue keeps an
+//!    ended job) and whether sacct lags behind slurmctld (its DBD agent queue).
 //!
 //! | file | holds |
 //! |---|---|
@@ -52,7 +55,12 @@ pub const SETTLE_AFTER: Duration = Duration::from_secs(5);
 /// this old (no submit runs this long).
 const SETTLE_UNLEASED_AFTER: Duration = Duration::from_secs(600);
 
-/// How long a settle from `status` waits for an attempt still running sbatch.
+/// How long sbatch itself may run on the login node (`timeout` there): an attempt whose
+/// answer was lost can still create a job only this long after it began (and a settle
+/// calls an attempt that left no answer for longer dead).
+pub(super) const SBATCH_LIMIT: Duration = Duration::from_secs(90);
+
+/// How long a settle from `status` waits in all for attempts still running sbatch.
 const STATUS_FENCE_WAIT: Duration = Duration::from_secs(5);
 
 /// How long the settle inside a submit waits for an attempt still running sbatch.
@@ -79,11 +87,24 @@ async fn ask(ctx: &Context<'_>, records: &[JobRecord], fence_wait: Duration) -> 
     let names: Vec<String> = records.iter().map(|r| r.id.to_string()).collect();
     let mut list = String::new();
     for record in records {
+        // The ids seen of it before: sacct is asked for them by id too.
+        let known: Vec<&str> = record
+            .candidates
+            .iter()
+            .filter(|c| c.cluster.is_none())
+            .map(|c| c.native_id.as_str())
+            .collect();
         list.push_str(&format!(
-            "{}\t{}\t{}\n",
+            "{}\t{}\t{}\t{}\t{}\n",
             record.results_dir.as_str(),
             record.id,
-            record.submit_attempts.unwrap_or(0)
+            record.submit_attempts.unwrap_or(0),
+            if known.is_empty() {
+                "-".to_string()
+            } else {
+                known.join(",")
+            },
+            record.owner_token.as_deref().unwrap_or_default()
         ));
     }
     let oldest = records
@@ -104,7 +125,7 @@ async fn ask(ctx: &Context<'_>, records: &[JobRecord], fence_wait: Duration) -> 
         .transport()
         .run(&command)
         .await
-        .and_then(|output| round_trip::split(&output, 3));
+        .and_then(|output| round_trip::split(&output, 4));
     let parts = match parts {
         Ok(parts) => parts,
         Err(error) => {

@@ -11,9 +11,22 @@ use crate::record::{BackendRef, JobRecord};
 use crate::slurm::parse::{parse_sbatch_parsable, SbatchOutcome};
 use crate::Error;
 
-/// With accounting disabled, squeue alone may say "no job" only for a record this
-/// young: a job that ended is forgotten by slurmctld after `MinJobAge` (300 s by default).
-const NO_ACCOUNTING_WINDOW: Duration = Duration::from_secs(240);
+/// An attempt that began this long ago and left no answer is dead: sbatch runs under
+/// `timeout -k 5 SBATCH_LIMIT` (see `submit.sh`), so whatever killed the submit script
+/// (a dropped connection, the OOM killer, a reboot), sbatch can no longer create a job.
+const ATTEMPT_DEAD_AFTER: Duration = Duration::from_secs(super::SBATCH_LIMIT.as_secs() + 5 + 60);
+
+/// How long after a record's submit squeue alone can say "no job", on a cluster that
+/// keeps an ended job `min_job_age` seconds (`MinJobAge`; 0: never purged): a job ends
+/// after its submit, and is purged `MinJobAge` after its end, so it is listed at least
+/// that long after the record was made. A margin of a tenth (at least 5 s) for the
+/// purge timer and the time the round trip took.
+fn squeue_window(min_job_age: u64) -> Duration {
+    if min_job_age == 0 {
+        return Duration::MAX;
+    }
+    Duration::from_secs(min_job_age.saturating_sub((min_job_age / 10).max(5)))
+}
 
 /// What the cluster says of one record whose submit outcome is unknown.
 #[derive(Debug)]
@@ -27,6 +40,9 @@ pub(super) enum Verdict {
     Refused(Error),
     /// Several jobs carry the name: a person decides (every one is kept in the record).
     Several(Vec<BackendRef>),
+    /// The job folder is another record's (another store's record of the same id): no
+    /// attempt of this record reached sbatch, and the jobs carrying the name are not its.
+    Foreign(String),
     /// Not settled yet: the scheduler could not be asked, or an attempt may still be
     /// running sbatch. The jobs seen so far are kept in the record.
     Unsettled {
@@ -67,6 +83,13 @@ fn read_attempt(rc: i32, stdout: &str, stderr: &str) -> AttemptReading {
 /// The verdict of `answers` for `record` (pure). `now` decides whether a record is
 /// young enough for squeue alone to answer on a cluster without accounting.
 pub(super) fn verdict(record: &JobRecord, answers: &Answers, now: DateTime<Utc>) -> Verdict {
+    if answers.foreign {
+        return Verdict::Foreign(format!(
+            "its job folder {} belongs to another record named {} (another record store shares the results root and SLURM user), so none of its attempts reached sbatch and the jobs of that name are not its own",
+            record.results_dir.as_str(),
+            record.id
+        ));
+    }
     let counted = record.submit_attempts.unwrap_or(0);
     let mut seen: BTreeSet<BackendRef> = BTreeSet::new();
     let mut refusal: Option<Error> = None;
@@ -86,6 +109,12 @@ pub(super) fn verdict(record: &JobRecord, answers: &Answers, now: DateTime<Utc>)
                 AttemptReading::Refused(error) => refusal = Some(error),
                 AttemptReading::Unknown(why) => unknown.push(format!("attempt {n}: {why}")),
             },
+            Some(Attempt::Running { age }) if *age > ATTEMPT_DEAD_AFTER.as_secs() => {
+                unknown.push(format!(
+                    "attempt {n} began {age} s ago and left no answer: its submit was killed, and sbatch (bounded by {} s) can no longer create a job",
+                    super::SBATCH_LIMIT.as_secs() + 5
+                ))
+            }
             Some(Attempt::Running { age }) => running.push(format!(
                 "attempt {n} may still be running sbatch (began {age} s ago)"
             )),
@@ -115,18 +144,39 @@ pub(super) fn verdict(record: &JobRecord, answers: &Answers, now: DateTime<Utc>)
             ),
         };
     }
-    let young = now
+    let age = now
         .signed_duration_since(record.submitted_at)
         .to_std()
-        .map(|age| age < NO_ACCOUNTING_WINDOW)
-        .unwrap_or(true);
-    let sacct_answered = answers.sacct.is_some() || (answers.accounting_disabled && young);
-    if answers.squeue.is_none() || !sacct_answered {
+        .unwrap_or_default();
+    let window = answers.min_job_age.map(squeue_window);
+    // Young enough that squeue still lists any job it had.
+    let young = window.is_some_and(|window| age < window);
+    // sacct decides when it answered and holds every job slurmctld knows (nothing waits
+    // in the DBD agent queue). Disabled, or possibly lagging: squeue alone, while young.
+    let sacct_current = answers.sacct.is_some() && answers.accounting_lag == Some(false);
+    let squeue_alone = answers.sacct.is_some() || answers.accounting_disabled;
+    let answered = answers.squeue.is_some() && (sacct_current || (squeue_alone && young));
+    if !answered {
         let mut why = answers.failures.clone();
-        if answers.accounting_disabled && !young {
+        if squeue_alone && !sacct_current && !young {
+            let cause = if answers.accounting_disabled {
+                "accounting is disabled".to_string()
+            } else if answers.accounting_lag == Some(true) {
+                "sacct may lag behind slurmctld (its DBD agent queue is not empty)".to_string()
+            } else {
+                "whether sacct lags behind slurmctld could not be read (sdiag)".to_string()
+            };
+            let limit = match window {
+                Some(window) => format!(
+                    "the {} s squeue keeps an ended job (MinJobAge)",
+                    window.as_secs()
+                ),
+                None => {
+                    "the time squeue keeps an ended job (MinJobAge could not be read)".to_string()
+                }
+            };
             why.push(format!(
-                "accounting is disabled and the record is older than {} s, so squeue alone cannot tell",
-                NO_ACCOUNTING_WINDOW.as_secs()
+                "{cause} and the record is older than {limit}, so squeue alone cannot tell"
             ));
         }
         return Verdict::Unsettled {

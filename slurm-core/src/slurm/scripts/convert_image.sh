@@ -6,17 +6,20 @@
 # submit that waited finds the image made and converts nothing. enroot writes to a
 # temporary name on node-local temp paths (a folder of its own, never one an
 # earlier job of the same id left behind), then the result is checked whole
-# (sqsh_whole) and renamed. Prints `present` or `converted JOBID`; enroot's own
-# lines go to stderr. Exit statuses: ConvertExit.
+# (sqsh_whole) and renamed; what an earlier conversion killed before it finished left
+# is removed first. Prints `present` or `converted JOBID`; enroot's own lines go to
+# stderr. Exit statuses: ConvertExit.
 set -uo pipefail
 part=$1 minutes=$2 out=$3 uri=$4 mode=$5
 mkdir -p -- "$(dirname -- "$out")" || exit "$EXIT_CONVERT_FAILED"
 exec 9>"$out.lock"
 flock 9
 if [ "$mode" != force ] && sqsh_whole "$out"; then echo present; exit 0; fi
+# What a conversion killed before it finished left behind (its time limit counts the
+# CPU partition's queue wait; a kill runs no trap): it held this lock, so none runs now.
+rm -f -- "$out".tmp-* "$out".log-*
 tmp="$out.tmp-$$"
 log="$out.log-$$"
-rm -f -- "$tmp" "$log"
 trap 'rm -f -- "$tmp" "$log"' EXIT
 # shellcheck disable=SC2016 # the inner script expands its own variables on the node
 srun --chdir=/tmp -n1 -c4 --mem=7200M -p "$part" -t "$minutes" --job-name=slurm-run-convert \
@@ -37,10 +40,9 @@ grep -v '^slurm-run-convert-job ' "$log" >&2
 if [ "$status" -ne 0 ]; then
   if [ -z "$job" ]; then exit "$EXIT_JOB_FAILED"; fi
   if grep -q '^slurm-run-no-enroot ' "$log"; then exit "$EXIT_NO_ENROOT"; fi
-  if grep -q '\[ERROR\]' "$log"; then exit "$EXIT_CONVERT_FAILED"; fi
-  # enroot exits 1 with no error line when the registry refuses it or cannot be reached.
-  if grep -q 'Authenticating with user: <anonymous>' "$log"; then exit "$EXIT_ANONYMOUS_REFUSED"; fi
-  exit "$EXIT_REGISTRY_REFUSED"
+  # What enroot said (refused, unreachable, no such image, squashfs or disk) is read by
+  # the caller from its lines on stderr.
+  exit "$EXIT_CONVERT_FAILED"
 fi
 if ! sqsh_whole "$tmp"; then
   echo "the conversion (job $job) produced no whole squashfs image" >&2; exit "$EXIT_NOT_AN_IMAGE"

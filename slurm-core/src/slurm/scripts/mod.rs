@@ -26,6 +26,9 @@ exit_statuses! {
         /// This attempt's folder `.sbatch-N` already exists: a settle fenced it, or the
         /// attempt was made before (its outcome is on disk); sbatch did not run now.
         Fenced = 71 => "EXIT_FENCED",
+        /// The job folder belongs to another record of the same name (another store
+        /// sharing the results root): nothing of this record was sent or submitted.
+        Claimed = 72 => "EXIT_CLAIMED",
     }
 }
 
@@ -36,14 +39,9 @@ exit_statuses! {
         JobFailed = 70 => "EXIT_JOB_FAILED",
         /// enroot is not on PATH on the conversion node.
         NoEnroot = 71 => "EXIT_NO_ENROOT",
-        /// enroot said why it failed (an `[ERROR]` line), or the file could not be placed.
+        /// enroot failed (its lines on stderr say how: the caller reads them), or the
+        /// file could not be placed.
         ConvertFailed = 72 => "EXIT_CONVERT_FAILED",
-        /// enroot failed silently after authenticating with credentials from the file:
-        /// the registry refused them (a wrong password) or could not be reached.
-        RegistryRefused = 73 => "EXIT_REGISTRY_REFUSED",
-        /// enroot failed silently as `<anonymous>`: no credentials for the registry were
-        /// found, and the registry refused an anonymous pull or could not be reached.
-        AnonymousRefused = 74 => "EXIT_ANONYMOUS_REFUSED",
         /// The result is not a whole squashfs image.
         NotAnImage = 75 => "EXIT_NOT_AN_IMAGE",
     }
@@ -92,9 +90,12 @@ pub(crate) const CODE_PUT: Script =
 /// Check the datasets and the image, unpack the staged job folder from stdin, verify
 /// its checksums, claim the attempt's folder, `sbatch --parsable` (its answer kept in
 /// that folder): a steady-state submit in one round trip.
-pub(crate) const SUBMIT: Script = Script::new("submit", include_str!("submit.sh"))
-    .with_exits(SubmitExit::VARS)
-    .with_library(SQSH_LIBRARY, &[]);
+pub(crate) const SUBMIT: Script = Script::new(
+    "submit",
+    concat!(include_str!("claim.sh"), "\n", include_str!("submit.sh")),
+)
+.with_exits(SubmitExit::VARS)
+.with_library(SQSH_LIBRARY, &[]);
 
 /// `sqsh_whole FILE`: the squashfs magic and a size at least the superblock's.
 const SQSH_LIBRARY: &str = include_str!("sqsh.sh");
@@ -104,6 +105,12 @@ pub(crate) const CONVERT_IMAGE: Script =
     Script::new("convert-image", include_str!("convert_image.sh"))
         .with_exits(ConvertExit::VARS)
         .with_library(SQSH_LIBRARY, &[]);
+
+/// The command of a conversion job (on the CPU partition; the GPU job waits for it):
+/// convert a registry image to a `.sqsh`, once per image at a time. Not run on the login
+/// node: its [`full_text`](Script::full_text) is the job's `command`.
+pub(crate) const CONVERT_JOB: Script =
+    Script::new("convert-job", include_str!("convert_job.sh")).with_library(SQSH_LIBRARY, &[]);
 
 /// Whether a `.sqsh` is a whole squashfs image.
 pub(crate) const CHECK_SQSH: Script = Script::new("check-sqsh", include_str!("check_sqsh.sh"))
@@ -119,11 +126,20 @@ pub(crate) const POLL: Script = framed(Script::new("poll", include_str!("poll.sh
 
 /// Settle unknown submit outcomes: fence every attempt, read the answers they left,
 /// and list the user's own jobs carrying the names (squeue, sacct), framed.
-pub(crate) const SETTLE: Script = framed(Script::new("settle", include_str!("settle.sh")));
+pub(crate) const SETTLE: Script = framed(Script::new(
+    "settle",
+    concat!(include_str!("claim.sh"), "\n", include_str!("settle.sh")),
+));
 
 /// Remove the secrets sidecars of ended jobs; prints the names whose sidecar is gone.
-pub(crate) const FORGET_SECRETS: Script =
-    Script::new("forget-secrets", include_str!("forget_secrets.sh"));
+pub(crate) const FORGET_SECRETS: Script = Script::new(
+    "forget-secrets",
+    concat!(
+        include_str!("claim.sh"),
+        "\n",
+        include_str!("forget_secrets.sh")
+    ),
+);
 
 /// The last lines of several log files, concatenated.
 pub(crate) const TAIL_LOGS: Script = Script::new("tail-logs", include_str!("tail_logs.sh"));
@@ -155,12 +171,13 @@ pub(crate) const MISSING_PATHS: Script =
 
 /// Every script of the SLURM backend.
 #[cfg(any(test, feature = "testing"))]
-pub(crate) fn all() -> [Script; 16] {
+pub(crate) fn all() -> [Script; 17] {
     [
         CODE_MISSING,
         CODE_PUT,
         SUBMIT,
         CONVERT_IMAGE,
+        CONVERT_JOB,
         CHECK_SQSH,
         CREDENTIALS,
         POLL,

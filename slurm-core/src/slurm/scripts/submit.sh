@@ -3,8 +3,13 @@
 # unpack the staged files (a tar archive on stdin whose entries are under
 # `<job name>/`, so tar makes the job folder and its logs/), verify their
 # checksums, then sbatch. $1 results root, $2 job name, $3 the attempt number,
-# $4 how long sbatch may take (seconds), $5 .sqsh image or empty, then the dataset
-# paths. The exit statuses are named in the prelude (SubmitExit).
+# $4 how long sbatch may take (seconds), $5 the record's owner token (empty for a record
+# from before owner tokens), $6 .sqsh image or empty, then the dataset paths. The exit
+# statuses are named in the prelude (SubmitExit).
+#
+# The job folder is claimed for the record first (claim_folder): a folder another
+# record of the same name claimed (another record store sharing this results root and
+# SLURM user) is refused before anything of this record reaches it or sbatch.
 #
 # Each attempt claims its own folder `.sbatch-N` in the job folder before sbatch runs,
 # and leaves sbatch's answer there (`out`, `err`, then `rc` last). A settle that made the
@@ -12,10 +17,15 @@
 # fence has run, no attempt it fenced can ever reach the scheduler, and every attempt
 # that did has its answer on disk or is still bounded by the time limit.
 umask 077
-root=$1 name=$2 attempt=$3 limit=$4 image=$5
-shift 5
+root=$1 name=$2 attempt=$3 limit=$4 owner=$5 image=$6
+shift 6
 dir=$root/$name
 fence=$dir/.sbatch-$attempt
+mkdir -p -- "$dir" 2>/dev/null
+if ! claim_folder "$dir" "$owner"; then
+  echo "the job folder $dir belongs to another record named $name (another record store shares this results root and SLURM user); nothing was submitted" >&2
+  cat >/dev/null; exit "$EXIT_CLAIMED"
+fi
 if [ -e "$fence" ]; then
   echo "attempt $attempt of $name was already made or fenced" >&2; cat >/dev/null; exit "$EXIT_FENCED"
 fi

@@ -1,7 +1,6 @@
 //! The attempts of one submit: the staging archive and sbatch in one round trip
 //! (`submit.sh`), each attempt counted in the record and fenced on the cluster before it
-//! is sent; the image converted when the cluster has no `.sqsh` yet; whenever the
-//! outcome is unknown, a settle by what the cluster says ([`reconcile`]) before anything
+//! is sent; whenever the outcome is unknown, a settle by what the cluster says ([`reconcile`]) before anything
 //! is sent again, and a new attempt only once the scheduler said there is no job.
 //!
 //! [`reconcile`]: crate::slurm::reconcile
@@ -12,9 +11,8 @@ use super::stage::Staged;
 use crate::record::{BackendRef, JobId, JobRecord, Mark, TransitionSource};
 use crate::redact::SecretRegistry;
 use crate::slurm::context::Context;
-use crate::slurm::images::{convert_image, Conversion, Converted};
 use crate::slurm::parse::{parse_sbatch_parsable, SbatchOutcome};
-use crate::slurm::reconcile::{settle_own, Applied};
+use crate::slurm::reconcile::{settle_own, Applied, SBATCH_LIMIT};
 use crate::slurm::scripts::{SubmitExit, SUBMIT};
 use crate::state::JobState;
 use crate::transport::Command;
@@ -22,10 +20,6 @@ use crate::{Error, Result};
 
 /// How long one submit round trip may take.
 const SUBMIT_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// How long sbatch itself may run on the login node (`timeout` there): an attempt whose
-/// answer was lost can still create a job only this long after it began.
-const SBATCH_LIMIT: Duration = Duration::from_secs(90);
 
 /// The most sbatch attempts one submit makes (each only after the previous one was
 /// settled as "no job" by the scheduler).
@@ -69,21 +63,7 @@ pub(crate) async fn attempt(
 ) -> std::result::Result<JobRecord, Failed> {
     let id = &staged.record.id;
     let mut attempt = 1u32;
-    let mut converted = false;
-    let mut accepted = format!("sbatch accepted the job{}", staged.note);
-    // A `:latest` asked anew is converted before the first send.
-    if let Some(conversion) = staged.conversion.as_ref().filter(|c| c.force) {
-        match convert_image(ctx, conversion).await {
-            Ok(done) => accepted.push_str(&conversion_note(conversion, &done)),
-            Err(error) => {
-                return Err(Failed::Refused {
-                    error,
-                    state: JobState::Error,
-                })
-            }
-        }
-        converted = true;
-    }
+    let accepted = format!("sbatch accepted the job{}", staged.note);
     let mut resent_unsent = false;
     // Every failure below comes while no attempt's outcome is unknown (the first
     // attempt, or one sent after a settle said "no job"): it ends the record. Once an
@@ -98,25 +78,21 @@ pub(crate) async fn attempt(
             }
             Answer::Refused(error) => return Err(refused(error, JobState::Error)),
             Answer::NeverSent(error) => return Err(refused(error, JobState::NotSubmitted)),
-            Answer::ImageMissing(detail) => match (&staged.conversion, converted) {
-                (Some(conversion), false) => {
-                    match convert_image(ctx, conversion).await {
-                        Ok(done) => accepted.push_str(&conversion_note(conversion, &done)),
-                        Err(error) => return Err(refused(error, JobState::Error)),
-                    }
-                    converted = true;
-                    continue;
+            Answer::ImageMissing(detail) => {
+                // Seen whole before (a check or a conversion), gone since: the next
+                // submit converts it first.
+                if let Some(image) = &staged.image {
+                    ctx.facts()
+                        .change(|facts| facts.sqsh_present.remove(image.as_str()));
                 }
-                _ => {
-                    return Err(refused(
-                        Error::invalid(
-                            "image",
-                            format!("{detail}; stage a valid .sqsh image (slurm-run never falls back to pulling a registry image inside the GPU allocation)"),
-                        ),
-                        JobState::Error,
-                    ))
-                }
-            },
+                return Err(refused(
+                    Error::invalid(
+                        "image",
+                        format!("{detail}; submit again (a registry image is converted first), or stage a valid .sqsh (slurm-run never falls back to pulling a registry image inside the GPU allocation)"),
+                    ),
+                    JobState::Error,
+                ));
+            }
             Answer::NotSent(error) if !resent_unsent => {
                 tracing::warn!(job = %id, %error, "submit not sent; trying once more");
                 resent_unsent = true;
@@ -154,6 +130,7 @@ fn submit_command(staged: &Staged, attempt: u32) -> Command {
         id.as_str().to_string(),
         attempt.to_string(),
         SBATCH_LIMIT.as_secs().to_string(),
+        staged.record.owner_token.clone().unwrap_or_default(),
     ];
     params.extend(staged.tail.iter().cloned());
     SUBMIT
@@ -202,6 +179,15 @@ async fn send(ctx: &Context<'_>, command: &Command) -> Answer {
         }
         // The attempt was made before (its answer is on disk) or fenced: settle.
         Some(SubmitExit::Fenced) => Answer::Unknown(stderr.trim().to_string()),
+        // Another record's folder: every attempt of this record checks the claim before
+        // anything else, so none reached it or sbatch.
+        Some(SubmitExit::Claimed) => Answer::NeverSent(Error::invalid(
+            "id",
+            format!(
+                "{}; submit the spec again (it gets a new id)",
+                stderr.trim()
+            ),
+        )),
         None => match parse_sbatch_parsable(&stdout, &stderr) {
             Ok(SbatchOutcome::Submitted {
                 job_id, cluster, ..
@@ -236,18 +222,4 @@ fn mark_submitted(
             .message(message)
             .backend_ref(backend_ref),
     )
-}
-
-/// What the PENDING mark says of the image a submit converted (or found converted).
-fn conversion_note(conversion: &Conversion, converted: &Converted) -> String {
-    match converted {
-        Converted::ByJob(job) => format!(
-            "; image {} converted to {} by SLURM job {job}",
-            conversion.image, conversion.path
-        ),
-        Converted::Present => format!(
-            "; image {} found converted at {} (a concurrent submit made it)",
-            conversion.image, conversion.path
-        ),
-    }
 }

@@ -1,10 +1,14 @@
 //! Submit exactly once. The flow, in order:
 //! 1. **Request**: the spec (with the submit's `after`) validated, its secrets read by
 //!    the one rule, the record it retries (a retry already made elsewhere is followed),
-//!    its parents checked (each accepted by the scheduler, able to meet its condition).
+//!    its parents polled when their records say they run (one round trip: a record can
+//!    be stale), then checked (each accepted by the scheduler, able to meet its
+//!    condition, still known to it).
 //! 2. **Plan** ([`SubmitPlan`], pure, computed once): partitions, resources, the image
 //!    and its conversion, the array, the nodes to avoid; preflight once per backend
-//!    before it, the conversion's gate after it (before anything is queued).
+//!    before it, the conversion's gate after it (before anything is queued), and for a
+//!    cold image its conversion job queued first (one in flight shared), which the job
+//!    waits for on the scheduler ([`conversion`](super::conversion)).
 //! 3. **NCCL**: the plan's need (see [`probe`](super::probe)): cached knobs, or a probe
 //!    in flight to wait for, or a new probe, which this flow queues first; the job's
 //!    `--dependency` from its parents still running and the probe.
@@ -38,8 +42,9 @@ use self::plan::{resources_of, SubmitPlan};
 use self::script::render;
 use self::stage::stage;
 use super::context::Context;
+use super::conversion::{conversion_job_spec, in_flight};
 use super::dependants::dependency_option;
-use super::images::gate_conversion;
+use super::images::{gate_conversion, ImageNeed};
 use super::job::{scancel_quietly, slurm_job};
 use super::preflight::ensure_ready;
 use super::probe::{self, NcclNeed};
@@ -48,7 +53,7 @@ use super::status::status_many;
 use super::SlurmSubmitOptions;
 use crate::backend::SubmitOptions;
 use crate::code::{snapshot, CodeTree};
-use crate::dependency::{check_before_submit, Dependency};
+use crate::dependency::{check_before_submit, Attempts, Dependency};
 use crate::nccl::ProbeOptions;
 use crate::record::{JobRecord, Mark, TransitionSource};
 use crate::redact::SecretRegistry;
@@ -77,6 +82,7 @@ pub(super) async fn submit(
         Prior::Followed(winner) => return Ok(*winner),
         other => other.previous().cloned(),
     };
+    refresh_parents(ctx, &spec.after).await?;
     let mut waiting = check_before_submit(ctx.store(), &spec.after)?;
     // The code tree, read now (a dirty or oversized tree is refused before anything
     // is asked of the cluster); a retry runs the tree its first attempt ran.
@@ -92,8 +98,14 @@ pub(super) async fn submit(
         ctx.config(),
         ctx.facts(),
     )?;
-    if let Some(conversion) = plan.conversion() {
-        gate_conversion(ctx, conversion).await?;
+    // A cold image: its conversion is queued first, as a job of its own the job waits
+    // for (this submit never waits on the CPU partition's queue).
+    if let Some(job) = conversion_needed(ctx, &plan).await? {
+        waiting.extend(check_before_submit(
+            ctx.store(),
+            &[Dependency::ok(job.id.clone())],
+        )?);
+        plan.conversion_job = Some(job);
     }
     plan.code = match code {
         Some(Code::Tree(tree)) => Some(send_code(ctx, &tree, &plan.root).await?),
@@ -161,6 +173,42 @@ async fn code_of(
         .await
         .map_err(|e| crate::Error::io("read the code tree", std::io::Error::other(e)))??;
     Ok(Some(Code::Tree(tree)))
+}
+
+/// Poll the latest attempts of the parents in `after` that the scheduler accepted and
+/// that have not ended by their records, so the check that follows (and the
+/// `--dependency` sbatch gets) reads them as the scheduler has them now: a record last
+/// polled long ago may say RUNNING for a job that ended and was purged, whose id sbatch
+/// then refuses. A parent the scheduler no longer knows at all is an error naming it.
+async fn refresh_parents(ctx: &Context<'_>, after: &[Dependency]) -> Result<()> {
+    if after.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<_> = after.iter().map(|d| d.job.clone()).collect();
+    let latest = Attempts::read(ctx.store())?.latest(&ids)?;
+    let mut live: Vec<_> = latest
+        .values()
+        .filter(|p| !p.state.is_terminal() && p.backend_ref.is_some())
+        .map(|p| p.id.clone())
+        .collect();
+    live.sort();
+    live.dedup();
+    if live.is_empty() {
+        return Ok(());
+    }
+    for status in status_many(ctx, &live).await? {
+        if status.state() == crate::state::JobState::Unknown {
+            return Err(crate::Error::invalid(
+                "after",
+                format!(
+                    "the scheduler no longer knows SLURM job {} of parent {} (squeue, sacct and scontrol have no trace: it ended long ago and was purged, or its accounting is off); submit without that dependency, or after a parent the scheduler knows",
+                    status.native_id().unwrap_or("?"),
+                    status.id()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// How a submit of a plan failed.
@@ -282,9 +330,11 @@ pub(super) async fn submit_probe(
     let probe_spec = probe::probe_job_spec(ctx, spec, resources, options)?;
     probe_spec.validate()?;
     let root = ensure_ready(ctx, &probe_spec).await?;
-    let plan = SubmitPlan::new(probe_spec, root, None, false, ctx.config(), ctx.facts())?;
-    if let Some(conversion) = plan.conversion() {
-        gate_conversion(ctx, conversion).await?;
+    let mut plan = SubmitPlan::new(probe_spec, root, None, false, ctx.config(), ctx.facts())?;
+    if let Some(job) = conversion_needed(ctx, &plan).await? {
+        let waiting = check_before_submit(ctx.store(), &[Dependency::ok(job.id.clone())])?;
+        plan.dependency = dependency_option(&waiting)?;
+        plan.conversion_job = Some(job);
     }
     let rungs = options.ladder.as_ref().map_or(0, Vec::len);
     let record = submit_plan(ctx, plan, &SecretRegistry::new())
@@ -292,6 +342,32 @@ pub(super) async fn submit_probe(
         .map_err(Sent::into_error)?;
     tracing::info!(probe = %record.id, rungs, "NCCL probe submitted");
     Ok(record)
+}
+
+/// The conversion job `plan`'s image waits for, when it must be converted first (the
+/// gate passed): one in flight for the same `.sqsh`, or a new one queued now. One
+/// decision at a time: concurrent first submits of an image share one conversion.
+async fn conversion_needed(ctx: &Context<'_>, plan: &SubmitPlan) -> Result<Option<JobRecord>> {
+    let Some(conversion) = plan.conversion() else {
+        return Ok(None);
+    };
+    if gate_conversion(ctx, conversion).await? == ImageNeed::Present {
+        return Ok(None);
+    }
+    let _once = ctx.locks().conversion.lock().await;
+    if let Some(job) = in_flight(ctx, conversion)? {
+        tracing::info!(image = %conversion.image, conversion = %job.id, "waiting for the conversion already in flight");
+        return Ok(Some(job));
+    }
+    let spec = conversion_job_spec(ctx.config(), conversion)?;
+    spec.validate()?;
+    let root = ensure_ready(ctx, &spec).await?;
+    let job_plan = SubmitPlan::new(spec, root, None, false, ctx.config(), ctx.facts())?;
+    let job = submit_plan(ctx, job_plan, &SecretRegistry::new())
+        .await
+        .map_err(Sent::into_error)?;
+    tracing::info!(image = %conversion.image, conversion = %job.id, "image conversion queued on the CPU partition");
+    Ok(Some(job))
 }
 
 /// Cancel a probe this submit queued for a job that was then refused (best effort: the

@@ -9,10 +9,12 @@ use crate::retry::check_exclusions;
 use crate::slurm::config::SlurmConfig;
 use crate::slurm::facts::ClusterFacts;
 use crate::slurm::images::{container_image, Conversion, PlannedImage};
+use crate::slurm::parse::expand_nodelist;
 use crate::slurm::paths::job_dir;
+use crate::spec::normalise_sbatch_line;
 use crate::spec::{ArrayPlan, JobSpec, Limits, Resources, SpecDefaults};
 use crate::storage::RemotePath;
-use crate::Result;
+use crate::{Error, Result};
 
 /// Everything a submit decided before it renders.
 #[derive(Debug, Clone)]
@@ -41,12 +43,15 @@ pub(crate) struct SubmitPlan {
     pub(crate) knobs: KnobSet,
     /// The NCCL probe the job waits for (and whose knobs it exports).
     pub(crate) probe: Option<JobRecord>,
-    /// The `--dependency` value: the parents still running, and the probe.
+    /// The `--dependency` value: the parents still running, the probe and the image's
+    /// conversion.
     pub(crate) dependency: Option<String>,
     /// The job's code tree, once on the cluster.
     pub(crate) code: Option<super::code::StagedCode>,
     /// The cluster's Slurm release (slurmctld's), noted in the record.
     pub(crate) release: Option<String>,
+    /// The job converting the image first (the job waits for it), when it must be.
+    pub(crate) conversion_job: Option<JobRecord>,
 }
 
 /// `spec`'s resources with the backend's defaults and the limits of `partitions`.
@@ -71,6 +76,54 @@ pub(crate) fn resources_of(
     spec.resolve(&defaults)
 }
 
+/// The nodes the spec's `extra_sbatch` entries exclude (`--exclude=n[1-2]`, `-x n3`).
+fn user_exclusions(spec: &JobSpec) -> Result<Vec<String>> {
+    let mut nodes = Vec::new();
+    for line in &spec.extra_sbatch {
+        if let Some(list) = normalise_sbatch_line(line)?.strip_prefix("--exclude=") {
+            nodes.extend(expand_nodelist(list).map_err(|e| {
+                Error::invalid(
+                    "extra_sbatch",
+                    format!("`{line}`: {e}; write --exclude=n1,n[3-4]"),
+                )
+            })?);
+        }
+    }
+    Ok(nodes)
+}
+
+/// sbatch refuses `--oversubscribe` with `--exclusive` (fatal from Slurm 23.02), and
+/// slurm-run writes `--exclusive` for a job of whole nodes (8 GPUs a node).
+fn refuse_oversubscribe(spec: &JobSpec, exclusive: bool) -> Result<()> {
+    let mut lines = Vec::new();
+    for line in &spec.extra_sbatch {
+        lines.push(normalise_sbatch_line(line)?);
+    }
+    let own_exclusive = lines
+        .iter()
+        .any(|l| l == "--exclusive" || l.starts_with("--exclusive="));
+    if (exclusive || own_exclusive) && lines.iter().any(|l| l == "--oversubscribe") {
+        return Err(Error::invalid(
+            "extra_sbatch",
+            "--oversubscribe cannot go with --exclusive (slurm-run writes it for a job of whole nodes, 8 GPUs a node; sbatch refuses the pair from Slurm 23.02); remove --oversubscribe",
+        ));
+    }
+    Ok(())
+}
+
+/// The spec's `extra_sbatch` entries as the script writes them: normalised, without the
+/// `--exclude` entries (merged into the plan's exclusions).
+pub(crate) fn extra_sbatch_lines(spec: &JobSpec) -> Result<Vec<String>> {
+    let mut lines = Vec::new();
+    for line in &spec.extra_sbatch {
+        let line = normalise_sbatch_line(line)?;
+        if !line.starts_with("--exclude=") {
+            lines.push(line);
+        }
+    }
+    Ok(lines)
+}
+
 impl SubmitPlan {
     /// The plan of `spec` (validated) under the results root `root`, as the retry of
     /// `retry_of` when given; `sidecar` when secrets are staged. A retry whose inherited
@@ -87,10 +140,18 @@ impl SubmitPlan {
         let resources = resources_of(&spec, &partitions, config, facts)?;
         let image = container_image(&spec, &root, resources.gpus, facts.pyxis())?;
         let array = spec.array_plan()?;
-        let exclude = retry_of
+        // The nodes a retry avoids, and those the spec's own `--exclude` entries name:
+        // one list, written once (an entry of its own would replace the computed one).
+        let mut exclude = retry_of
             .as_ref()
             .map(JobRecord::nodes_to_exclude)
             .unwrap_or_default();
+        for node in user_exclusions(&spec)? {
+            if !exclude.contains(&node) {
+                exclude.push(node);
+            }
+        }
+        refuse_oversubscribe(&spec, resources.exclusive)?;
         check_exclusions(
             resources.nodes,
             &exclude,
@@ -119,6 +180,7 @@ impl SubmitPlan {
                 .release()
                 .and_then(|r| r.running())
                 .map(|r| r.to_string()),
+            conversion_job: None,
         })
     }
 

@@ -6,10 +6,9 @@ use crate::render::{ArrayContext, EnvVar, ScriptContext, TemplateKind};
 use crate::slurm::config::SlurmConfig;
 use crate::slurm::context::Context;
 use crate::slurm::paths::{logs_dir, probe_knobs, sidecar, sweep_file};
-use crate::spec::normalise_sbatch_line;
 use crate::Result;
 
-use super::plan::SubmitPlan;
+use super::plan::{extra_sbatch_lines, SubmitPlan};
 
 /// Where the job finds its code tree (`code:` in the spec).
 pub(crate) const CODE_DIR_VAR: &str = "SLURM_RUN_CODE_DIR";
@@ -101,11 +100,7 @@ pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<
             Some(probe) => Some(probe_knobs(probe)?.as_str().to_string()),
             None => None,
         },
-        extra_sbatch: spec
-            .extra_sbatch
-            .iter()
-            .map(|line| normalise_sbatch_line(line))
-            .collect::<Result<_>>()?,
+        extra_sbatch: extra_sbatch_lines(spec)?,
         dependency: plan.dependency.clone(),
         exclude: plan.exclude.clone(),
         array: match &plan.array {

@@ -9,7 +9,6 @@ use crate::dependency::Dependency;
 use crate::names::validate_safe_name;
 use crate::record::JobRecord;
 use crate::redact::SecretRegistry;
-use crate::slurm::images::Conversion;
 use crate::slurm::paths::{staged_file, staged_script, staged_sidecar, STAGED_SPEC, STAGED_SWEEP};
 use crate::spec::{ArrayPlan, JobSpec};
 use crate::transport::shell_quote;
@@ -27,9 +26,11 @@ pub(crate) struct Staged {
     /// The script's parameters after the attempt number and sbatch's time limit: the
     /// image to check (a `.sqsh`, or empty), then the datasets.
     pub(crate) tail: Vec<String>,
-    /// The image's conversion, if it needs one.
-    pub(crate) conversion: Option<Conversion>,
-    /// What the PENDING mark adds to "sbatch accepted the job" (the probe waited for).
+    /// The `.sqsh` the submit script checks whole before sbatch (none while a
+    /// conversion job makes it: the job waits for that).
+    pub(crate) image: Option<String>,
+    /// What the PENDING mark adds to "sbatch accepted the job" (the probe and the
+    /// conversion waited for).
     pub(crate) note: String,
 }
 
@@ -91,15 +92,25 @@ pub(crate) fn stage(plan: &SubmitPlan, script: String, secrets: &SecretRegistry)
     if let Some(code) = &plan.code {
         note.push_str(&format!("; {}", code.note));
     }
+    if let Some(job) = &plan.conversion_job {
+        record.after.push(Dependency::ok(job.id.clone()));
+        let conversion = plan.conversion();
+        note.push_str(&format!(
+            "; image {} is converted to {} by SLURM job {} first (record {}, on the CPU partition), and the job waits for it",
+            conversion.map_or("?".to_string(), |c| c.image.to_string()),
+            conversion.map_or("?", |c| c.path.as_str()),
+            job.backend_ref.as_ref().map_or("?", |r| r.native_id.as_str()),
+            job.id
+        ));
+    }
     // The submit script checks a .sqsh image whole before sbatch (a registry image the
-    // spec allows reaches Pyxis unchecked).
-    let conversion = plan.conversion().cloned();
-    let sqsh = conversion.is_some() || spec.image_ref()?.is_some_and(|i| i.is_sqsh());
-    let image_param = match (&plan.image, sqsh) {
-        (Some(image), true) => image.container_image.clone(),
-        _ => String::new(),
+    // spec allows reaches Pyxis unchecked, and one a conversion job makes is waited for).
+    let sqsh = plan.conversion().is_some() || spec.image_ref()?.is_some_and(|i| i.is_sqsh());
+    let image = match (&plan.image, sqsh, &plan.conversion_job) {
+        (Some(image), true, None) => Some(image.container_image.clone()),
+        _ => None,
     };
-    let mut tail = vec![image_param];
+    let mut tail = vec![image.clone().unwrap_or_default()];
     for uri in spec.dataset_uris()? {
         tail.push(uri.resolve().as_str().to_string());
     }
@@ -108,7 +119,7 @@ pub(crate) fn stage(plan: &SubmitPlan, script: String, secrets: &SecretRegistry)
         payload,
         root: plan.root.as_str().to_string(),
         tail,
-        conversion,
+        image,
         note,
     })
 }

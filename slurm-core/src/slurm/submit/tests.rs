@@ -550,3 +550,248 @@ async fn a_sweep_is_staged_as_one_file_never_in_argv() {
     let argv = command.get_args().join(" ");
     assert!(!argv.contains("rm -rf"), "values never in argv");
 }
+
+#[tokio::test]
+async fn an_sbatch_that_cannot_read_its_configuration_is_settled_and_sent_again() {
+    // Defect 13: a login node mid-reconfigure (`sbatch: fatal: Unable to process
+    // configuration file`) ended the submit ERROR after one sbatch.
+    let mut remote = MockRemote::new();
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(0u32));
+    let count = std::sync::Arc::clone(&sent);
+    remote.expect_run().withf(is_submit).returning(move |_| {
+        let mut n = count.lock().unwrap();
+        *n += 1;
+        Ok(if *n == 1 {
+            output(
+                1,
+                "",
+                "sbatch: fatal: Unable to process configuration file\n",
+            )
+        } else {
+            output(0, "555\n", "")
+        })
+    });
+    remote
+        .expect_run()
+        .withf(is_settle)
+        .times(1)
+        .returning(|c| {
+            Ok(settle_answer(
+                c,
+                |_| {
+                    Fence::Done(
+                        1,
+                        "",
+                        "sbatch: fatal: Unable to process configuration file\n",
+                    )
+                },
+                Some(&[]),
+                Some(&[]),
+            ))
+        });
+    let backend = backend(remote);
+    let record = backend
+        .submit(&JobSpec::new("reconf", "true"), SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(record.state, JobState::Pending);
+    assert_eq!(record.backend_ref.unwrap().native_id, "555");
+    assert_eq!(*sent.lock().unwrap(), 2);
+}
+
+/// The plan of `spec` on a cluster whose partition `gpu` has nodes n1..n4.
+fn plan_of(
+    spec: JobSpec,
+    retry_of: Option<crate::record::JobRecord>,
+) -> crate::Result<super::plan::SubmitPlan> {
+    let config = crate::slurm::SlurmConfig::builder()
+        .with_partition("gpu")
+        .with_results_root("/shared/results")
+        .build()
+        .unwrap();
+    let facts = crate::slurm::facts::ClusterFacts::default();
+    facts.change(|facts| {
+        facts.partitions.insert(
+            "gpu".into(),
+            crate::slurm::facts::PartitionInfo {
+                up: true,
+                max_time: None,
+                nodes: (1..=4).map(|n| format!("n{n}")).collect(),
+            },
+        );
+    });
+    super::plan::SubmitPlan::new(
+        spec,
+        RemotePath::parse("/shared/results").unwrap(),
+        retry_of,
+        false,
+        &config,
+        &facts,
+    )
+}
+
+#[test]
+fn extra_sbatch_cannot_replace_what_slurm_run_writes() {
+    // Defect 6: --dependency dropped the probe's afterok and the pipeline's parents,
+    // --nodelist undid a retry's exclusions, --kill-on-invalid-dep the poll's rule.
+    for line in [
+        "--dependency=afterok:12",
+        "-d afterok:12",
+        "--depend=singleton",
+        "--nodelist=n1",
+        "-w n1",
+        "--kill-on-invalid-dep=yes",
+    ] {
+        let mut spec = JobSpec::new("x", "true");
+        spec.extra_sbatch = vec![line.into()];
+        let error = spec.validate().unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Invalid, "{line}");
+        assert!(
+            error.to_string().contains("extra_sbatch"),
+            "{line}: {error}"
+        );
+    }
+}
+
+#[test]
+fn a_users_exclude_joins_the_computed_exclusions() {
+    // Defect 6: a user's --exclude replaced the --exclude a retry computes (its bad
+    // nodes); it is merged into that list instead, written once.
+    let failed = {
+        let mut record = crate::record::JobRecord::new(
+            crate::record::JobId::parse("x-abcdef").unwrap(),
+            &JobSpec::new("x", "true"),
+            RemotePath::parse("/shared/results/x-abcdef").unwrap(),
+        )
+        .unwrap();
+        record.excluded_nodes = vec!["n4".into()];
+        record
+    };
+    let mut spec = JobSpec::new("x", "true");
+    spec.extra_sbatch = vec!["--qos=high".into(), "-x n[1-2]".into()];
+    let plan = plan_of(spec, Some(failed)).unwrap();
+    let context = super::script::script_context(
+        &plan,
+        &crate::slurm::SlurmConfig::builder()
+            .with_partition("gpu")
+            .with_results_root("/shared/results")
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    let mut exclude = context.exclude.clone();
+    exclude.sort();
+    assert_eq!(exclude, ["n1", "n2", "n4"]);
+    assert_eq!(context.extra_sbatch, ["--qos=high"]);
+}
+
+#[test]
+fn oversubscribe_with_whole_nodes_is_refused_before_anything_is_sent() {
+    // Defect 6: sbatch refuses --oversubscribe with the --exclusive slurm-run writes at
+    // 8 GPUs per node from Slurm 23.02 (fatal): the pair is refused here.
+    for line in ["--oversubscribe", "-s"] {
+        let mut spec = JobSpec::new("x", "true");
+        spec.gpus_per_node = Some(8);
+        spec.extra_sbatch = vec![line.into()];
+        let error = plan_of(spec, None).unwrap_err();
+        assert!(
+            error.to_string().contains("--oversubscribe"),
+            "{line}: {error}"
+        );
+    }
+    let mut shared = JobSpec::new("x", "true");
+    shared.gpus_per_node = Some(2);
+    shared.extra_sbatch = vec!["--oversubscribe".into()];
+    plan_of(shared, None).unwrap();
+}
+
+/// A parent record the scheduler accepted as `native`, left in `state`.
+fn accepted_parent(backend: &TestBackend, native: &str, state: JobState) -> crate::record::JobId {
+    open_accepted(
+        backend.store(),
+        &JobSpec::new("parent", "true"),
+        native,
+        state,
+    )
+    .id
+}
+
+#[tokio::test]
+async fn a_submit_reads_its_parents_afresh_before_it_names_them_to_sbatch() {
+    // Defect 11: a submit trusted the parent's record (RUNNING, last polled long ago);
+    // the parent had ended and been purged, so sbatch refused `--dependency` and the
+    // dependant ended ERROR without a useful word. The parents are polled first.
+    let dir = tempfile::tempdir().unwrap();
+    let scripts: Scripts = Default::default();
+    let staged = std::sync::Arc::clone(&scripts);
+    let mut remote = MockRemote::new();
+    remote.expect_run().withf(is_poll).returning(|_| {
+        Ok(output(
+            0,
+            "@@begin 0\n@@end 0 0\n@@begin 1\nO 11|11|COMPLETED|0:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:00:02|n1|parent\n@@end 1 0\n",
+            "",
+        ))
+    });
+    remote.expect_run().withf(is_submit).returning(move |c| {
+        staged.lock().unwrap().push((c.label(), staged_script(c)));
+        Ok(output(0, "12\n", ""))
+    });
+    let backend = prepared_backend(remote, FakeRenderer::with_env(), dir.path());
+    let parent = accepted_parent(&backend, "11", JobState::Running);
+    let options = SubmitOptions {
+        after: vec![crate::dependency::Dependency::ok(parent.clone())],
+        ..SubmitOptions::default()
+    };
+    let record = backend
+        .submit(&JobSpec::new("child", "true"), options)
+        .await
+        .unwrap();
+    assert_eq!(record.state, JobState::Pending);
+    assert_eq!(
+        backend.store().get(&parent).unwrap().state,
+        JobState::Complete
+    );
+    let scripts = scripts.lock().unwrap();
+    assert!(!scripts[0].1.contains("--dependency"), "{}", scripts[0].1);
+}
+
+#[tokio::test]
+async fn a_parent_the_scheduler_no_longer_knows_is_named_in_the_error() {
+    // Defect 11: the same, without accounting to say how the parent ended.
+    let mut remote = MockRemote::new();
+    remote.expect_run().withf(is_poll).returning(|_| {
+        Ok(output(
+            0,
+            "@@begin 0\n@@end 0 0\n@@begin 1\n@@end 1 0\n",
+            "",
+        ))
+    });
+    remote
+        .expect_run()
+        .withf(|c| {
+            c.label().starts_with("round trip of") && c.get_args().iter().any(|a| a == "scontrol")
+        })
+        .returning(|_| {
+            Ok(output(
+                0,
+                "@@begin 0\nE slurm_load_jobs error: Invalid job id specified\n@@end 0 1\n",
+                "",
+            ))
+        });
+    let backend = backend(remote);
+    let parent = accepted_parent(&backend, "11", JobState::Running);
+    let options = SubmitOptions {
+        after: vec![crate::dependency::Dependency::ok(parent.clone())],
+        ..SubmitOptions::default()
+    };
+    let error = backend
+        .submit(&JobSpec::new("child", "true"), options)
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Invalid, "{error}");
+    let text = error.to_string();
+    assert!(
+        text.contains(parent.as_str()) && text.contains("no longer knows"),
+        "{text}"
+    );
+}

@@ -1,0 +1,25 @@
+# shellcheck shell=bash
+# A job folder belongs to one record: the one whose owner token its `.owner` file holds.
+# claim_folder DIR TOKEN: claim DIR for TOKEN when nobody has (atomically: the token is
+# written to a file of its own, then linked into place, so a reader never sees half of
+# it), then succeed only when DIR is TOKEN's. An empty TOKEN (a record from before owner
+# tokens, whose ids are shorter than any minted since) claims and checks nothing.
+# shellcheck disable=SC2317 # a library: not every script calls every function
+claim_folder() {
+  local dir=$1 token=$2 tmp
+  [ -n "$token" ] || return 0
+  if [ ! -e "$dir/.owner" ]; then
+    tmp=$dir/.owner.$$.$RANDOM
+    printf '%s\n' "$token" >"$tmp" && ln -- "$tmp" "$dir/.owner" 2>/dev/null
+    rm -f -- "$tmp"
+  fi
+  [ "$(head -c 200 -- "$dir/.owner" 2>/dev/null)" = "$token" ]
+}
+# folder_foreign DIR TOKEN: whether DIR is claimed by another record than TOKEN's (an
+# unclaimed folder, or no token, is not foreign: there is nothing to tell).
+# shellcheck disable=SC2317 # a library: not every script calls every function
+folder_foreign() {
+  local dir=$1 token=$2
+  [ -n "$token" ] && [ -e "$dir/.owner" ] || return 1
+  [ "$(head -c 200 -- "$dir/.owner" 2>/dev/null)" != "$token" ]
+}
