@@ -18,7 +18,9 @@
 //! - **The job spec**: [`JobSpec`] (YAML or JSON, unknown keys refused) and what it holds:
 //!   [`WallTime`], [`CompletionCheck`], [`NcclProbe`], [`Dependency`] with its
 //!   [`DependencyCondition`] and [`DependencyVerdict`], [`ArraySpec`], [`TaskSet`], [`Sweep`] of
-//!   [`Scalar`]s; [`SpecDefaults`] and [`Limits`] resolve it to [`Resources`];
+//!   [`Scalar`]s; a multi-role job's [`RoleSpec`]s and the names of the variables its roles
+//!   see ([`ROLE_VAR`], [`ROLE_RANK_VAR`], [`role_hosts_var`], [`role_host_var`],
+//!   [`role_env_name`]); [`SpecDefaults`] and [`Limits`] resolve it to [`Resources`];
 //!   [`validate_sbatch_line`].
 //! - **Records**: [`JobRecord`], a job as slurm-run remembers it, read through one
 //!   accessor per field ([`JobRecord::id`], [`JobRecord::state`],
@@ -94,8 +96,9 @@ pub use error::{CheckKind, Error, ErrorKind, Result};
 // The job spec.
 pub use dependency::{Dependency, DependencyCondition, DependencyVerdict};
 pub use spec::{
-    validate_sbatch_line, ArraySpec, CompletionCheck, JobSpec, Limits, NcclProbe, Resources,
-    Scalar, SpecDefaults, Sweep, TaskSet, WallTime,
+    role_env_name, role_host_var, role_hosts_var, validate_sbatch_line, ArraySpec, CompletionCheck,
+    JobSpec, Limits, NcclProbe, Resources, RoleSpec, Scalar, SpecDefaults, Sweep, TaskSet,
+    WallTime, ROLE_RANK_VAR, ROLE_VAR,
 };
 pub use storage::RemotePath;
 

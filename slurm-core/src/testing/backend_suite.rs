@@ -49,6 +49,12 @@ use crate::spec::{ArraySpec, JobSpec, Scalar, Sweep, TaskSet, WallTime};
 use crate::state::JobState;
 use crate::{ErrorKind, Result};
 
+pub use super::role_cases::{
+    cancel_stops_every_role, each_role_has_its_own_logs, multi_role_spec,
+    one_role_failing_ends_the_job_naming_it, roles_find_each_other_by_the_exported_hosts,
+    TCP_CLIENT, TCP_SERVER,
+};
+
 /// What the suite needs to know of a backend: the backend, and how to write a small job
 /// and a job that fills it.
 #[async_trait]
@@ -149,7 +155,7 @@ where
     }
 }
 
-async fn submit<F: BackendFixture + ?Sized>(fixture: &F, spec: &JobSpec) -> JobRecord {
+pub(super) async fn submit<F: BackendFixture + ?Sized>(fixture: &F, spec: &JobSpec) -> JobRecord {
     match fixture
         .backend()
         .submit(spec, SubmitOptions::default())
@@ -259,7 +265,7 @@ pub async fn logs_tail_each_stream<F: BackendFixture + ?Sized>(fixture: &F) {
             LogOptions {
                 stream: LogStream::Out,
                 tail: 2,
-                task: None,
+                ..LogOptions::default()
             },
         )
         .await
@@ -275,7 +281,7 @@ pub async fn logs_tail_each_stream<F: BackendFixture + ?Sized>(fixture: &F) {
             LogOptions {
                 stream: LogStream::Err,
                 tail: 10,
-                task: None,
+                ..LogOptions::default()
             },
         )
         .await
@@ -288,10 +294,11 @@ pub async fn follow_streams_until_the_job_ends<F: BackendFixture + ?Sized>(fixtu
     let _guard = fixture.enter(false).await;
     let spec = fixture.spec("conf-follow", "echo first; sleep 2; echo second");
     let record = submit(fixture, &spec).await;
-    let mut stream =
-        fixture
-            .backend()
-            .follow_logs(&record.id, LogStream::Out, fixture.poll_interval());
+    let mut stream = fixture.backend().follow_logs(
+        &record.id,
+        LogOptions::of(LogStream::Out),
+        fixture.poll_interval(),
+    );
     let mut text = String::new();
     let deadline = Instant::now() + fixture.deadline();
     while let Some(chunk) = tokio::time::timeout_at(deadline.into(), stream.next())
@@ -935,6 +942,10 @@ macro_rules! backend_conformance {
             case!(a_sweep_runs_each_task_with_its_values);
             case!(tasks_of_an_array_are_cancelled);
             case!(a_failed_task_is_retried_alone);
+            case!(roles_find_each_other_by_the_exported_hosts);
+            case!(one_role_failing_ends_the_job_naming_it);
+            case!(cancel_stops_every_role);
+            case!(each_role_has_its_own_logs);
         }
     };
 }

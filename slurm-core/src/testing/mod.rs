@@ -8,6 +8,7 @@ pub mod backend_suite;
 mod counting;
 mod faults;
 mod records;
+mod role_cases;
 pub mod transport_suite;
 
 pub use counting::CountingTransport;
