@@ -192,6 +192,7 @@ async fn run() -> Result<ExitCode> {
                     tail: 20,
                     stream: LogStream::Err,
                     task: None,
+                    role: None,
                 },
             )
             .await

@@ -35,6 +35,9 @@ pub(super) struct Observation {
     pub(super) requeued_after: Option<String>,
     /// A step of the newest run that did not finish (`0 CANCELLED`, `batch FAILED`).
     pub(super) failed_step: Option<(String, SlurmState)>,
+    /// A heterogeneous job's components and their node lists (`(1, "n2")`), from the
+    /// rows `123+N`: a multi-role job's roles' nodes. Empty for any other job.
+    pub(super) components: Vec<(u32, String)>,
 }
 
 /// What a poll decided for one record: the mark, what the scheduler said, and what
@@ -119,6 +122,7 @@ pub(super) fn merge(
                 }),
                 // Steps confirm only a finished job; sacct decides those.
                 failed_step: None,
+                components: Vec::new(),
             }),
             // squeue answered and no longer lists the job, yet sacct says it is
             // pending or running: slurmdbd lags behind slurmctld, so that row is
@@ -153,10 +157,44 @@ pub(super) fn merge(
                 },
                 _ => observation,
             };
-            observations.insert(*key, observation);
+            let components = match key.1 {
+                Some(_) => Vec::new(),
+                None => components_of(
+                    live_rows.get(&key.0).map(Vec::as_slice).unwrap_or_default(),
+                    accounted.get(&key.0).map(Vec::as_slice).unwrap_or_default(),
+                ),
+            };
+            observations.insert(
+                *key,
+                Observation {
+                    components,
+                    ..observation
+                },
+            );
         }
     }
     Ok(observations)
+}
+
+/// The components of a heterogeneous job and their node lists: squeue's rows
+/// (`123+1 ... n2`) while it runs, else accounting's (each component's last row).
+fn components_of(live: &[&SqueueRow], accounted: &[SacctRow]) -> Vec<(u32, String)> {
+    let usable = |nodes: &Option<String>| {
+        nodes
+            .clone()
+            .filter(|n| !n.is_empty() && n != "None assigned" && !n.starts_with('('))
+    };
+    let mut components: std::collections::BTreeMap<u32, String> = live
+        .iter()
+        .filter_map(|row| Some((row.id.component()?, usable(&row.nodelist)?)))
+        .collect();
+    if components.is_empty() {
+        components = accounted
+            .iter()
+            .filter_map(|row| Some((row.id.component()?, usable(&row.nodelist)?)))
+            .collect();
+    }
+    components.into_iter().collect()
 }
 
 /// What `scontrol show job` said of `id` (the fallback for jobs squeue and sacct did
@@ -179,6 +217,7 @@ pub(super) fn from_scontrol(id: SlurmJobId, part: &Output) -> Result<Option<Obse
                 source: "scontrol",
                 requeued_after: None,
                 failed_step: None,
+                components: Vec::new(),
             })
         })
         .next_back())
@@ -394,6 +433,7 @@ fn observe_sacct(rows: &[SacctRow], key: TaskKey) -> Option<Observation> {
         source: "sacct",
         requeued_after,
         failed_step,
+        components: Vec::new(),
     })
 }
 

@@ -50,8 +50,9 @@ pub(super) fn jobs_named(listing: &str, name: &str) -> BTreeSet<BackendRef> {
                 return None;
             }
             let field = SlurmIdField::parse(id.trim()).ok()?;
+            // A heterogeneous job (a multi-role job) is its leader's id.
             field
-                .is_job_itself()
+                .is_job_or_leader()
                 .then(|| BackendRef::new(field.job.to_string()))
         })
         .collect()

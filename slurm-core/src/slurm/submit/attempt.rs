@@ -84,6 +84,21 @@ pub(crate) async fn attempt(
         }
         converted = true;
     }
+    // Every role's registry image is converted (or found converted) before the first send.
+    for conversion in &staged.role_conversions {
+        match convert_image(ctx, conversion).await {
+            Ok(done @ Converted::ByJob(_)) => {
+                accepted.push_str(&conversion_note(conversion, &done))
+            }
+            Ok(Converted::Present) => {}
+            Err(error) => {
+                return Err(Failed::Refused {
+                    error,
+                    state: JobState::Error,
+                })
+            }
+        }
+    }
     let mut resent_unsent = false;
     // Every failure below comes while no attempt's outcome is unknown (the first
     // attempt, or one sent after a settle said "no job"): it ends the record. Once an

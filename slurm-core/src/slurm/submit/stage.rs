@@ -29,6 +29,9 @@ pub(crate) struct Staged {
     pub(crate) tail: Vec<String>,
     /// The image's conversion, if it needs one.
     pub(crate) conversion: Option<Conversion>,
+    /// A multi-role job's conversions (each role's registry image), made before the
+    /// first send: the job never starts with a role's image missing.
+    pub(crate) role_conversions: Vec<Conversion>,
     /// What the PENDING mark adds to "sbatch accepted the job" (the probe waited for).
     pub(crate) note: String,
 }
@@ -101,6 +104,11 @@ pub(crate) fn stage(plan: &SubmitPlan, script: String, secrets: &SecretRegistry)
         root: plan.root.as_str().to_string(),
         tail,
         conversion,
+        role_conversions: plan
+            .roles
+            .is_empty()
+            .then(Vec::new)
+            .unwrap_or_else(|| plan.conversions().into_iter().cloned().collect()),
         note,
     })
 }
