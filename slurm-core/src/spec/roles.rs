@@ -313,35 +313,46 @@ impl JobSpec {
     /// another. Errors name `roles.<role>.<field>`.
     pub(crate) fn resolve_roles(&self, defaults: &SpecDefaults) -> Result<Vec<ResolvedRole>> {
         self.validate()?;
-        let mut own = Vec::new();
+        let mut own: Vec<ResolvedRole> = Vec::new();
         let mut beside = Vec::new();
-        for (name, role) in &self.roles {
-            let job = ResolvedRole::as_job(self, role);
-            let resources = match &role.on {
-                None => job.resolve(defaults).map_err(|e| in_role(name, e))?,
-                Some(_) => {
-                    let mut job = job;
+        for pass_on in [false, true] {
+            for (name, role) in self.roles.iter().filter(|(_, r)| r.on.is_some() == pass_on) {
+                let mut job = ResolvedRole::as_job(self, role);
+                if let Some(host) = &role.on {
+                    // One process on the host role's first node, inside its allocation:
+                    // at most the CPUs a task of the host has there (its default).
+                    let host_cpus = own
+                        .iter()
+                        .find(|r| &r.name == host)
+                        .map_or(1, |r| r.resources.cpus_per_task);
+                    if role.cpus_per_task.is_some_and(|c| c > host_cpus) {
+                        return Err(Error::invalid(
+                            format!("roles.{name}.cpus_per_task"),
+                            format!("a role `on` {host} runs inside {host}'s allocation, which has {host_cpus} CPU(s) per task on its first node; ask at most {host_cpus}, or more for {host}"),
+                        ));
+                    }
                     job.nodes = Some(1);
                     job.gpus_per_node = Some(0);
-                    job.resolve(defaults).map_err(|e| in_role(name, e))?
+                    job.cpus_per_task = Some(role.cpus_per_task.unwrap_or(host_cpus));
                 }
-            };
-            let resolved = ResolvedRole {
-                name: name.clone(),
-                on: role.on.clone(),
-                command: role.command.clone(),
-                resources,
-                image: job_image(self, role),
-                mounts: self.mounts.iter().chain(&role.mounts).cloned().collect(),
-                env: {
-                    let mut env = self.env.clone();
-                    env.extend(role.env.clone());
-                    env
-                },
-            };
-            match role.on {
-                None => own.push(resolved),
-                Some(_) => beside.push(resolved),
+                let resources = job.resolve(defaults).map_err(|e| in_role(name, e))?;
+                let resolved = ResolvedRole {
+                    name: name.clone(),
+                    on: role.on.clone(),
+                    command: role.command.clone(),
+                    resources,
+                    image: job_image(self, role),
+                    mounts: self.mounts.iter().chain(&role.mounts).cloned().collect(),
+                    env: {
+                        let mut env = self.env.clone();
+                        env.extend(role.env.clone());
+                        env
+                    },
+                };
+                match pass_on {
+                    false => own.push(resolved),
+                    true => beside.push(resolved),
+                }
             }
         }
         own.extend(beside);
@@ -466,6 +477,22 @@ roles:
     }
 
     #[test]
+    fn a_role_on_another_fits_in_its_hosts_cpus() {
+        let spec = JobSpec::from_yaml_str(
+            "name: rl\nroles:\n  t: {command: x, cpus_per_task: 2}\n  m: {command: y, on: t, cpus_per_task: 3}\n",
+        )
+        .unwrap();
+        let err = spec.resolve_roles(&SpecDefaults::default()).unwrap_err();
+        assert_eq!(field_of(err), "roles.m.cpus_per_task");
+        let spec = JobSpec::from_yaml_str(
+            "name: rl\nroles:\n  t: {command: x, cpus_per_task: 2}\n  m: {command: y, on: t}\n",
+        )
+        .unwrap();
+        let roles = spec.resolve_roles(&SpecDefaults::default()).unwrap();
+        assert_eq!(roles[1].resources.cpus_per_task, 2);
+    }
+
+    #[test]
     fn names_colliding_once_upper_cased_are_refused() {
         let err = JobSpec::from_yaml_str(
             "name: rl\nroles:\n  roll-out: {command: x}\n  roll_out: {command: y}\n",
@@ -497,6 +524,10 @@ roles:
         assert_eq!(roles[1].name, "a-mon");
         assert_eq!(roles[1].on.as_deref(), Some("z"));
         assert_eq!((roles[1].resources.nodes, roles[1].resources.gpus), (1, 0));
+        assert_eq!(
+            roles[1].resources.cpus_per_task,
+            roles[0].resources.cpus_per_task
+        );
         assert_eq!(roles[1].image.as_deref(), Some("/img/a.sqsh"));
         assert_eq!(
             (roles[1].env["A"].as_str(), roles[1].env["B"].as_str()),

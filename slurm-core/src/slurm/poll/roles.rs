@@ -111,7 +111,12 @@ pub(super) fn roles_mark(
             continue;
         }
         let mut role = TaskMark::new(state);
-        role.nodes = nodes.get(name).filter(|n| !n.is_empty()).cloned();
+        // Nodes as seen, never shrinking (an ending job's rows list only the nodes
+        // still completing); a list with a node not seen before (a requeue) replaces them.
+        role.nodes = nodes
+            .get(name)
+            .filter(|n| n.iter().any(|node| !current.nodes.contains(node)))
+            .cloned();
         if state.is_terminal() {
             match ends.exits.get(name) {
                 Some(0) => {
