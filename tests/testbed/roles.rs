@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use slurm_core::testing::backend_suite::{TCP_CLIENT, TCP_SERVER};
+use slurm_core::testing::role_cases::{TCP_CLIENT, TCP_SERVER};
 use slurm_core::{
     Backend, Command, JobRecord, JobSpec, JobState, LogOptions, LogStream, NcclProbe, RoleSpec,
     SlurmSubmitOptions, SubmitOptions, WallTime,

@@ -49,12 +49,6 @@ use crate::spec::{ArraySpec, JobSpec, Scalar, Sweep, TaskSet, WallTime};
 use crate::state::JobState;
 use crate::{ErrorKind, Result};
 
-pub use super::role_cases::{
-    cancel_stops_every_role, each_role_has_its_own_logs, multi_role_spec,
-    one_role_failing_ends_the_job_naming_it, roles_find_each_other_by_the_exported_hosts,
-    TCP_CLIENT, TCP_SERVER,
-};
-
 /// What the suite needs to know of a backend: the backend, and how to write a small job
 /// and a job that fills it.
 #[async_trait]
@@ -898,56 +892,6 @@ pub async fn a_failed_task_is_retried_alone<F: BackendFixture + ?Sized>(fixture:
         "only the failed task"
     );
     assert_eq!(retry.state, JobState::Complete, "{retry:?}");
-}
-
-/// Expands to one `#[tokio::test]` per case of the Backend conformance suite, each
-/// with a fixture from `$fixture` (an expression, evaluated once per case):
-/// `slurm_core::backend_conformance!(my_backend, MyFixture::new());`.
-#[macro_export]
-macro_rules! backend_conformance {
-    ($name:ident, $fixture:expr) => {
-        mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-
-            macro_rules! case {
-                ($case:ident) => {
-                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                    async fn $case() {
-                        let fixture = $fixture;
-                        $crate::testing::backend_suite::run_case(
-                            &fixture,
-                            $crate::testing::backend_suite::$case(&fixture),
-                        )
-                        .await;
-                    }
-                };
-            }
-
-            case!(submit_runs_a_job_to_complete);
-            case!(a_failing_program_ends_error);
-            case!(status_many_answers_in_order);
-            case!(logs_tail_each_stream);
-            case!(follow_streams_until_the_job_ends);
-            case!(cancel_a_running_job);
-            case!(cancel_a_pending_job);
-            case!(cancel_many_cancels_each_in_order);
-            case!(watch_reports_each_change_once);
-            case!(an_infra_failure_is_retried_as_a_linked_record);
-            case!(two_watchers_retry_one_failure_once);
-            case!(bad_input_is_refused_and_nothing_recorded);
-            case!(dependants_start_after_their_parents);
-            case!(a_failed_parent_ends_its_dependant);
-            case!(a_dependant_follows_a_retried_parent);
-            case!(a_sweep_runs_each_task_with_its_values);
-            case!(tasks_of_an_array_are_cancelled);
-            case!(a_failed_task_is_retried_alone);
-            case!(roles_find_each_other_by_the_exported_hosts);
-            case!(one_role_failing_ends_the_job_naming_it);
-            case!(cancel_stops_every_role);
-            case!(each_role_has_its_own_logs);
-        }
-    };
 }
 
 #[cfg(test)]

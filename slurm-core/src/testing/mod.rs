@@ -1,5 +1,6 @@
 //! What implementers and embedders test with (cargo feature `testing`): the Transport and
-//! Backend conformance suites any implementation can run ([`backend_suite`],
+//! Backend conformance suites any implementation can run ([`backend_suite`], with the
+//! multi-role cases in [`role_cases`],
 //! [`backend_conformance!`](crate::backend_conformance)), transports that count
 //! commands or inject faults, records in the states a crash leaves behind
 //! ([`RecordFixture`]), and the scripts' full texts for linting.
@@ -8,7 +9,7 @@ pub mod backend_suite;
 mod counting;
 mod faults;
 mod records;
-mod role_cases;
+pub mod role_cases;
 pub mod transport_suite;
 
 pub use counting::CountingTransport;
@@ -80,4 +81,69 @@ pub fn scripts() -> Vec<(&'static str, String)> {
         ),
     ])
     .collect()
+}
+
+/// Expands to one `#[tokio::test]` per case of the Backend conformance suite, each
+/// with a fixture from `$fixture` (an expression, evaluated once per case):
+/// `slurm_core::backend_conformance!(my_backend, MyFixture::new());`.
+#[macro_export]
+macro_rules! backend_conformance {
+    ($name:ident, $fixture:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            macro_rules! case {
+                ($case:ident) => {
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $case() {
+                        let fixture = $fixture;
+                        $crate::testing::backend_suite::run_case(
+                            &fixture,
+                            $crate::testing::backend_suite::$case(&fixture),
+                        )
+                        .await;
+                    }
+                };
+            }
+
+            // The multi-role cases (`testing::role_cases`).
+            macro_rules! role_case {
+                ($case:ident) => {
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $case() {
+                        let fixture = $fixture;
+                        $crate::testing::backend_suite::run_case(
+                            &fixture,
+                            $crate::testing::role_cases::$case(&fixture),
+                        )
+                        .await;
+                    }
+                };
+            }
+
+            case!(submit_runs_a_job_to_complete);
+            case!(a_failing_program_ends_error);
+            case!(status_many_answers_in_order);
+            case!(logs_tail_each_stream);
+            case!(follow_streams_until_the_job_ends);
+            case!(cancel_a_running_job);
+            case!(cancel_a_pending_job);
+            case!(cancel_many_cancels_each_in_order);
+            case!(watch_reports_each_change_once);
+            case!(an_infra_failure_is_retried_as_a_linked_record);
+            case!(two_watchers_retry_one_failure_once);
+            case!(bad_input_is_refused_and_nothing_recorded);
+            case!(dependants_start_after_their_parents);
+            case!(a_failed_parent_ends_its_dependant);
+            case!(a_dependant_follows_a_retried_parent);
+            case!(a_sweep_runs_each_task_with_its_values);
+            case!(tasks_of_an_array_are_cancelled);
+            case!(a_failed_task_is_retried_alone);
+            role_case!(roles_find_each_other_by_the_exported_hosts);
+            role_case!(one_role_failing_ends_the_job_naming_it);
+            role_case!(cancel_stops_every_role);
+            role_case!(each_role_has_its_own_logs);
+        }
+    };
 }
