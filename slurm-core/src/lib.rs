@@ -38,7 +38,7 @@
 //!   [`Script`] (a fixed remote script, its exit statuses named once with [`exit_statuses!`]),
 //!   [`LocalTransport`].
 //! - **The `Renderer` seam**, how the batch script is written: [`Renderer`],
-//!   [`ScriptContext`] (with [`EnvVar`], [`ArrayContext`]), [`TemplateKind`],
+//!   [`ScriptContext`] (with [`EnvVar`], [`ArrayContext`], [`RoleContext`]), [`TemplateKind`],
 //!   [`LintFinding`]; the one rule for names ([`validate_safe_name`], [`validate_shell_name`],
 //!   [`MAX_NAME_LEN`]); the secrets a script must not hold: [`SecretRegistry`],
 //!   [`is_secret_name`], [`REDACTED`], [`MIN_SECRET_LEN`].
@@ -123,7 +123,7 @@ pub use transport::{round_trip, shell_quote, Command, LocalTransport, Output, Sc
 pub use redact::{is_secret_name, SecretRegistry, MIN_SECRET_LEN, REDACTED};
 pub use render::{
     validate_safe_name, validate_shell_name, ArrayContext, EnvVar, LintFinding, Renderer,
-    ScriptContext, TemplateKind, MAX_NAME_LEN,
+    RoleContext, ScriptContext, TemplateKind, MAX_NAME_LEN,
 };
 
 // The RecordStore seam: where records live.

@@ -259,3 +259,70 @@ async fn slurmctl_shows_each_role_and_its_logs() {
         unknown.stderr
     );
 }
+
+/// An infra failure of one role (an Xid on its node) is retried as the whole job, kept
+/// off that role's node: the retry runs every role again, elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_infra_failure_of_a_role_retries_the_job_off_its_nodes() {
+    let _cluster = cluster::exclusive().await;
+    let h = harness();
+    let marker = format!(
+        "$HOME/.slurm-run-roles-xid-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let spec = roles_spec(
+        "roles-xid",
+        vec![
+            (
+                "gpu",
+                role(&format!(
+                    "for _ in $(seq 1 600); do [ -e helper-up ] && break; sleep 0.2; done; if [ -e {marker} ]; then echo fine; touch gpu-done; else touch {marker}; echo 'NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus' >&2; exit 1; fi"
+                )),
+            ),
+            (
+                "helper",
+                beside(
+                    "gpu",
+                    "touch helper-up; for _ in $(seq 1 1500); do [ -e gpu-done ] && exit 0; sleep 0.2; done; exit 1",
+                ),
+            ),
+        ],
+    );
+    let first = h
+        .backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap();
+    let (retries, errors) = slurm_run_testsupport::backend::watch_retrying(
+        &h.backend,
+        std::slice::from_ref(first.id()),
+        1,
+        240,
+    )
+    .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(retries.len(), 1, "{retries:?}");
+    let first = h.backend.record(first.id()).unwrap();
+    let retry = h.backend.record(retries[0].id()).unwrap();
+    assert_eq!(first.roles()["gpu"].state(), JobState::Error, "{first:?}");
+    assert!(first.roles()["gpu"].node_fault(), "{first:?}");
+    assert_eq!(
+        first.roles()["helper"].state(),
+        JobState::Canceled,
+        "{first:?}"
+    );
+    assert_eq!(retry.state(), JobState::Complete, "{retry:?}");
+    assert_eq!(
+        retry.excluded_nodes(),
+        first.roles()["gpu"].nodes(),
+        "{retry:?}"
+    );
+    assert_ne!(retry.roles()["gpu"].nodes(), first.roles()["gpu"].nodes());
+    assert!(retry
+        .roles()
+        .values()
+        .all(|r| r.state() == JobState::Complete));
+}

@@ -242,16 +242,17 @@ mod tests {
             first_failure: Some("server".into()),
         };
         let marked = roles_mark(&record, mark, &[], Some(&ends)).unwrap();
+        let message = marked.message.clone().unwrap();
         assert_eq!(marked.roles["server"].state, JobState::Error);
         assert_eq!(marked.roles["server"].err_class, Some(ErrorClass::Program));
         assert_eq!(marked.roles["client"].state, JobState::Canceled);
         assert_eq!(marked.roles["watch"].state, JobState::Complete);
-        assert!(marked
-            .message
-            .unwrap()
-            .starts_with("role server failed first (exit 3)"));
+        assert!(
+            message.starts_with("role server failed first (exit 3)"),
+            "{message}"
+        );
         let mut record = record;
-        record.apply_mark(marked_again(), None).unwrap();
+        record.apply_mark(marked, None).unwrap();
         assert_eq!(record.state, JobState::Error);
         assert_eq!(record.err_class, Some(ErrorClass::Program));
         assert!(
@@ -261,15 +262,29 @@ mod tests {
         );
     }
 
-    fn marked_again() -> Mark {
-        let mark = Mark::new(JobState::Error, TransitionSource::Poll)
-            .err_class(ErrorClass::Program)
-            .message("FAILED, exit code 3");
+    #[test]
+    fn a_role_failing_on_its_node_keeps_only_its_nodes_from_the_retry() {
+        let mut record = record();
+        let running = Mark::new(JobState::Running, TransitionSource::Poll);
+        let components = [(0, "n2".to_string()), (1, "n1".to_string())];
+        record
+            .apply_mark(
+                roles_mark(&record, running, &components, None).unwrap(),
+                None,
+            )
+            .unwrap();
+        let mut failed = Mark::new(JobState::Error, TransitionSource::Poll)
+            .err_class(ErrorClass::Infra)
+            .message("FAILED: Xid 79");
+        failed.node_fault = true;
         let ends = RoleEnds {
-            exits: BTreeMap::from([("server".into(), 3)]),
+            exits: BTreeMap::from([("server".into(), 1)]),
             first_failure: Some("server".into()),
         };
-        roles_mark(&record(), mark, &[], Some(&ends)).unwrap()
+        let marked = roles_mark(&record, failed, &components, Some(&ends)).unwrap();
+        record.apply_mark(marked, None).unwrap();
+        assert_eq!(record.err_class, Some(ErrorClass::Infra), "a retry is due");
+        assert_eq!(record.nodes_to_exclude(), ["n1"], "the server's node alone");
     }
 
     #[test]
