@@ -41,8 +41,12 @@ impl FakeRenderer {
 }
 
 impl Renderer for FakeRenderer {
-    fn render(&self, _: TemplateKind, context: &ScriptContext) -> Result<String> {
+    fn render(&self, kind: TemplateKind, context: &ScriptContext) -> Result<String> {
         let mut script = format!("#!/bin/bash\n# {}\n", context.job_name);
+        if !context.roles.is_empty() {
+            let roles: Vec<&str> = context.roles.iter().map(|r| r.name.as_str()).collect();
+            script.push_str(&format!("# template {kind}: roles {}\n", roles.join(",")));
+        }
         if !self.env {
             return Ok(script);
         }

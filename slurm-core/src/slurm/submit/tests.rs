@@ -550,3 +550,61 @@ async fn a_sweep_is_staged_as_one_file_never_in_argv() {
     let argv = command.get_args().join(" ");
     assert!(!argv.contains("rm -rf"), "values never in argv");
 }
+
+/// A multi-role job is one SLURM job: one round trip, one record with a state per role,
+/// rendered with the multirole template.
+#[tokio::test]
+async fn a_multi_role_job_is_one_submit_with_a_state_per_role() {
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| Ok(output(0, "4343\n", "")));
+    let backend = backend(remote);
+    let spec = JobSpec::from_yaml_str(
+        "name: rl\nroles:\n  controller: {gpus_per_node: 0, cpus_per_task: 4, command: c}\n  rollout: {gpus_per_node: 1, command: r}\n  watch: {on: rollout, command: w}\n",
+    )
+    .unwrap();
+    let record = backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(record.state, JobState::Pending);
+    assert_eq!(record.backend_ref.unwrap().native_id, "4343");
+    let roles: Vec<(&str, JobState)> = record
+        .roles
+        .iter()
+        .map(|(name, role)| (name.as_str(), role.state))
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            ("controller", JobState::Pending),
+            ("rollout", JobState::Pending),
+            ("watch", JobState::Pending)
+        ]
+    );
+    let script = backend.render_script(&spec).await.unwrap();
+    assert!(
+        script.contains("# template multirole: roles controller,rollout,watch"),
+        "{script}"
+    );
+}
+
+/// A role the partitions cannot take is refused before anything is sent, naming it.
+#[tokio::test]
+async fn a_role_beyond_the_limits_is_refused_naming_it() {
+    let backend = backend(MockRemote::new());
+    let spec = JobSpec::from_yaml_str("name: rl\ntime: \"08:00:00\"\nroles:\n  a: {command: x}\n")
+        .unwrap();
+    let error = backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Invalid, "{error}");
+    assert!(
+        error.to_string().starts_with("invalid roles.a.time:"),
+        "{error}"
+    );
+}
