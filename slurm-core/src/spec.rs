@@ -366,6 +366,13 @@ impl JobSpec {
     pub fn validate(&self) -> Result<()> {
         validate_safe_name("name", &self.name)?;
         self.validate_roles()?;
+        if self.command.is_empty() && !self.is_multi_role() {
+            // As serde said it before `command` had a default (a multi-role job has none).
+            return Err(Error::invalid(
+                "command",
+                "missing field `command`: give the command to run, e.g. python train.py (or the job's `roles`)",
+            ));
+        }
         if self.command.trim().is_empty() && !self.is_multi_role() {
             return Err(Error::invalid(
                 "command",

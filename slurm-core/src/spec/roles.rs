@@ -423,6 +423,14 @@ roles:
         assert!(!spec.is_multi_role());
         let json = serde_json::to_string(&spec).unwrap();
         assert!(!json.contains("roles"), "{json}");
+        // Without roles a command is still required, in serde's words of before.
+        let missing = JobSpec::from_yaml_str("name: one\ngpus_per_node: 1\n").unwrap_err();
+        assert!(
+            missing
+                .to_string()
+                .starts_with("invalid command: missing field `command`"),
+            "{missing}"
+        );
     }
 
     #[test]
