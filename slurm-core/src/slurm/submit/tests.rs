@@ -608,3 +608,55 @@ async fn a_role_beyond_the_limits_is_refused_naming_it() {
         "{error}"
     );
 }
+
+/// Every role's registry image is gated and converted before anything is queued: the
+/// gate for each image, a conversion for each, and only then the one sbatch.
+#[tokio::test]
+async fn every_roles_image_is_converted_before_the_job_is_queued() {
+    let ran = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let mut remote = MockRemote::new();
+    let keep = std::sync::Arc::clone(&ran);
+    remote.expect_run().returning(move |command| {
+        let label = command.label();
+        keep.lock().unwrap().push(label.clone());
+        Ok(if is_submit(command) {
+            output(0, "4444\n", "")
+        } else if label.starts_with("convert ") {
+            output(0, "converted 90\n", "")
+        } else {
+            // The gate's round trip of three: the .sqsh is not there yet, enroot and
+            // its credentials are, the conversion partition is up.
+            let n: usize = label
+                .strip_prefix("round trip of ")
+                .and_then(|rest| rest.split(':').next())
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(1);
+            let text: String = (0..n)
+                .map(|i| format!("@@begin {i}\n@@end {i} 0\n"))
+                .collect();
+            output(0, &text, "")
+        })
+    });
+    let backend = backend(remote);
+    let spec = JobSpec::from_yaml_str(
+        "name: rl\nroles:\n  policy: {gpus_per_node: 0, image: \"registry.example.com:5000/team/policy:1\", command: p}\n  rollout: {gpus_per_node: 0, image: \"registry.example.com:5000/team/rollout:1\", command: r}\n",
+    )
+    .unwrap();
+    let record = backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(record.state, JobState::Pending);
+    let ran = ran.lock().unwrap().clone();
+    let converts: Vec<&String> = ran.iter().filter(|l| l.starts_with("convert ")).collect();
+    assert_eq!(converts.len(), 2, "{ran:?}");
+    assert!(converts[0].contains("team/policy:1") && converts[1].contains("team/rollout:1"));
+    let submit_at = ran.iter().position(|l| l.starts_with("submit ")).unwrap();
+    assert_eq!(submit_at, ran.len() - 1, "sbatch last: {ran:?}");
+    assert!(
+        record.last_message().contains("converted to")
+            && record.last_message().contains("by SLURM job 90"),
+        "{}",
+        record.last_message()
+    );
+}
