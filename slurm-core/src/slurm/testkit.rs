@@ -146,6 +146,21 @@ mock! {
     }
 }
 
+/// The answer of a round trip (`round trip of N: ...`) in which every command succeeded
+/// and printed nothing (one empty answer for any other command).
+pub(super) fn empty_round_trip(command: &Command) -> Output {
+    let n: usize = command
+        .label()
+        .strip_prefix("round trip of ")
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(1);
+    let text: String = (0..n)
+        .map(|i| format!("@@begin {i}\n@@end {i} 0\n"))
+        .collect();
+    output(0, &text, "")
+}
+
 pub(super) fn output(status: i32, stdout: &str, stderr: &str) -> Output {
     Output {
         status,

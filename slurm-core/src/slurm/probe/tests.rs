@@ -10,7 +10,8 @@ use crate::backend::{Backend, SubmitOptions};
 use crate::nccl::{NcclProbe, ProbeOptions, PROBE_LABEL, PROBE_VERDICT_LABEL};
 use crate::record::{JobRecord, RecordFilter, RecordStore};
 use crate::slurm::testkit::{
-    is_submit, output, prepared_backend, staged_script, FakeRenderer, MockRemote, TestBackend,
+    empty_round_trip, is_submit, output, prepared_backend, staged_script, FakeRenderer, MockRemote,
+    TestBackend,
 };
 use crate::slurm::SlurmSubmitOptions;
 use crate::spec::JobSpec;
@@ -118,16 +119,7 @@ fn fake_cluster(remote: &mut MockRemote) -> Shared {
             command.label(),
             command.get_args().join(" ")
         ));
-        let n: usize = command
-            .label()
-            .strip_prefix("round trip of ")
-            .and_then(|rest| rest.split(':').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(1);
-        let text: String = (0..n)
-            .map(|i| format!("@@begin {i}\n@@end {i} 0\n"))
-            .collect();
-        Ok(output(0, &text, ""))
+        Ok(empty_round_trip(command))
     });
     fake
 }

@@ -624,17 +624,9 @@ async fn every_roles_image_is_converted_before_the_job_is_queued() {
         } else if label.starts_with("convert ") {
             output(0, "converted 90\n", "")
         } else {
-            // The gate's round trip of three: the .sqsh is not there yet, enroot and
-            // its credentials are, the conversion partition is up.
-            let n: usize = label
-                .strip_prefix("round trip of ")
-                .and_then(|rest| rest.split(':').next())
-                .and_then(|n| n.trim().parse().ok())
-                .unwrap_or(1);
-            let text: String = (0..n)
-                .map(|i| format!("@@begin {i}\n@@end {i} 0\n"))
-                .collect();
-            output(0, &text, "")
+            // The gate's round trip of three: the .sqsh is whole already, so the gate
+            // passes (the conversion still runs, and finds it or makes it).
+            empty_round_trip(command)
         })
     });
     let backend = backend(remote);
