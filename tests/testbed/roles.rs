@@ -326,3 +326,41 @@ async fn an_infra_failure_of_a_role_retries_the_job_off_its_nodes() {
         .values()
         .all(|r| r.state() == JobState::Complete));
 }
+
+/// The multirole batch script, as a submit renders it, passes shellcheck at warning level
+/// (the remote scripts' own check is in `scripts`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_multirole_script_passes_shellcheck() {
+    let _cluster = cluster::shared().await;
+    let h = harness();
+    let mut spec = roles_spec(
+        "roles-lint",
+        vec![
+            ("a", role("true")),
+            ("b", role("true")),
+            ("c", beside("a", "true")),
+        ],
+    );
+    spec.secrets = vec!["SLURM_RUN_TEST_ROLES_TOKEN".into()];
+    let script = h.backend.render_script(&spec).await.unwrap();
+    assert!(script.contains("#SBATCH hetjob"), "{script}");
+    let mut child = std::process::Command::new("shellcheck")
+        .args(["-s", "bash", "-S", "warning", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("shellcheck runs (testbed/up installs it)");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}\n{script}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+}

@@ -293,13 +293,21 @@ fn record_decisions(
         ..
     } = decision;
     if record.is_multi_role() {
+        // The nodes of a running job, or accounting's of its run, are its roles' nodes;
+        // squeue's of an ending job list only those still completing.
+        let nodes_known = mark.state == JobState::Running
+            || observed.as_ref().is_some_and(|o| o.source == "sacct");
         // One role of its own nodes is a plain job: its component 0 is the job.
         let components = match observed {
             Some(o) if o.components.is_empty() => o.nodes.map(|n| (0, n)).into_iter().collect(),
             Some(o) => o.components,
             None => Vec::new(),
         };
-        let record = match roles::roles_mark(&record, mark, &components, role_ends) {
+        let nodes = roles::RoleNodes {
+            components: &components,
+            known: nodes_known,
+        };
+        let record = match roles::roles_mark(&record, mark, nodes, role_ends) {
             Some(mark) => mark_kept(ctx, &record, mark)?,
             None => record,
         };

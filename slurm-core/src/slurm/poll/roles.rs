@@ -25,6 +25,8 @@ pub(super) struct RoleEnds {
     pub(super) exits: BTreeMap<String, i32>,
     /// The first role to fail.
     pub(super) first_failure: Option<String>,
+    /// Each role's hosts as its run had them (`<role>.hosts`).
+    pub(super) hosts: BTreeMap<String, Vec<String>>,
 }
 
 /// The command reading every file of `record`'s roles folder, one `PATH:LINE` each
@@ -47,6 +49,15 @@ pub(super) fn read_role_ends(part: &Output) -> RoleEnds {
         let value = value.trim();
         if file == FIRST_FAILURE {
             ends.first_failure = Some(value.to_string()).filter(|v| !v.is_empty());
+        } else if let Some(role) = file.strip_suffix(".hosts") {
+            let hosts: Vec<String> = value
+                .split(',')
+                .filter(|h| !h.is_empty())
+                .map(str::to_string)
+                .collect();
+            if !hosts.is_empty() {
+                ends.hosts.insert(role.to_string(), hosts);
+            }
         } else if let Some(role) = file.strip_suffix(".exit") {
             if let Ok(code) = value.parse() {
                 ends.exits.insert(role.to_string(), code);
@@ -89,15 +100,26 @@ fn role_nodes(record: &JobRecord, components: &[(u32, String)]) -> BTreeMap<Stri
     nodes
 }
 
+/// The node lists a poll saw of a multi-role job's components.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RoleNodes<'a> {
+    /// Each component's node list (`(1, "n2")`).
+    pub(super) components: &'a [(u32, String)],
+    /// Whether they are the run's nodes (a running job's, or accounting's); otherwise
+    /// (an ending job's squeue rows list only the nodes still completing) they only
+    /// fill roles that have none yet.
+    pub(super) known: bool,
+}
+
 /// The mark of multi-role `record` from the job's decided `mark`, the components' node
 /// lists and (once it ended) its roles' ends; `None` when nothing changes.
 pub(super) fn roles_mark(
     record: &JobRecord,
     mark: Mark,
-    components: &[(u32, String)],
+    seen: RoleNodes<'_>,
     ends: Option<&RoleEnds>,
 ) -> Option<Mark> {
-    let nodes = role_nodes(record, components);
+    let nodes = role_nodes(record, seen.components);
     let state = mark.state;
     let ends = ends.cloned().unwrap_or_default();
     // A cancelled job's roles were stopped by the cancel, whichever step noticed first.
@@ -111,12 +133,15 @@ pub(super) fn roles_mark(
             continue;
         }
         let mut role = TaskMark::new(state);
-        // Nodes as seen, never shrinking (an ending job's rows list only the nodes
-        // still completing); a list with a node not seen before (a requeue) replaces them.
-        role.nodes = nodes
-            .get(name)
-            .filter(|n| n.iter().any(|node| !current.nodes.contains(node)))
-            .cloned();
+        // The hosts the run wrote win; then the poll's lists (see `RoleNodes`).
+        role.nodes = match ends.hosts.get(name) {
+            Some(hosts) => Some(hosts.clone()).filter(|h| *h != current.nodes),
+            None => nodes
+                .get(name)
+                .filter(|n| !n.is_empty() && **n != current.nodes)
+                .filter(|_| seen.known || current.nodes.is_empty())
+                .cloned(),
+        };
         if state.is_terminal() {
             match ends.exits.get(name) {
                 Some(0) => {
@@ -192,6 +217,43 @@ mod tests {
         .unwrap()
     }
 
+    fn known(components: &[(u32, String)]) -> RoleNodes<'_> {
+        RoleNodes {
+            components,
+            known: true,
+        }
+    }
+
+    #[test]
+    fn an_ending_jobs_partial_node_list_fills_only_roles_without_nodes() {
+        let mut record = record();
+        let pending = Mark::new(JobState::Pending, TransitionSource::Poll);
+        let completing = [(0, "n2".to_string())];
+        let seen = RoleNodes {
+            components: &completing,
+            known: false,
+        };
+        let marked = roles_mark(&record, pending, seen, None).unwrap();
+        record.apply_mark(marked, None).unwrap();
+        assert_eq!(record.roles["client"].nodes, ["n2"]);
+        // Accounting's list of the run replaces it; a partial one does not.
+        let done = Mark::new(JobState::Complete, TransitionSource::Poll);
+        let run = [(0, "n[2-3]".to_string())];
+        let marked = roles_mark(&record, done.clone(), known(&run), None).unwrap();
+        assert_eq!(
+            marked.roles["client"].nodes.as_deref(),
+            Some(&["n2".to_string(), "n3".to_string()][..])
+        );
+        let partial = RoleNodes {
+            components: &completing,
+            known: false,
+        };
+        let mut record2 = record.clone();
+        record2.roles.get_mut("client").unwrap().nodes = vec!["n2".into(), "n3".into()];
+        let marked = roles_mark(&record2, done, partial, None).unwrap();
+        assert_eq!(marked.roles["client"].nodes, None);
+    }
+
     fn output(stdout: &str) -> Output {
         Output {
             status: 0,
@@ -203,7 +265,7 @@ mod tests {
     #[test]
     fn the_roles_files_are_read() {
         let ends = read_role_ends(&output(
-            "/r/roles/server.exit:3\n/r/roles/client.exit:0\n/r/roles/first-failure:server\n/r/roles/x.exit.tmp:1\n",
+            "/r/roles/server.exit:3\n/r/roles/client.exit:0\n/r/roles/first-failure:server\n/r/roles/x.exit.tmp:1\n/r/roles/server.hosts:n1,n2\n",
         ));
         assert_eq!(ends.first_failure.as_deref(), Some("server"));
         assert_eq!(
@@ -219,7 +281,7 @@ mod tests {
         let mark = Mark::new(JobState::Running, TransitionSource::Poll);
         // Components in name order of the roles of their own nodes: client 0, server 1.
         let components = [(0, "n2".to_string()), (1, "n1".to_string())];
-        let marked = roles_mark(&record, mark, &components, None).unwrap();
+        let marked = roles_mark(&record, mark, known(&components), None).unwrap();
         let nodes = |role: &str| marked.roles[role].nodes.clone().unwrap();
         assert_eq!(nodes("client"), ["n2"]);
         assert_eq!(nodes("server"), ["n1"]);
@@ -240,8 +302,9 @@ mod tests {
         let ends = RoleEnds {
             exits: BTreeMap::from([("server".into(), 3), ("watch".into(), 0)]),
             first_failure: Some("server".into()),
+            ..RoleEnds::default()
         };
-        let marked = roles_mark(&record, mark, &[], Some(&ends)).unwrap();
+        let marked = roles_mark(&record, mark, known(&[]), Some(&ends)).unwrap();
         let message = marked.message.clone().unwrap();
         assert_eq!(marked.roles["server"].state, JobState::Error);
         assert_eq!(marked.roles["server"].err_class, Some(ErrorClass::Program));
@@ -269,7 +332,7 @@ mod tests {
         let components = [(0, "n2".to_string()), (1, "n1".to_string())];
         record
             .apply_mark(
-                roles_mark(&record, running, &components, None).unwrap(),
+                roles_mark(&record, running, known(&components), None).unwrap(),
                 None,
             )
             .unwrap();
@@ -280,8 +343,9 @@ mod tests {
         let ends = RoleEnds {
             exits: BTreeMap::from([("server".into(), 1)]),
             first_failure: Some("server".into()),
+            ..RoleEnds::default()
         };
-        let marked = roles_mark(&record, failed, &components, Some(&ends)).unwrap();
+        let marked = roles_mark(&record, failed, known(&components), Some(&ends)).unwrap();
         record.apply_mark(marked, None).unwrap();
         assert_eq!(record.err_class, Some(ErrorClass::Infra), "a retry is due");
         assert_eq!(record.nodes_to_exclude(), ["n1"], "the server's node alone");
@@ -295,8 +359,9 @@ mod tests {
         let ends = RoleEnds {
             exits: BTreeMap::from([("watch".into(), 0), ("server".into(), 1)]),
             first_failure: Some("server".into()),
+            ..RoleEnds::default()
         };
-        let marked = roles_mark(&record, mark, &[], Some(&ends)).unwrap();
+        let marked = roles_mark(&record, mark, known(&[]), Some(&ends)).unwrap();
         assert_eq!(marked.roles["server"].state, JobState::Canceled);
         assert_eq!(marked.roles["client"].state, JobState::Canceled);
         assert_eq!(marked.roles["watch"].state, JobState::Complete);
