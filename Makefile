@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := test
 TESTBED_ENV = eval "$$(testbed/env)"
 
-.PHONY: demo test bench soak testbed-up testbed-down lint
+.PHONY: demo test bench soak testbed-up testbed-down testbeds-up testbeds-down lint
 
 testbed-up:
 	testbed/up
@@ -11,14 +11,29 @@ testbed-up:
 testbed-down:
 	testbed/down
 
+## The three test beds side by side (Slurm 22.05, 24.11, 26.05; where: testbed/beds).
+testbeds-up:
+	testbed/beds up
+
+testbeds-down:
+	testbed/beds down
+
 ## Run the quickstart example (preflight, submit a two-node job, watch it, show its log) against the local test bed.
 demo: testbed-up
 	$(TESTBED_ENV) && cargo run --example quickstart
 
-## Bring the test bed up and run every test but the soak, including the end-to-end tests against it.
+## Bring the three test beds up and run every test but the soak on Slurm 22.05 (unit, conformance,
+## end-to-end), then the test-bed tests (the Backend and Transport conformance suites and every
+## end-to-end test) on 24.11 and on 26.05; every release runs even when one fails.
 ## The test-bed tests mostly wait on the cluster, so four test threads (RUST_TEST_THREADS) even on two cores.
-test: testbed-up
-	$(TESTBED_ENV) && RUST_TEST_THREADS=$${RUST_TEST_THREADS:-4} cargo test --workspace --features testbed --no-fail-fast
+test: testbeds-up
+	@status=0; while read -r release dir offset; do \
+	  echo "==== Slurm $$release test bed ($$dir, port offset $$offset) ===="; \
+	  if [ "$$release" = 22.05 ]; then scope="--workspace"; else scope="--test testbed"; fi; \
+	  ( eval "$$(SLURM_RUN_TESTBED_DIR=$$dir SLURM_RUN_TESTBED_PORT_OFFSET=$$offset testbed/env)" && \
+	    RUST_TEST_THREADS=$${RUST_TEST_THREADS:-4} cargo test $$scope --features testbed --no-fail-fast ) || \
+	    { status=1; echo "==== Slurm $$release: FAILED ===="; }; \
+	done < <(testbed/beds); exit $$status
 
 ## Benchmarks (most need the test bed): each figure against the bare Slurm command measured in the same
 ## run; then bench-report writes BENCHMARKS.md and its plot (docs/benchmarks-poll.svg) from their figures

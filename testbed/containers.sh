@@ -22,13 +22,14 @@ TB_IMAGES=(slurm-run/tiny:1 slurm-run/tiny:latest)
 # The CPU PyTorch image (Debian 12's python3-torch, torchrun, Gloo) for the NCCL probe.
 TB_TORCH_IMAGE=slurm-run/torch:1
 
-# Packages enroot, Pyxis, the registry and the image build need (Debian 12 names).
+# Packages enroot, Pyxis, the registry and the image build need (the same names in
+# bookworm, trixie and sid): those not installed, or all of them with --all.
 containers_packages() {
   local pkg
   for pkg in gcc make libc6-dev libbsd-dev linux-libc-dev makeself libcap2-bin curl gawk jq \
     parallel passwd squashfs-tools zstd pigz bsdmainutils squashfuse fuse3 fuse-overlayfs \
     libslurm-dev docker-registry skopeo umoci apache2-utils mmdebstrap; do
-    dpkg -s "$pkg" >/dev/null 2>&1 || printf '%s\n' "$pkg"
+    [ "${1:-}" != --all ] && dpkg -s "$pkg" >/dev/null 2>&1 || printf '%s\n' "$pkg"
   done
 }
 
@@ -59,6 +60,7 @@ containers_build() {
   tar -xzf "$TB_VENDOR_DIR/pyxis-$TB_PYXIS_VERSION.tar.gz" -C "$build"
   multiarch=$(gcc -print-multiarch)
   (
+    set -e
     cd "$build/enroot-$TB_ENROOT_VERSION"
     # The release archive holds no submodules: Debian's makeself and kernel headers stand in.
     mkdir -p deps/dist/makeself/bin deps/dist/linux/include deps/makeself deps/linux-headers
@@ -66,13 +68,18 @@ containers_build() {
     touch deps/makeself/.stamp deps/linux-headers/.stamp
     export FORCE_GLIBC=1 LOADLIBES="/usr/lib/$multiarch/libbsd.a"
     export CPPFLAGS="-D_GNU_SOURCE= -include bsd/string.h"
-    make prefix="$TB_ENROOT_PREFIX" && make install prefix="$TB_ENROOT_PREFIX" &&
-      make setcap prefix="$TB_ENROOT_PREFIX"
-  ) >"$TB_DIR/log/enroot-build.log" 2>&1 || die "enroot did not build (see $TB_DIR/log/enroot-build.log)"
+    make prefix="$TB_ENROOT_PREFIX"
+    make install prefix="$TB_ENROOT_PREFIX"
+    make setcap prefix="$TB_ENROOT_PREFIX"
+  ) >"$TB_DIR/log/enroot-build.log" 2>&1 &
+  build_succeeded $! || die "enroot did not build (see $TB_DIR/log/enroot-build.log)"
   (
+    set -e
     cd "$build/pyxis-$TB_PYXIS_VERSION"
-    make && make install prefix="$TB_PYXIS_PREFIX"
-  ) >"$TB_DIR/log/pyxis-build.log" 2>&1 || die "Pyxis did not build (see $TB_DIR/log/pyxis-build.log)"
+    make
+    make install prefix="$TB_PYXIS_PREFIX"
+  ) >"$TB_DIR/log/pyxis-build.log" 2>&1 &
+  build_succeeded $! || die "Pyxis did not build (see $TB_DIR/log/pyxis-build.log)"
   rm -rf "$build"
   cp "$here/vendor.sha256" "$stamp"
 }
@@ -146,6 +153,14 @@ EOF
   fi
 }
 
+# build_succeeded PID: whether the build subshell PID (started with `( set -e ... ) &`)
+# exited 0. Bash ignores `set -e` inside a subshell whose status `||` or `if` tests, so a
+# build's steps run as a background job (where `set -e` holds: its first failure ends it)
+# and only `wait` is tested.
+build_succeeded() {
+  wait "$1"
+}
+
 # A root filesystem with bash and coreutils copied from this host, and their libraries.
 image_rootfs() {
   local root=$1 name=$2 bin lib
@@ -193,14 +208,18 @@ images_push() {
       skopeo copy --quiet --format v2s2 --dest-tls-verify=false --dest-authfile "$auth" \
         "oci:$work/oci:$tag" "docker://127.0.0.1:$TB_REGISTRY_PORT/$image"
     done
-  ) >"$TB_DIR/log/images.log" 2>&1 || { rm -rf "$work"; die "the fixture images were not pushed (see $TB_DIR/log/images.log)"; }
+  ) >"$TB_DIR/log/images.log" 2>&1 &
+  build_succeeded $! || { rm -rf "$work"; die "the fixture images were not pushed (see $TB_DIR/log/images.log)"; }
   rm -rf "$work"
   printf '%s\n' "$recipe" > "$stamp"
 }
 
-# The Debian archive apt uses here (its bookworm sources), for mmdebstrap.
+# The Debian archive apt uses here (its bookworm sources), for mmdebstrap. In a release's
+# root filesystem (another suite, no bookworm sources) the host's, which testbed/up copies
+# beside the scripts it runs there.
 debian_sources() {
-  grep -ls bookworm /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources || true
+  grep -ls bookworm /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources \
+    "$here"/apt-sources/* 2>/dev/null || true
 }
 
 # mmdebstrap's customize hook for the torch image ($1: its root): what a CPU probe needs
@@ -279,7 +298,8 @@ torch_image_push() {
       --config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
     skopeo copy --quiet --format v2s2 --dest-tls-verify=false --dest-authfile "$auth" \
       "oci:$work/oci:1" "docker://127.0.0.1:$TB_REGISTRY_PORT/$TB_TORCH_IMAGE"
-  ) >"$TB_DIR/log/torch-image.log" 2>&1 || { rm -rf "$work"; die "$TB_TORCH_IMAGE was not built and pushed (see $TB_DIR/log/torch-image.log)"; }
+  ) >"$TB_DIR/log/torch-image.log" 2>&1 &
+  build_succeeded $! || { rm -rf "$work"; die "$TB_TORCH_IMAGE was not built and pushed (see $TB_DIR/log/torch-image.log)"; }
   rm -rf "$work"
   printf '%s\n' "$recipe" > "$stamp"
 }

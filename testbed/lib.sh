@@ -27,6 +27,22 @@ TB_SHARED="$TB_DIR/shared"
 TB_RESULTS="$TB_SHARED/results"
 TB_CONF="$TB_DIR/etc/slurm.conf"
 
+# The Slurm release of the test bed: 22.05 is this host's own packages; 24.11 and 26.05
+# run in a root filesystem of the Debian suite that has them (testbed/release.sh). A state
+# folder holds one release, the one `up` wrote in it; a new one takes
+# SLURM_RUN_TESTBED_SLURM (default 22.05).
+TB_RELEASES=(22.05 24.11 26.05)
+TB_RELEASE_FILE="$TB_DIR/release"
+if [ -s "$TB_RELEASE_FILE" ]; then
+  TB_SLURM=$(cat "$TB_RELEASE_FILE")
+else
+  TB_SLURM=${SLURM_RUN_TESTBED_SLURM:-22.05}
+fi
+case " ${TB_RELEASES[*]} " in
+  *" $TB_SLURM "*) ;;
+  *) printf 'testbed: error: SLURM_RUN_TESTBED_SLURM=%s: the test bed runs Slurm %s\n' "$TB_SLURM" "${TB_RELEASES[*]}" >&2; exit 1 ;;
+esac
+
 export SLURM_CONF="$TB_CONF"
 
 log() { printf 'testbed: %s\n' "$*" >&2; }

@@ -123,9 +123,6 @@ struct CancelOnDrop<'a>(&'a slurm_run_testsupport::Testbed, String);
 
 impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("scancel")
-            .arg(&self.1)
-            .env("SLURM_CONF", self.0.dir().join("etc/slurm.conf"))
-            .status();
+        let _ = self.0.admin("scancel").arg(&self.1).status();
     }
 }

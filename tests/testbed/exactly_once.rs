@@ -154,9 +154,10 @@ async fn secrets_are_gone_after_a_refusal_a_cancel_a_dependency_and_a_completion
 /// Start a requeued job now rather than after Slurm's requeue delay (two minutes).
 fn start_now(h: &Harness, record: &JobRecord) {
     let native = record.backend_ref().unwrap().native_id.clone();
-    let _ = std::process::Command::new("scontrol")
+    let _ = h
+        .testbed
+        .admin("scontrol")
         .args(["update", &format!("jobid={native}"), "starttime=now"])
-        .env("SLURM_CONF", h.testbed.dir().join("etc/slurm.conf"))
         .status();
 }
 

@@ -43,7 +43,10 @@ async fn a_silent_connection_is_dropped_and_replaced_within_the_keepalive_bound(
     assert_eq!(out.stdout, b"through\n");
 
     // A command in flight when the connection goes silent.
-    let flag = std::env::temp_dir().join(format!("slurm-run-silent-{}", rand::random::<u64>()));
+    // In the shared results folder: the same path here and on the login node (whose
+    // /tmp is its release's root filesystem's on 24.11 and 26.05).
+    let flag = std::path::Path::new(tb.get("SLURM_BASE_RESULTS_DIR"))
+        .join(format!("slurm-run-silent-{}", rand::random::<u64>()));
     let nap = format!("40.{:04}", rand::random::<u16>() % 10_000);
     let long = Command::bash_script(
         r#"touch "$1"; sleep "$2"; echo finished"#,
@@ -99,4 +102,32 @@ async fn a_silent_connection_is_dropped_and_replaced_within_the_keepalive_bound(
         &format!("the `sleep {nap}` of the silent connection still runs"),
     )
     .await;
+}
+
+/// A live connection whose command prints nothing for many keepalive intervals stays
+/// up: the server's answers count even when libssh2 read them while it drove the
+/// command's channel (nothing left waiting on the socket). The old worker looked only
+/// for data waiting, and a 45 s silent command was seen dropped as silent on busy test
+/// beds (1 run in 4 on 22.05, 2 in 5 on 26.05, at the default 10 s x 3); here at 2 s x 2
+/// for twelve intervals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_command_on_a_live_connection_is_never_taken_for_silence() {
+    let _cluster = cluster::shared().await;
+    let tb = testbed_env();
+    let t = Ssh2Transport::new(
+        builder(&tb)
+            .with_sessions(1)
+            .with_keepalive(INTERVAL)
+            .with_keepalive_max_missed(MISSED),
+    )
+    .unwrap();
+    let quiet = INTERVAL * (MISSED + 1) * 4;
+    let out = t
+        .run(
+            &Command::bash_script(r#"sleep "$1"; echo awake"#, [quiet.as_secs().to_string()])
+                .timeout(quiet + Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, b"awake\n");
 }

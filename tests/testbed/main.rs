@@ -22,5 +22,6 @@ mod scripts;
 mod slurmctl;
 mod smoke;
 mod ssh_faults;
+mod testbed_scripts;
 mod transports;
 mod wall_time;

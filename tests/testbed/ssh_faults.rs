@@ -28,7 +28,8 @@ fn wait_for_port(port: u16) {
 }
 
 /// A second sshd on another loopback port with a freshly generated host key,
-/// configured like the test bed's; killed on drop.
+/// configured like the test bed's and run where the test bed's runs (`testbed/admin`: the
+/// login user and its home are the release's); killed on drop.
 struct SecondSshd {
     child: Child,
     port: u16,
@@ -37,7 +38,8 @@ struct SecondSshd {
 
 impl SecondSshd {
     fn start(tb: &Testbed) -> SecondSshd {
-        let dir = tempfile::tempdir().unwrap();
+        // In the state folder: the same path on this host and in the test bed's root.
+        let dir = tempfile::tempdir_in(tb.dir()).unwrap();
         let key = dir.path().join("host_ed25519");
         let status = std::process::Command::new("ssh-keygen")
             .args(["-q", "-t", "ed25519", "-N", "", "-f"])
@@ -66,7 +68,8 @@ impl SecondSshd {
         ));
         let config_path = dir.path().join("sshd_config");
         std::fs::write(&config_path, config).unwrap();
-        let child = std::process::Command::new("/usr/sbin/sshd")
+        let child = tb
+            .admin("/usr/sbin/sshd")
             .arg("-D")
             .arg("-e")
             .arg("-f")
@@ -246,8 +249,10 @@ async fn a_connection_killed_mid_command_is_transient_and_the_next_command_recon
     let (victim, victim_net) = serving_sshd(&t, listener).await;
     assert_ne!(victim, listener);
 
-    let flag: PathBuf =
-        std::env::temp_dir().join(format!("slurm-run-fault-{}", rand::random::<u64>()));
+    // In the shared results folder: the same path on this host and on the login node
+    // (whose /tmp is its release's root filesystem's on 24.11 and 26.05).
+    let flag: PathBuf = Path::new(tb.get("SLURM_BASE_RESULTS_DIR"))
+        .join(format!("slurm-run-fault-{}", rand::random::<u64>()));
     let flag_text = flag.display().to_string();
     let nap = format!("20.{:04}", rand::random::<u16>() % 10_000);
     let long = Command::bash_script(

@@ -17,6 +17,9 @@ pub(crate) struct Conn {
     pub(crate) session: Session,
     /// The session's socket, to poll.
     pub(crate) fd: RawFd,
+    /// The bytes the kernel had received on it when last looked at (the server spoke
+    /// when the count grew, even if libssh2 has read the bytes already).
+    pub(crate) received: u64,
     pub(crate) opened: Instant,
     pub(crate) shells: ShellPool<Channel>,
 }
@@ -205,6 +208,7 @@ fn connect_one(settings: &Ssh2TransportBuilder, target: &Target) -> Result<Conn,
     Ok(Conn {
         session,
         fd,
+        received: 0,
         opened: Instant::now(),
         shells: ShellPool::new(
             label,

@@ -116,7 +116,7 @@ impl Worker {
                 for waiter in self.waiters.drain(..) {
                     let _ = waiter.send(Ok(conn.host().to_string()));
                 }
-                if readable(conn.fd) {
+                if server_spoke(conn.fd, &mut conn.received) {
                     conn.shells.heard();
                 }
                 let mut done = Vec::new();
@@ -261,6 +261,41 @@ impl Worker {
 
 /// Whether the server sent something not read yet: looked at before each step, so
 /// libssh2 has not consumed it (keepalive answers included).
+/// Whether the server sent anything since the last look: the kernel received more
+/// bytes on the socket than `received` (kept up to date here), or data waits on it.
+/// Data waiting alone is not enough: libssh2 reads the answer to a keepalive while it
+/// drives a channel, which leaves nothing waiting, and a connection whose commands
+/// printed nothing for a few keepalive intervals was then dropped as silent.
+fn server_spoke(fd: std::os::fd::RawFd, received: &mut u64) -> bool {
+    let grew = match bytes_received(fd) {
+        Some(now) if now > *received => {
+            *received = now;
+            true
+        }
+        _ => false,
+    };
+    grew || readable(fd)
+}
+
+/// The bytes the kernel received on TCP socket `fd` (`TCP_INFO`), if it tells.
+fn bytes_received(fd: std::os::fd::RawFd) -> Option<u64> {
+    // SAFETY: a zeroed tcp_info is a valid value of a plain C struct.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` and `len` are valid for the kernel to write, and `len` is its size.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            std::ptr::addr_of_mut!(info).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0 && len as usize >= std::mem::size_of::<libc::tcp_info>())
+        .then_some(info.tcpi_bytes_received)
+}
+
 fn readable(fd: std::os::fd::RawFd) -> bool {
     let mut pfd = libc::pollfd {
         fd,
@@ -274,6 +309,7 @@ fn readable(fd: std::os::fd::RawFd) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read, Write};
     use std::net::TcpListener;
     use std::sync::mpsc::Sender;
 
@@ -392,6 +428,7 @@ mod tests {
             let conn = Conn {
                 session: Session::new().unwrap(),
                 fd: -1,
+                received: 0,
                 opened: Instant::now() - age,
                 shells,
             };
@@ -401,5 +438,30 @@ mod tests {
             assert_eq!(w.orphans, Some(("login1".to_string(), vec![orphan])));
             assert_eq!(!w.backoff.allows(Instant::now()), backs_off, "age {age:?}");
         }
+    }
+
+    /// The answer to a keepalive that libssh2 read while it drove a channel leaves
+    /// nothing waiting on the socket; the server spoke all the same. (Looking only for
+    /// data waiting, the old worker missed such answers, and a connection whose commands
+    /// printed nothing for 40 s was dropped as silent: the probe tests on a fresh test
+    /// bed, whose first image conversion prints nothing for 30 to 60 s, failed so.)
+    #[test]
+    fn bytes_already_read_count_as_the_server_speaking() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        let fd = client.as_raw_fd();
+        let mut received = 0;
+        assert!(!server_spoke(fd, &mut received), "nothing sent yet");
+        server.write_all(b"keepalive answer").unwrap();
+        // What libssh2 would do while driving a channel: read it all.
+        let mut buf = [0u8; 16];
+        client.read_exact(&mut buf).unwrap();
+        assert!(!readable(fd), "nothing is waiting any more");
+        assert!(
+            server_spoke(fd, &mut received),
+            "the kernel counted the bytes"
+        );
+        assert!(!server_spoke(fd, &mut received), "and only once");
     }
 }

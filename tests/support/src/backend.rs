@@ -181,13 +181,14 @@ pub async fn jobs_named(harness: &Harness, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// Run a local Slurm admin command (as root, on this host) against the test bed.
+/// Run a Slurm admin command against the test bed, as its administrator with its
+/// release's own binaries (`testbed/admin`); its stdout, failing the test when it fails.
 pub fn admin(testbed: &Testbed, program: &str, args: &[&str]) -> String {
-    let output = std::process::Command::new(program)
+    let output = testbed
+        .admin(program)
         .args(args)
-        .env("SLURM_CONF", testbed.dir().join("etc/slurm.conf"))
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+        .unwrap_or_else(|e| panic!("cannot run testbed/admin {program}: {e}"));
     assert!(
         output.status.success(),
         "{program} {args:?} failed: {}",
@@ -255,12 +256,68 @@ pub fn down_node<'a>(testbed: &'a Testbed, node: &str, reason: &str) -> ResumeNo
     resume
 }
 
+/// A node's state as `sinfo` prints it (`%T`, e.g. `idle`, `down*`, `drained`).
+pub fn node_state(testbed: &Testbed, node: &str) -> Result<String, String> {
+    let output = testbed
+        .admin("sinfo")
+        .args(["-h", "-n", node, "-o", "%T"])
+        .output()
+        .map_err(|e| format!("cannot run testbed/admin sinfo: {e}"))?;
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).trim().to_string());
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    Ok(stdout.lines().next().unwrap_or("").trim().to_string())
+}
+
+/// Whether a node state (as [`node_state`] prints it) takes jobs: responding, neither
+/// down nor drained nor failing.
+pub fn in_service(state: &str) -> bool {
+    !state.is_empty()
+        && !state.contains('*')
+        && !["down", "drain", "fail", "unknown", "inval", "future"]
+            .iter()
+            .any(|bad| state.contains(bad))
+}
+
+/// Return `node` to service and wait (a minute at most) until its state shows it; the
+/// state it is left in otherwise. The resume itself may fail: with `ReturnToService=2`
+/// (the test bed's) Slurm 26.05 returns an admin-downed node to service at once, and a
+/// later resume is an `Invalid node state transition`; the node's state is what tells.
+pub fn try_resume_node(testbed: &Testbed, node: &str) -> Result<(), String> {
+    let resume = testbed
+        .admin("scontrol")
+        .args(["update", &format!("nodename={node}"), "state=resume"])
+        .output()
+        .map_err(|e| format!("cannot run testbed/admin scontrol: {e}"))?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let state = node_state(testbed, node);
+        if state.as_deref().is_ok_and(in_service) {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(format!(
+                "node {node} is not back in service after a resume: {state:?} (the resume said: {})",
+                String::from_utf8_lossy(&resume.stderr).trim()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// [`try_resume_node`], failing the test when the node does not come back.
+pub fn resume_node(testbed: &Testbed, node: &str) {
+    try_resume_node(testbed, node).unwrap_or_else(|e| panic!("{e}"));
+}
+
 impl Drop for ResumeNode<'_> {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("scontrol")
-            .args(["update", &format!("nodename={}", self.1), "state=resume"])
-            .env("SLURM_CONF", self.0.dir().join("etc/slurm.conf"))
-            .status();
+        let resumed = try_resume_node(self.0, &self.1);
+        // A test that failed already is not failed twice (a panic in a panic aborts).
+        if !std::thread::panicking() {
+            resumed.unwrap_or_else(|e| panic!("{e}"));
+        }
     }
 }
 

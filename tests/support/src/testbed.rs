@@ -23,6 +23,7 @@ const NAMES: &[&str] = &[
     "SLURM_BASE_RESULTS_DIR",
     "SLURM_CONVERT_PARTITION",
     "SLURM_RUN_TESTBED_DIR",
+    "SLURM_RUN_TESTBED_SLURM",
     "SLURM_RUN_TEST_REGISTRY",
     "SLURM_RUN_TEST_REGISTRY_USER",
     "SLURM_RUN_TEST_REGISTRY_PASSWORD",
@@ -115,6 +116,27 @@ impl Testbed {
     /// The test bed's state folder.
     pub fn dir(&self) -> PathBuf {
         PathBuf::from(self.get("SLURM_RUN_TESTBED_DIR"))
+    }
+
+    /// The test bed's Slurm release (`SLURM_RUN_TESTBED_SLURM`: 22.05, 24.11 or 26.05) as
+    /// (major, minor), for the tests that assert what a release does differently.
+    pub fn slurm_release(&self) -> (u32, u32) {
+        let release = self.get("SLURM_RUN_TESTBED_SLURM");
+        let parsed = release
+            .split_once('.')
+            .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)));
+        parsed.unwrap_or_else(|| panic!("SLURM_RUN_TESTBED_SLURM={release} is not MAJOR.MINOR"))
+    }
+
+    /// `testbed/admin PROGRAM`: a command run as the cluster's administrator with the test
+    /// bed's own release's binaries and configuration (in its root filesystem for a
+    /// release other than the host's), whichever release the host's client is.
+    pub fn admin(&self, program: &str) -> Command {
+        let mut command = Command::new(crate::workspace_root().join("testbed/admin"));
+        command
+            .arg(program)
+            .env("SLURM_RUN_TESTBED_DIR", self.dir());
+        command
     }
 
     /// The listener sshd's pid file (`run/sshd.pid`, or `sshd.pid` at the top).
@@ -216,19 +238,12 @@ impl Testbed {
         self.dir().join(format!("run/{daemon}.pid"))
     }
 
-    /// An admin command on this host against the test bed (`SLURM_CONF` set).
-    fn admin_command(&self, program: &str) -> Command {
-        let mut command = Command::new(program);
-        command.env("SLURM_CONF", self.dir().join("etc/slurm.conf"));
-        command
-    }
-
     /// Whether `daemon` answers: slurmctld to `scontrol ping`, slurmdbd to sacct.
     pub fn answers(&self, daemon: &str) -> bool {
         let output = match daemon {
-            "slurmctld" => self.admin_command("scontrol").arg("ping").output(),
+            "slurmctld" => self.admin("scontrol").arg("ping").output(),
             "slurmdbd" => self
-                .admin_command("sacct")
+                .admin("sacct")
                 .args(["-n", "-X", "--starttime=now", "--format=JobID"])
                 .output(),
             other => panic!("unknown daemon {other}"),
@@ -317,12 +332,8 @@ impl Testbed {
         let _ = std::fs::remove_file(self.pid_file(daemon));
         let conf = self.dir().join("etc/slurm.conf");
         let status = match daemon {
-            "slurmctld" => self
-                .admin_command("slurmctld")
-                .arg("-f")
-                .arg(&conf)
-                .status(),
-            _ => self.admin_command("slurmdbd").status(),
+            "slurmctld" => self.admin("slurmctld").arg("-f").arg(&conf).status(),
+            _ => self.admin("slurmdbd").status(),
         }
         .unwrap_or_else(|e| panic!("cannot start {daemon}: {e}"));
         assert!(status.success(), "{daemon} did not start");
