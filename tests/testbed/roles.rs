@@ -1,19 +1,21 @@
 //! Multi-role jobs on the real test bed (the Backend conformance suite's role cases run
 //! on `SlurmBackend` too, in `backend_conformance`): roles in different images through
 //! Pyxis talking over TCP with only the exported variables, a role `on` another beside
-//! its first node, a failing role ending the job and its siblings' steps, and slurmctl's
-//! `status --json` line per role and `logs --role`.
+//! its first node, a failing role ending the job and its siblings' steps, slurmctl's
+//! `status --json` line per role and `logs --role`, an infra retry off a role's nodes, and
+//! a multi-role job's secrets and dependencies.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use slurm_core::testing::role_cases::{TCP_CLIENT, TCP_SERVER};
 use slurm_core::{
-    Backend, Command, JobRecord, JobSpec, JobState, LogOptions, LogStream, NcclProbe, RoleSpec,
-    SlurmSubmitOptions, SubmitOptions, WallTime,
+    Backend, Command, Dependency, JobRecord, JobSpec, JobState, LogOptions, LogStream, NcclProbe,
+    RoleSpec, SlurmSubmitOptions, SubmitOptions, WallTime,
 };
 use slurm_run_testsupport::backend::{
-    harness, registry_image, remote, wait_terminal, with_credentials, Harness,
+    harness, registry_image, remote, small_spec, staged_script, wait_terminal, with_credentials,
+    Harness,
 };
 use slurm_run_testsupport::cluster;
 use slurm_run_testsupport::examples::{example, run};
@@ -49,13 +51,17 @@ fn roles_spec(name: &str, roles: Vec<(&str, RoleSpec)>) -> JobSpec {
 }
 
 async fn run_to_end(h: &Harness, spec: &JobSpec) -> JobRecord {
+    run_to_end_with(h, spec, SubmitOptions::default()).await
+}
+
+async fn run_to_end_with(h: &Harness, spec: &JobSpec, options: SubmitOptions) -> JobRecord {
     let slurm = SlurmSubmitOptions {
         nccl_probe: NcclProbe::Never,
         ..SlurmSubmitOptions::default()
     };
     let record = h
         .backend
-        .submit_with(spec, SubmitOptions::default(), slurm)
+        .submit_with(spec, options, slurm)
         .await
         .unwrap_or_else(|e| panic!("submit {}: {e}", spec.name));
     wait_terminal(&h.backend, record.id(), 240)
@@ -325,6 +331,119 @@ async fn an_infra_failure_of_a_role_retries_the_job_off_its_nodes() {
         .roles()
         .values()
         .all(|r| r.state() == JobState::Complete));
+}
+
+/// A multi-role job as any job: it waits for its parent (`after`), a child waits for
+/// it by its id, and its secret reaches every role (one in a container, one bare)
+/// through the sidecar, shredded at the end, never in its script, logs or record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_and_dependencies_work_for_a_multi_role_job() {
+    let _cluster = cluster::shared().await;
+    let h = harness();
+    with_credentials(&h).await;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let (parent_done, roles_done) = (
+        format!("$HOME/.slurm-run-roles-parent-{stamp}"),
+        format!("$HOME/.slurm-run-roles-done-{stamp}"),
+    );
+    let parent = h
+        .backend
+        .submit(
+            &small_spec("roles-parent", &format!("sleep 2; touch {parent_done}")),
+            SubmitOptions::default(),
+        )
+        .await
+        .unwrap();
+    let secret = "role-tok-51e2d84b7f3f9a0c";
+    let report = format!(
+        "echo \"role=$SLURM_RUN_ROLE parent=$([ -e {parent_done} ] && echo done || echo missing) len=${{#SLURM_RUN_TEST_ROLES_TOKEN}} leak=$SLURM_RUN_TEST_ROLES_TOKEN\""
+    );
+    let mut boxed = role(&report);
+    boxed.image = Some(registry_image(&h, "slurm-run/tiny:1"));
+    let bare = role(&format!("{report}; touch {roles_done}"));
+    let mut spec = roles_spec("roles-deps", vec![("boxed", boxed), ("bare", bare)]);
+    spec.secrets = vec!["SLURM_RUN_TEST_ROLES_TOKEN".into()];
+    let options = SubmitOptions {
+        after: vec![Dependency::ok(parent.id().clone())],
+        secret_values: Some(
+            [("SLURM_RUN_TEST_ROLES_TOKEN".to_string(), secret.to_string())].into(),
+        ),
+        ..SubmitOptions::default()
+    };
+    let roles_job = h.backend.submit(&spec, options).await.unwrap();
+    let child = h
+        .backend
+        .submit(
+            &small_spec(
+                "roles-child",
+                &format!("[ -e {roles_done} ] && echo roles-were-done"),
+            ),
+            SubmitOptions {
+                after: vec![Dependency::ok(roles_job.id().clone())],
+                ..SubmitOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let script = staged_script(&h, &roles_job).await;
+    let parent_native = parent.backend_ref().unwrap().native_id.clone();
+    assert!(
+        script.contains(&format!("#SBATCH --dependency=afterok:{parent_native}\n")),
+        "{script}"
+    );
+    assert!(script.contains("source") && !script.contains(secret));
+    let record = wait_terminal(&h.backend, roles_job.id(), 240)
+        .await
+        .into_record();
+    assert_eq!(record.state(), JobState::Complete, "{record:?}");
+    let len = secret.len();
+    // The parent's marker is in the cluster's home, which the container need not mount:
+    // the bare role checks it.
+    for name in ["boxed", "bare"] {
+        let log = role_log(&h, &record, name).await;
+        assert!(
+            log.contains(&format!("role={name} parent=")),
+            "{name}: {log}"
+        );
+        assert!(log.contains(&format!(" len={len} leak=")), "{name}: {log}");
+        assert!(name != "bare" || log.contains("parent=done"), "{log}");
+        assert!(!log.contains(secret), "{name}: {log}");
+    }
+    let sidecar = format!("{}/env/job_{}.env", record.results_dir(), record.id());
+    let gone = remote(
+        &h,
+        Command::new("bash")
+            .arg("-c")
+            .arg("test -e \"$1\" && echo present || echo gone")
+            .arg("x")
+            .arg(&sidecar),
+    )
+    .await;
+    assert_eq!(gone.trim(), "gone");
+    let json = serde_json::to_string(&record).unwrap();
+    assert!(!json.contains(secret));
+    let child = wait_terminal(&h.backend, child.id(), 240)
+        .await
+        .into_record();
+    assert_eq!(child.state(), JobState::Complete, "{child:?}");
+    let child_log = h
+        .backend
+        .logs(child.id(), LogOptions::of(LogStream::Out))
+        .await
+        .unwrap();
+    assert_eq!(child_log.trim(), "roles-were-done");
+    remote(
+        &h,
+        Command::new("bash")
+            .arg("-c")
+            .arg("rm -f -- \"$HOME/.slurm-run-roles-parent-$1\" \"$HOME/.slurm-run-roles-done-$1\"")
+            .arg("x")
+            .arg(stamp.to_string()),
+    )
+    .await;
 }
 
 /// The multirole batch script, as a submit renders it, passes shellcheck at warning level
