@@ -27,6 +27,7 @@ pub(crate) fn job(record: &JobRecord, native: Option<&NativeStatus>) -> Value {
         "message": record.history().last().and_then(|t| t.message()),
         "unsettled": unsettled_note(record),
         "candidates": record.candidates().iter().map(|r| r.native_id.clone()).collect::<Vec<_>>(),
+        "code_commit": record.code_commit(),
         "submitted_at": record.submitted_at(),
         "updated_at": record.updated_at(),
     })

@@ -36,7 +36,10 @@
 //! - **The `Transport` seam**, where commands run: [`Transport`], [`Command`], [`Output`],
 //!   [`shell_quote`] (the one quoting function), [`round_trip`] (several commands in one),
 //!   [`Script`] (a fixed remote script, its exit statuses named once with [`exit_statuses!`]),
-//!   [`LocalTransport`].
+//!   [`LocalTransport`]; into a running job: port forwards ([`Transport::forward`] to a
+//!   [`ForwardTarget`], held open by a [`Forwarding`]; [`listen_and_forward`],
+//!   [`free_local_port`]) and streamed output ([`Transport::run_streamed`] into an
+//!   [`OutputSink`] of [`OutputChunk`]s; [`stream_process`]).
 //! - **The `Renderer` seam**, how the batch script is written: [`Renderer`],
 //!   [`ScriptContext`] (with [`EnvVar`], [`ArrayContext`], [`RoleContext`]), [`TemplateKind`],
 //!   [`LintFinding`]; the one rule for names ([`validate_safe_name`], [`validate_shell_name`],
@@ -50,7 +53,10 @@
 //!   processes); [`SlurmBackend`] with its [`SlurmConfig`] ([`SlurmConfig::builder`] gives
 //!   a [`SlurmConfigBuilder`]; [`default_state_dir`]; [`SETTLE_AFTER`]), [`SlurmSubmitOptions`] and
 //!   [`SlurmJobId`]; enroot's registry credentials ([`CredentialsStatus`],
-//!   [`credential_machines`]); the NCCL probe ([`ProbeOptions`], [`ProbeReport`] of
+//!   [`credential_machines`]); into a running job ([`SlurmBackend::forward`] with
+//!   [`ForwardOptions`], held by a [`JobForward`]; [`SlurmBackend::exec`] with
+//!   [`ExecOptions`]; the node both reach, a [`NodeChoice`]); a code tree's upload
+//!   ([`SlurmBackend::on_code_progress`] hears [`CodeSent`]); the NCCL probe ([`ProbeOptions`], [`ProbeReport`] of
 //!   [`ProbeAttempt`]s and their [`ProbeOutcome`]), its per-cluster knob cache
 //!   ([`ClusterKnobs`], [`ShapeKnobs`], [`KnobSet`]) and the labels of a probe's record
 //!   ([`PROBE_LABEL`], [`PROBE_SHAPE_LABEL`], [`PROBE_VERDICT_LABEL`]).
@@ -72,6 +78,7 @@
 
 mod backend;
 mod classify;
+mod code;
 mod dependency;
 mod error;
 mod image;
@@ -96,9 +103,9 @@ pub use error::{CheckKind, Error, ErrorKind, Result};
 // The job spec.
 pub use dependency::{Dependency, DependencyCondition, DependencyVerdict};
 pub use spec::{
-    role_env_name, role_host_var, role_hosts_var, validate_sbatch_line, ArraySpec, CompletionCheck,
-    JobSpec, Limits, NcclProbe, Resources, RoleSpec, Scalar, SpecDefaults, Sweep, TaskSet,
-    WallTime, ROLE_RANK_VAR, ROLE_VAR,
+    role_env_name, role_host_var, role_hosts_var, validate_sbatch_line, ArraySpec, CodeSpec,
+    CompletionCheck, JobSpec, Limits, NcclProbe, Resources, RoleSpec, Scalar, SpecDefaults, Sweep,
+    TaskSet, WallTime, ROLE_RANK_VAR, ROLE_VAR,
 };
 pub use storage::RemotePath;
 
@@ -117,7 +124,10 @@ pub use backend::{
 pub use classify::RetryPolicy;
 
 // The Transport seam: where commands run.
-pub use transport::{round_trip, shell_quote, Command, LocalTransport, Output, Script, Transport};
+pub use transport::{
+    free_local_port, listen_and_forward, round_trip, shell_quote, stream_process, Command,
+    ForwardTarget, Forwarding, LocalTransport, Output, OutputChunk, OutputSink, Script, Transport,
+};
 
 // The Renderer seam: how the batch script is written, and the secrets it must not hold.
 pub use redact::{is_secret_name, SecretRegistry, MIN_SECRET_LEN, REDACTED};
@@ -138,6 +148,7 @@ pub use nccl::{
     PROBE_LABEL, PROBE_SHAPE_LABEL, PROBE_VERDICT_LABEL,
 };
 pub use slurm::{
-    credential_machines, default_state_dir, CredentialsStatus, SlurmBackend, SlurmConfig,
-    SlurmConfigBuilder, SlurmJobId, SlurmSubmitOptions, SETTLE_AFTER,
+    credential_machines, default_state_dir, CodeSent, CredentialsStatus, ExecOptions,
+    ForwardOptions, JobForward, NodeChoice, SlurmBackend, SlurmConfig, SlurmConfigBuilder,
+    SlurmJobId, SlurmSubmitOptions, SETTLE_AFTER,
 };

@@ -77,6 +77,10 @@ pub struct JobRecord {
     pub(crate) unsettled: Option<Unsettled>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) retried_as: Option<JobId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) code_commit: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) code_dir: Option<String>,
 }
 
 /// What a record says: one read accessor per field.
@@ -245,6 +249,19 @@ impl JobRecord {
     pub fn retried_as(&self) -> Option<&JobId> {
         self.retried_as.as_ref()
     }
+
+    /// The git commit of the job's code tree (`code:` in the spec), when it came from a
+    /// git work tree; `-dirty` after it when uncommitted changes were sent
+    /// (`allow_dirty: true`).
+    pub fn code_commit(&self) -> Option<&str> {
+        self.code_commit.as_deref()
+    }
+
+    /// Where the job's code tree is on the cluster (read-only; the job sees it at
+    /// `SLURM_RUN_CODE_DIR`).
+    pub fn code_dir(&self) -> Option<&str> {
+        self.code_dir.as_deref()
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -296,6 +313,8 @@ impl JobRecord {
             candidates: Vec::new(),
             unsettled: None,
             retried_as: None,
+            code_commit: None,
+            code_dir: None,
         })
     }
 

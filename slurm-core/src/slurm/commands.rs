@@ -206,3 +206,49 @@ mod tests {
         assert_eq!(scancel(id(9), Some("c2")).get_args(), ["-M", "c2", "9"]);
     }
 }
+
+/// The job's container, for a step beside it: the image `--container-image` got, the
+/// mounts and the working directory its own steps have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StepContainer {
+    pub(crate) image: String,
+    pub(crate) mounts: Vec<String>,
+    pub(crate) workdir: String,
+}
+
+/// One step beside running job `id` on `node`, overlapping its allocation (`srun
+/// --jobid --overlap`): one task, in `container` when the job has one, else in the job
+/// folder `job_dir`. `argv` follows `--` as arguments (quoted like every argument).
+pub(crate) fn srun_beside(
+    id: SlurmJobId,
+    cluster: Option<&str>,
+    node: &str,
+    container: Option<&StepContainer>,
+    job_dir: &str,
+    argv: &[String],
+) -> Result<Command> {
+    validate_safe_name("node", node)?;
+    let mut command = Command::new("srun");
+    if let Some(cluster) = cluster {
+        command = command.arg(cluster_arg(cluster)?);
+    }
+    command = command.args([
+        format!("--jobid={id}"),
+        "--overlap".to_string(),
+        "--nodes=1".to_string(),
+        "--ntasks=1".to_string(),
+        format!("--nodelist={node}"),
+        "--quiet".to_string(),
+    ]);
+    command = match container {
+        Some(c) => {
+            let mut command = command.arg(format!("--container-image={}", c.image));
+            if !c.mounts.is_empty() {
+                command = command.arg(format!("--container-mounts={}", c.mounts.join(",")));
+            }
+            command.arg(format!("--container-workdir={}", c.workdir))
+        }
+        None => command.arg(format!("--chdir={job_dir}")),
+    };
+    Ok(command.arg("--").args(argv.iter().cloned()))
+}

@@ -37,6 +37,8 @@ pub(super) struct Facts {
     /// Registries (their credential machines) and conversion partition whose
     /// conversion checks passed (the submit gate of a conversion).
     pub(super) conversion_ready: HashSet<String>,
+    /// Code trees known whole on the cluster (`<store>/<tree id>`): not asked about again.
+    pub(super) code_trees: HashSet<String>,
 }
 
 /// [`Facts`] shared by the clones of one backend (a lock held only to read or write,

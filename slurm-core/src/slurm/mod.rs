@@ -26,6 +26,7 @@
 //! | `secrets`, `sidecars` | the values submitted (memory only) and log redaction; sidecar removal |
 //! | `resubmit`, `cancel`, `logs`, `preflight` | the other operations |
 //! | `images`, `credentials` | `.sqsh` images and their conversion; enroot's registry credentials |
+//! | `forward`, `exec`, `node_choice` | into a running job: a port forward, a step beside it, the node they reach |
 //! | `job`, `paths` | a record's SLURM job; a job's paths on the cluster |
 //! | `states`, `parse/`, `commands`, `scripts/` | SLURM's states, output, argv and scripts |
 
@@ -36,10 +37,13 @@ mod config;
 mod context;
 mod credentials;
 mod dependants;
+mod exec;
 mod facts;
+mod forward;
 mod images;
 mod job;
 mod logs;
+mod node_choice;
 pub(crate) mod parse;
 mod paths;
 mod poll;
@@ -61,6 +65,8 @@ mod credentials_tests;
 #[cfg(test)]
 mod images_tests;
 #[cfg(test)]
+mod into_job_tests;
+#[cfg(test)]
 mod logs_tests;
 #[cfg(test)]
 mod preflight_tests;
@@ -76,8 +82,12 @@ use crate::nccl::{NcclProbe, ProbeOptions};
 pub use backend::SlurmBackend;
 pub use config::{default_state_dir, SlurmConfig, SlurmConfigBuilder};
 pub use credentials::{credential_machines, CredentialsStatus};
+pub use exec::ExecOptions;
+pub use forward::{ForwardOptions, JobForward};
+pub use node_choice::NodeChoice;
 pub use parse::SlurmJobId;
 pub use reconcile::SETTLE_AFTER;
+pub use submit::CodeSent;
 
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use commands::{sacct_jobs, squeue_jobs};

@@ -210,13 +210,15 @@ impl LocalBackend {
 
 /// The process of a job's (or a role's) `command` in folder `dir`, its output in
 /// `log_dir/main.out` and `main.err`, with the spec's env, its secrets and a single
-/// node's rendezvous, in a process group of its own.
+/// node's rendezvous (and `SLURM_RUN_CODE_DIR`, the code tree, when the job has one), in a
+/// process group of its own.
 fn job_command(
     command_text: &str,
     dir: &Path,
     log_dir: &Path,
     spec: &JobSpec,
     secrets: &SecretRegistry,
+    code_dir: Option<&str>,
 ) -> Result<Command> {
     fs::create_dir_all(log_dir)
         .map_err(|e| Error::io(format!("creating {}", log_dir.display()), e))?;
@@ -237,6 +239,7 @@ fn job_command(
         .env("MASTER_ADDR", "127.0.0.1")
         .env("MASTER_PORT", "29500")
         .env("RESULTS_DIR", dir)
+        .envs(code_dir.map(|d| ("SLURM_RUN_CODE_DIR", d)))
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
@@ -341,6 +344,14 @@ impl Backend for LocalBackend {
         let dir = self.inner.root.join(id.as_str());
         let results_dir = RemotePath::parse_for("results_dir", &dir.to_string_lossy())?;
         let mut record = JobRecord::new(id.clone(), &spec, results_dir)?;
+        // Code runs where it is (this machine): the same checks (dirty, size), no copy.
+        if let Some(code) = &spec.code {
+            let tree = crate::code::snapshot(code, crate::code::DEFAULT_CODE_LIMIT)?;
+            record.code_commit = tree.commit;
+            let dir = std::fs::canonicalize(&code.path)
+                .map_err(|e| Error::io(format!("resolve {}", code.path), e))?;
+            record.code_dir = Some(dir.to_string_lossy().into_owned());
+        }
         if let Some(plan) = &plan {
             record = record.with_tasks(plan.indices.iter());
         }
@@ -374,7 +385,9 @@ impl Backend for LocalBackend {
                 fs::create_dir_all(folder)
                     .map_err(|e| Error::io(format!("creating {}", folder.display()), e))?;
             }
-            let mut command = job_command(&spec.command, &dir, &log_dir, &spec, &secrets)?;
+            let code_dir = record.code_dir.as_deref();
+            let mut command =
+                job_command(&spec.command, &dir, &log_dir, &spec, &secrets, code_dir)?;
             if let Some(task) = task {
                 command
                     .env("TASK_INDEX", task.to_string())
@@ -382,7 +395,7 @@ impl Backend for LocalBackend {
                     .envs(spec.sweep_point(*task).unwrap_or_default());
             }
             let processes = match spec.is_multi_role() {
-                true => roles::role_processes(&spec, &dir, &log_dir, &secrets)?,
+                true => roles::role_processes(&spec, &dir, &log_dir, &secrets, code_dir)?,
                 false => Processes::One(command),
             };
             launches.push((*task, processes));

@@ -51,6 +51,7 @@ pub(super) fn role_processes(
     dir: &Path,
     log_dir: &Path,
     secrets: &SecretRegistry,
+    code_dir: Option<&str>,
 ) -> Result<Processes> {
     let roles = spec.resolve_roles(&SpecDefaults::default())?;
     let mut processes = Vec::with_capacity(roles.len());
@@ -63,6 +64,7 @@ pub(super) fn role_processes(
             &role_log_dir(log_dir, &role.name),
             &view,
             secrets,
+            code_dir,
         )?;
         command.env(ROLE_VAR, &role.name).env(ROLE_RANK_VAR, "0");
         for other in &roles {

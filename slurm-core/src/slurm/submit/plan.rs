@@ -49,6 +49,8 @@ pub(crate) struct SubmitPlan {
     /// What the NCCL probe checks of a multi-role job: its multi-GPU role with the most
     /// GPUs, as a single job (`None`: the job itself, or no such role).
     pub(crate) nccl_view: Option<(JobSpec, Resources)>,
+    /// The job's code tree, once on the cluster.
+    pub(crate) code: Option<super::code::StagedCode>,
 }
 
 /// One role of a multi-role job as planned: resolved against the partitions' limits,
@@ -150,6 +152,7 @@ impl SubmitPlan {
             dependency: None,
             roles,
             nccl_view,
+            code: None,
         })
     }
 
