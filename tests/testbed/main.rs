@@ -18,6 +18,7 @@ mod host_keys;
 mod into_job;
 mod pipelines;
 mod probe;
+mod releases;
 mod render;
 mod roles;
 mod scripts;

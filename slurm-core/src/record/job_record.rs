@@ -17,8 +17,9 @@ use super::{BackendRef, JobId, TaskRecord, Transition, TransitionSource, Unsettl
 
 /// The record format written by this version. Version 2 added the array tasks, the
 /// dependencies, the nodes and the node exclusions; version 3 made `unsettled` typed
-/// ([`Unsettled`]); older records read as they are.
-pub(crate) const SCHEMA_VERSION: u32 = 3;
+/// ([`Unsettled`]); version 4 added the scheduler's release and the nodes it named as
+/// a failure's cause; older records read as they are (without those).
+pub(crate) const SCHEMA_VERSION: u32 = 4;
 
 /// A job as slurm-run remembers it: what was submitted, where it runs, every state it
 /// entered. Read it through its accessors, one per field (a record changes only
@@ -62,7 +63,11 @@ pub struct JobRecord {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) node_fault: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) failed_nodes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) excluded_nodes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) scheduler_release: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) spec: Option<JobSpec>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -201,9 +206,23 @@ impl JobRecord {
         self.node_fault
     }
 
+    /// The nodes the scheduler named as the cause of the job's failure (SLURM's
+    /// `FailedNode`, read from Slurm 23.02 on): a retry avoids these rather than every
+    /// node the job ran on. Empty when it named none, or the release cannot say.
+    pub fn failed_nodes(&self) -> &[String] {
+        &self.failed_nodes
+    }
+
     /// The nodes this attempt was kept off (earlier attempts' faulty nodes).
     pub fn excluded_nodes(&self) -> &[String] {
         &self.excluded_nodes
+    }
+
+    /// The release of the scheduler the job was submitted to (SLURM: slurmctld's
+    /// `SLURM_VERSION`, `24.11.5`), when the backend knew it; `None` in records written
+    /// before schema 4.
+    pub fn scheduler_release(&self) -> Option<&str> {
+        self.scheduler_release.as_deref()
     }
 
     /// The spec as submitted, kept by the client: a retry submits this copy, never one
@@ -305,7 +324,9 @@ impl JobRecord {
                 .collect(),
             nodes: Vec::new(),
             node_fault: false,
+            failed_nodes: Vec::new(),
             excluded_nodes: Vec::new(),
+            scheduler_release: None,
             spec: Some(spec.clone()),
             secret_names: spec.secrets.clone(),
             secrets_staged: false,
@@ -396,7 +417,11 @@ impl JobRecord {
     }
 
     /// The nodes this job's retry must avoid: the exclusions it inherited, and the
-    /// nodes of its failures tied to a node (the job's, or its failed tasks').
+    /// nodes of its failures tied to a node (the job's, or its failed tasks'). Of a job
+    /// whose failure the scheduler pinned on some of its nodes ([`failed_nodes`]), only
+    /// those.
+    ///
+    /// [`failed_nodes`]: JobRecord::failed_nodes
     pub fn nodes_to_exclude(&self) -> Vec<String> {
         let mut nodes = self.excluded_nodes.clone();
         let mut add = |list: &[String]| {
@@ -406,8 +431,10 @@ impl JobRecord {
                 }
             }
         };
-        if self.node_fault {
+        if self.node_fault && self.failed_nodes.is_empty() {
             add(&self.nodes);
+        } else if self.node_fault {
+            add(&self.failed_nodes);
         }
         for part in self.tasks.values().chain(self.roles.values()) {
             if part.node_fault && part.state == JobState::Error {

@@ -28,6 +28,8 @@
 //! | `images`, `credentials` | `.sqsh` images and their conversion; enroot's registry credentials |
 //! | `forward`, `exec`, `node_choice` | into a running job: a port forward, a step beside it, the node they reach |
 //! | `job`, `paths` | a record's SLURM job; a job's paths on the cluster |
+//! | `reasons` | the one table of SLURM's job reasons and what each says of a waiting job |
+//! | `release` | the cluster's Slurm releases: those tested against, what newer ones add |
 //! | `states`, `parse/`, `commands`, `scripts/` | SLURM's states, output, argv and scripts |
 
 mod backend;
@@ -49,7 +51,9 @@ mod paths;
 mod poll;
 mod preflight;
 mod probe;
+mod reasons;
 mod reconcile;
+mod release;
 mod resubmit;
 pub(crate) mod scripts;
 mod secrets;

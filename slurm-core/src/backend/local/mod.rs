@@ -173,6 +173,7 @@ impl LocalBackend {
     fn native_status(&self, record: JobRecord) -> JobStatus {
         let exits = self.inner.exits.lock().expect("exits lock");
         let native = |state: JobState, key: &Key| NativeStatus {
+            reason_note: None,
             state: state.to_string(),
             reason: (state == JobState::Pending).then(|| {
                 if record.after.is_empty() {

@@ -144,9 +144,10 @@ pub(crate) const RESULTS_ROOT: Script =
 /// Whether enroot is on PATH, and which credential machines have no line.
 pub(crate) const ENROOT: Script = Script::new("enroot", include_str!("enroot.sh"));
 
-/// The cluster's `ClusterName`.
-pub(crate) const CLUSTER_NAME: Script =
-    Script::new("cluster-name", include_str!("cluster_name.sh"));
+/// The cluster's `ClusterName`, its controller's release and the login node's client's
+/// (read by [`parse_cluster_config`](crate::slurm::parse::parse_cluster_config)).
+pub(crate) const CLUSTER_CONFIG: Script =
+    Script::new("cluster-config", include_str!("cluster_config.sh"));
 
 /// The paths that do not exist.
 pub(crate) const MISSING_PATHS: Script =
@@ -170,7 +171,7 @@ pub(crate) fn all() -> [Script; 16] {
         MISSING_TOOLS,
         RESULTS_ROOT,
         ENROOT,
-        CLUSTER_NAME,
+        CLUSTER_CONFIG,
         MISSING_PATHS,
     ]
 }

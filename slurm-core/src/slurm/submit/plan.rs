@@ -51,6 +51,8 @@ pub(crate) struct SubmitPlan {
     pub(crate) nccl_view: Option<(JobSpec, Resources)>,
     /// The job's code tree, once on the cluster.
     pub(crate) code: Option<super::code::StagedCode>,
+    /// The cluster's Slurm release (slurmctld's), noted in the record.
+    pub(crate) release: Option<String>,
 }
 
 /// One role of a multi-role job as planned: resolved against the partitions' limits,
@@ -153,6 +155,10 @@ impl SubmitPlan {
             roles,
             nccl_view,
             code: None,
+            release: facts
+                .release()
+                .and_then(|r| r.running())
+                .map(|r| r.to_string()),
         })
     }
 

@@ -76,6 +76,7 @@ pub(crate) fn stage(plan: &SubmitPlan, script: String, secrets: &SecretRegistry)
         record.code_commit = code.commit.clone();
         record.code_dir = Some(code.dir.as_str().to_string());
     }
+    record.scheduler_release = plan.release.clone();
     record.submit_attempts = Some(1);
     record.secrets_staged = !secrets.is_empty();
     let mut note = String::new();
