@@ -47,6 +47,9 @@ fn context() -> ScriptContext {
         array: None,
         probe: false,
         knobs_file: None,
+        roles: Vec::new(),
+        heterogeneous: false,
+        roles_dir: None,
     }
 }
 

@@ -206,6 +206,7 @@ async fn run() -> Result<ExitCode> {
                     tail: 20,
                     stream: LogStream::Err,
                     task: None,
+                    role: None,
                 },
             )
             .await

@@ -72,8 +72,8 @@ pub use slurm_core::{
     SETTLE_AFTER,
 };
 pub use slurm_core::{
-    ArraySpec, Dependency, DependencyCondition, JobSpec, NcclProbe, Scalar, Sweep, TaskSet,
-    WallTime,
+    ArraySpec, Dependency, DependencyCondition, JobSpec, NcclProbe, RoleSpec, Scalar, Sweep,
+    TaskSet, WallTime,
 };
 pub use slurm_core::{LogOptions, LogStream, RetryPolicy, SubmitOptions, WatchOptions};
 // Into a running job: a port forward, a command beside it, the node they reach.

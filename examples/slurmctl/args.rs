@@ -122,6 +122,9 @@ pub(crate) enum Cmd {
         /// The task of an array whose log to read.
         #[arg(long, value_name = "N")]
         task: Option<u32>,
+        /// The role of a multi-role job whose log to read (without it: the job's own log).
+        #[arg(long, value_name = "NAME")]
+        role: Option<String>,
         /// How many lines from the end.
         #[arg(long, default_value_t = LogOptions::default().tail, value_name = "N")]
         tail: usize,

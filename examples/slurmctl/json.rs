@@ -1,4 +1,4 @@
-//! The JSON Lines format (`--json`): one object per job, task, transition, check or error.
+//! The JSON Lines format (`--json`): one object per job, task, role, transition, check or error.
 
 use serde_json::{json, Value};
 use slurm_run::prelude::{Error, JobRecord, LogStream};
@@ -50,6 +50,19 @@ pub(crate) fn task(record: &JobRecord, index: u32, native: Option<&NativeStatus>
     object["task_nodes"] = json!(task.nodes());
     // A task that ended keeps its code (it is not polled again).
     object["exit_code"] = json!(native.and_then(|n| n.exit_code).or(task.exit_code()));
+    object
+}
+
+/// One role of a multi-role job as a JSON object: the job's fields, then the role's
+/// (`role`, its `state`, `err_class`, `message` and `role_nodes`).
+pub(crate) fn role(record: &JobRecord, name: &str, native: Option<&NativeStatus>) -> Value {
+    let role = &record.roles()[name];
+    let mut object = job(record, native);
+    object["role"] = json!(name);
+    object["state"] = json!(role.state());
+    object["err_class"] = json!(role.err_class());
+    object["message"] = json!(role.message());
+    object["role_nodes"] = json!(role.nodes());
     object
 }
 

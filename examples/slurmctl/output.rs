@@ -66,6 +66,11 @@ impl Out {
                         let task = json::task(status.record(), *index, status.tasks().get(index));
                         self.line(&task.to_string());
                     }
+                } else if status.record().is_multi_role() {
+                    for name in status.record().roles().keys() {
+                        let role = json::role(status.record(), name, status.native());
+                        self.line(&role.to_string());
+                    }
                 } else {
                     self.line(&json::job(status.record(), status.native()).to_string());
                 }
@@ -75,6 +80,9 @@ impl Out {
         self.jobs(statuses.iter().map(|s| (s.record(), s.native())));
         for status in statuses.iter().filter(|s| s.record().is_array()) {
             self.lines(text::task_groups(self.style, status));
+        }
+        for status in statuses.iter().filter(|s| s.record().is_multi_role()) {
+            self.lines(text::roles(self.style, status.record()));
         }
     }
 

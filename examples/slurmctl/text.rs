@@ -147,6 +147,28 @@ pub(crate) fn task_groups(style: Style, status: &JobStatus) -> Vec<String> {
     lines
 }
 
+/// A multi-role job's roles: `ID roles:`, then one line per role with its state, its
+/// nodes and what was last said of it.
+pub(crate) fn roles(style: Style, record: &JobRecord) -> Vec<String> {
+    let mut lines = vec![format!("{} roles:", record.id())];
+    let width = record.roles().keys().map(String::len).max().unwrap_or(0);
+    for (name, role) in record.roles() {
+        let state = role.state();
+        let mut line = format!(
+            "  {name:<width$}  {}",
+            style.state(state, &format!("{:<10}", state.as_str()))
+        );
+        if !role.nodes().is_empty() {
+            line.push_str(&format!("  on {}", role.nodes().join(",")));
+        }
+        if let Some(message) = role.message() {
+            line.push_str(&format!("  ({message})"));
+        }
+        lines.push(line);
+    }
+    lines
+}
+
 /// The indices of a range list printed by `JobRecord::task_groups` (`0-3,8`).
 fn indices_of(list: &str) -> impl Iterator<Item = u32> {
     TaskSet::parse("tasks", list)

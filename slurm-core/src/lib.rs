@@ -18,7 +18,9 @@
 //! - **The job spec**: [`JobSpec`] (YAML or JSON, unknown keys refused) and what it holds:
 //!   [`WallTime`], [`CompletionCheck`], [`NcclProbe`], [`Dependency`] with its
 //!   [`DependencyCondition`] and [`DependencyVerdict`], [`ArraySpec`], [`TaskSet`], [`Sweep`] of
-//!   [`Scalar`]s; [`SpecDefaults`] and [`Limits`] resolve it to [`Resources`];
+//!   [`Scalar`]s; a multi-role job's [`RoleSpec`]s and the names of the variables its roles
+//!   see ([`ROLE_VAR`], [`ROLE_RANK_VAR`], [`role_hosts_var`], [`role_host_var`],
+//!   [`role_env_name`]); [`SpecDefaults`] and [`Limits`] resolve it to [`Resources`];
 //!   [`validate_sbatch_line`].
 //! - **Records**: [`JobRecord`], a job as slurm-run remembers it, read through one
 //!   accessor per field ([`JobRecord::id`], [`JobRecord::state`],
@@ -39,7 +41,7 @@
 //!   [`free_local_port`]) and streamed output ([`Transport::run_streamed`] into an
 //!   [`OutputSink`] of [`OutputChunk`]s; [`stream_process`]).
 //! - **The `Renderer` seam**, how the batch script is written: [`Renderer`],
-//!   [`ScriptContext`] (with [`EnvVar`], [`ArrayContext`]), [`TemplateKind`],
+//!   [`ScriptContext`] (with [`EnvVar`], [`ArrayContext`], [`RoleContext`]), [`TemplateKind`],
 //!   [`LintFinding`]; the one rule for names ([`validate_safe_name`], [`validate_shell_name`],
 //!   [`MAX_NAME_LEN`]); the secrets a script must not hold: [`SecretRegistry`],
 //!   [`is_secret_name`], [`REDACTED`], [`MIN_SECRET_LEN`].
@@ -105,8 +107,9 @@ pub use error::{CheckKind, Error, ErrorKind, Result};
 // The job spec.
 pub use dependency::{Dependency, DependencyCondition, DependencyVerdict};
 pub use spec::{
-    validate_sbatch_line, ArraySpec, CodeSpec, CompletionCheck, JobSpec, Limits, NcclProbe,
-    Resources, Scalar, SpecDefaults, Sweep, TaskSet, WallTime,
+    role_env_name, role_host_var, role_hosts_var, validate_sbatch_line, ArraySpec, CodeSpec,
+    CompletionCheck, JobSpec, Limits, NcclProbe, Resources, RoleSpec, Scalar, SpecDefaults, Sweep,
+    TaskSet, WallTime, ROLE_RANK_VAR, ROLE_VAR,
 };
 pub use storage::RemotePath;
 
@@ -134,7 +137,7 @@ pub use transport::{
 pub use redact::{is_secret_name, SecretRegistry, MIN_SECRET_LEN, REDACTED};
 pub use render::{
     validate_safe_name, validate_shell_name, ArrayContext, EnvVar, LintFinding, Renderer,
-    ScriptContext, TemplateKind, MAX_NAME_LEN,
+    RoleContext, ScriptContext, TemplateKind, MAX_NAME_LEN,
 };
 
 // The RecordStore seam: where records live.

@@ -20,6 +20,9 @@ pub enum TemplateKind {
     SingleNode,
     /// Several nodes with the rendezvous block: `multinode`.
     MultiNode,
+    /// A multi-role job (`ScriptContext::roles`): roles on their own nodes as components
+    /// of a heterogeneous job, roles `on` another as steps on its first node: `multirole`.
+    MultiRole,
 }
 
 impl TemplateKind {
@@ -28,6 +31,7 @@ impl TemplateKind {
         match self {
             TemplateKind::SingleNode => "singlenode",
             TemplateKind::MultiNode => "multinode",
+            TemplateKind::MultiRole => "multirole",
         }
     }
 
@@ -121,6 +125,55 @@ pub struct ScriptContext {
     /// A file of NCCL knobs (`NAME=VALUE` lines) the script exports before the job's
     /// own env (whose values win): what the probe this job waited for found.
     pub knobs_file: Option<String>,
+    /// A multi-role job's roles (the template `multirole`): the roles on their own nodes
+    /// first, in the order of the heterogeneous job's components, then the roles `on`
+    /// another. Empty for a single job.
+    pub roles: Vec<RoleContext>,
+    /// Whether the roles are components of a heterogeneous job (more than one role has
+    /// nodes of its own: `#SBATCH hetjob` between them, `srun --het-group=N`).
+    pub heterogeneous: bool,
+    /// The folder, in the job folder, where each role's exit status is written as it
+    /// ends (`<role>.exit`) and the first role to fail is named (`first-failure`).
+    pub roles_dir: Option<String>,
+}
+
+/// One role of a multi-role job, as the template sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RoleContext {
+    /// The role's name (`SLURM_RUN_ROLE`), a safe name.
+    pub name: String,
+    /// `SLURM_RUN_ROLE_<NAME>_HOSTS`: its hosts, comma-separated.
+    pub hosts_var: String,
+    /// `SLURM_RUN_ROLE_<NAME>_HOST`: its first host.
+    pub host_var: String,
+    /// Its component of the heterogeneous job (an `on` role: its host role's).
+    pub component: u32,
+    /// The role it runs beside (on that role's first node), if any.
+    pub on: Option<String>,
+    /// The `SLURM_RUN_ROLE_<NAME>_HOST` of the role it runs beside.
+    pub on_host_var: Option<String>,
+    /// Node count (1 for an `on` role).
+    pub nodes: u32,
+    /// GPUs per node (`--gres=gpu:N` of its component); 0 asks for none.
+    pub gpus_per_node: u32,
+    /// CPUs per task.
+    pub cpus_per_task: u32,
+    /// `--mem` of its component, when set.
+    pub memory: Option<String>,
+    /// `--partition` of its component, when set.
+    pub partition: Option<String>,
+    /// `--exclusive` for its component.
+    pub exclusive: bool,
+    /// Its container image as a `.sqsh` path (Pyxis form), or none for a plain `srun`.
+    pub image: Option<String>,
+    /// Its container mounts, each `SRC[:DST[:FLAGS]]`.
+    pub container_mounts: Vec<String>,
+    /// Its working directory: the job folder, as its container sees it when it has an image.
+    pub workdir: String,
+    /// Its command, run by `bash -c` on each of its nodes.
+    pub command: String,
+    /// Its environment (the job's `env` with its own over it).
+    pub env: Vec<EnvVar>,
 }
 
 /// What an array job's script needs: its tasks, and the sweep file each task sources.

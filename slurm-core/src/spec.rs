@@ -54,6 +54,7 @@ use crate::{Error, Result};
 mod array;
 mod code;
 mod probe;
+mod roles;
 mod validate;
 mod wall_time;
 
@@ -63,6 +64,8 @@ pub(crate) use array::{ArrayPlan, MAX_TASKS};
 pub use array::{ArraySpec, Scalar, Sweep, TaskSet};
 pub use code::CodeSpec;
 pub use probe::NcclProbe;
+pub(crate) use roles::ResolvedRole;
+pub use roles::{role_env_name, role_host_var, role_hosts_var, RoleSpec, ROLE_RANK_VAR, ROLE_VAR};
 pub(crate) use validate::normalise_sbatch_line;
 pub use validate::validate_sbatch_line;
 pub(crate) use validate::{first_duplicate, validate_memory, validate_partition};
@@ -86,7 +89,9 @@ pub enum CompletionCheck {
 pub struct JobSpec {
     /// A label; part of the record id and the SLURM job name.
     pub name: String,
-    /// The command, run by `bash -c` inside the job (inside the container when `image` is set).
+    /// The command, run by `bash -c` inside the job (inside the container when `image` is set);
+    /// empty in a multi-role job (each role has its own).
+    #[serde(default)]
     pub command: String,
     /// The container image (`.sqsh` path or registry reference), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -174,6 +179,12 @@ pub struct JobSpec {
     /// `probe:`); unset: the submit's option, by default the configuration's.
     #[serde(default, alias = "probe", skip_serializing_if = "Option::is_none")]
     pub nccl_probe: Option<NcclProbe>,
+    /// The roles of a multi-role job by name (a controller, policy trainers, rollout
+    /// workers; a server and its clients): each runs its own command on nodes of its own,
+    /// or `on` another role's first node, all launched at once as one job. Empty for a
+    /// single job.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub roles: BTreeMap<String, RoleSpec>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -313,6 +324,7 @@ impl JobSpec {
             array: None,
             sweep: None,
             nccl_probe: None,
+            roles: BTreeMap::new(),
         }
     }
 
@@ -361,7 +373,15 @@ impl JobSpec {
     /// env and secret names, image, mounts, datasets, sbatch lines, labels.
     pub fn validate(&self) -> Result<()> {
         validate_safe_name("name", &self.name)?;
-        if self.command.trim().is_empty() {
+        self.validate_roles()?;
+        if self.command.is_empty() && !self.is_multi_role() {
+            // As serde said it before `command` had a default (a multi-role job has none).
+            return Err(Error::invalid(
+                "command",
+                "missing field `command`: give the command to run, e.g. python train.py (or the job's `roles`)",
+            ));
+        }
+        if self.command.trim().is_empty() && !self.is_multi_role() {
             return Err(Error::invalid(
                 "command",
                 "empty; give the command to run, e.g. python train.py",

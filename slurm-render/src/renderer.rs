@@ -21,10 +21,18 @@ pub(crate) const SINGLENODE_TEMPLATE: &str = include_str!("../templates/singleno
 /// The built-in `multinode` template (a strict superset of `singlenode`).
 pub(crate) const MULTINODE_TEMPLATE: &str = include_str!("../templates/multinode.sbatch.hbs");
 
+/// The built-in `multirole` template (a multi-role job: a heterogeneous job's
+/// components and steps beside them).
+pub(crate) const MULTIROLE_TEMPLATE: &str = include_str!("../templates/multirole.sbatch.hbs");
+
 /// The file name suffix of a template in a user template directory: `<kind>.sbatch.hbs`.
 pub(crate) const TEMPLATE_SUFFIX: &str = ".sbatch.hbs";
 
-const KINDS: [TemplateKind; 2] = [TemplateKind::SingleNode, TemplateKind::MultiNode];
+const KINDS: [TemplateKind; 3] = [
+    TemplateKind::SingleNode,
+    TemplateKind::MultiNode,
+    TemplateKind::MultiRole,
+];
 
 /// Renders [`ScriptContext`]s with strict handlebars templates and lints the result.
 ///
@@ -41,9 +49,9 @@ const KINDS: [TemplateKind; 2] = [TemplateKind::SingleNode, TemplateKind::MultiN
 pub struct HandlebarsRenderer {
     registry: Handlebars<'static>,
     /// Where each template came from, for `Debug` and errors.
-    origins: [Option<PathBuf>; 2],
+    origins: [Option<PathBuf>; 3],
     /// Whether each template can run an NCCL probe's ladder (it defines `slurm_run_step`).
-    runs_probes: [bool; 2],
+    runs_probes: [bool; 3],
 }
 
 impl HandlebarsRenderer {
@@ -57,13 +65,14 @@ impl HandlebarsRenderer {
         }
         HandlebarsRenderer {
             registry,
-            origins: [None, None],
-            runs_probes: [true, true],
+            origins: [None, None, None],
+            runs_probes: [true, true, false],
         }
     }
 
     /// A renderer whose templates are read from `dir` where present
-    /// (`singlenode.sbatch.hbs`, `multinode.sbatch.hbs`), the built-in ones otherwise.
+    /// (`singlenode.sbatch.hbs`, `multinode.sbatch.hbs`, `multirole.sbatch.hbs`), the
+    /// built-in ones otherwise.
     /// The same strictness and helpers apply. Fails when `dir` is not a folder, holds
     /// neither file, or a file does not parse.
     pub fn with_template_dir(dir: impl AsRef<Path>) -> Result<Self> {
@@ -130,6 +139,7 @@ impl fmt::Debug for HandlebarsRenderer {
         f.debug_struct("HandlebarsRenderer")
             .field("singlenode", &origin(TemplateKind::SingleNode))
             .field("multinode", &origin(TemplateKind::MultiNode))
+            .field("multirole", &origin(TemplateKind::MultiRole))
             .finish()
     }
 }
@@ -165,6 +175,7 @@ fn slot(kind: TemplateKind) -> usize {
     match kind {
         TemplateKind::SingleNode => 0,
         TemplateKind::MultiNode => 1,
+        TemplateKind::MultiRole => 2,
     }
 }
 
@@ -172,6 +183,7 @@ fn builtin_source(kind: TemplateKind) -> &'static str {
     match kind {
         TemplateKind::SingleNode => SINGLENODE_TEMPLATE,
         TemplateKind::MultiNode => MULTINODE_TEMPLATE,
+        TemplateKind::MultiRole => MULTIROLE_TEMPLATE,
     }
 }
 

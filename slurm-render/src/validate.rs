@@ -123,7 +123,9 @@ pub(crate) fn validate_context(kind: TemplateKind, context: &ScriptContext) -> R
     for mount in &c.container_mounts {
         check_mount(mount)?;
     }
-    if c.command.trim().is_empty() {
+    if kind == TemplateKind::MultiRole {
+        validate_roles(c)?;
+    } else if c.command.trim().is_empty() {
         return Err(Error::invalid(
             "command",
             "is empty; give the command to run",
@@ -144,7 +146,9 @@ pub(crate) fn validate_context(kind: TemplateKind, context: &ScriptContext) -> R
                     ),
                 ));
             }
-            if kind == TemplateKind::MultiNode && RENDEZVOUS.contains(&var.name.as_str()) {
+            if matches!(kind, TemplateKind::MultiNode | TemplateKind::MultiRole)
+                && RENDEZVOUS.contains(&var.name.as_str())
+            {
                 return Err(Error::invalid(
                     field,
                     format!(
@@ -191,6 +195,139 @@ pub(crate) fn validate_context(kind: TemplateKind, context: &ScriptContext) -> R
         if let Some(file) = &array.sweep_file {
             check_path("array.sweep_file", file)?;
         }
+    }
+    Ok(())
+}
+
+/// The roles of a multi-role context: names by the core's rule, one per role, an `on`
+/// naming a role of its own nodes, the components numbered in order, the same checks of
+/// each role's resources, image, mounts, command and env as a job's (errors name
+/// `roles.<name>.<field>`).
+fn validate_roles(c: &ScriptContext) -> Result<()> {
+    if c.roles.is_empty() {
+        return Err(Error::invalid(
+            "roles",
+            "the multirole template needs at least one role",
+        ));
+    }
+    let roles_dir = c.roles_dir.as_deref().ok_or_else(|| {
+        Error::invalid(
+            "roles_dir",
+            "a multi-role job needs the folder its roles' exit statuses go to",
+        )
+    })?;
+    check_path("roles_dir", roles_dir)?;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut components = 0u32;
+    for role in &c.roles {
+        let field = |f: &str| format!("roles.{}.{f}", role.name);
+        validate_safe_name("roles", &role.name)?;
+        if !seen.insert(role.name.as_str()) {
+            return Err(Error::invalid(
+                "roles",
+                format!("`{}` is listed twice", role.name),
+            ));
+        }
+        validate_shell_name(&field("hosts_var"), &role.hosts_var)?;
+        validate_shell_name(&field("host_var"), &role.host_var)?;
+        match (&role.on, &role.on_host_var) {
+            (None, None) => {
+                if role.component != components {
+                    return Err(Error::invalid(
+                        field("component"),
+                        format!("must be {components}: the roles of their own nodes come first, their components numbered in order"),
+                    ));
+                }
+                components += 1;
+            }
+            (Some(host), Some(var)) => {
+                validate_shell_name(&field("on_host_var"), var)?;
+                let target = c.roles.iter().find(|r| &r.name == host && r.on.is_none());
+                if target.is_none_or(|t| t.component != role.component) {
+                    return Err(Error::invalid(
+                        field("on"),
+                        format!(
+                            "`{host}` is not a role of its own nodes in component {}",
+                            role.component
+                        ),
+                    ));
+                }
+            }
+            _ => {
+                return Err(Error::invalid(
+                    field("on_host_var"),
+                    "is set exactly when `on` is",
+                ))
+            }
+        }
+        if role.nodes == 0 || role.cpus_per_task == 0 {
+            return Err(Error::invalid(
+                field("nodes"),
+                "nodes and cpus_per_task must be at least 1",
+            ));
+        }
+        if let Some(partition) = &role.partition {
+            for part in partition.split(',') {
+                validate_safe_name(&field("partition"), part)?;
+            }
+        }
+        if let Some(memory) = &role.memory {
+            if !MEMORY.is_match(memory) {
+                return Err(Error::invalid(
+                    field("memory"),
+                    "must be Slurm's form, e.g. 64G",
+                ));
+            }
+        }
+        check_path(&field("workdir"), &role.workdir)?;
+        match &role.image {
+            Some(image) => {
+                check_path(&field("image"), image)?;
+                if image.chars().any(char::is_whitespace) {
+                    return Err(Error::invalid(field("image"), "must not hold whitespace"));
+                }
+            }
+            None if !role.container_mounts.is_empty() => {
+                return Err(Error::invalid(
+                    field("container_mounts"),
+                    "mounts need a container image; set image or drop the mounts",
+                ));
+            }
+            None => {}
+        }
+        for mount in &role.container_mounts {
+            check_mount(mount)?;
+        }
+        if role.command.trim().is_empty() || role.command.contains('\0') {
+            return Err(Error::invalid(
+                field("command"),
+                "is empty or holds a NUL byte; give the role's command",
+            ));
+        }
+        for var in &role.env {
+            validate_shell_name(&field("env"), &var.name)?;
+            if var.name.starts_with("slurm_run_") || RENDEZVOUS.contains(&var.name.as_str()) {
+                return Err(Error::invalid(
+                    field("env"),
+                    format!("`{}` is set by the multirole template; rename it", var.name),
+                ));
+            }
+            if var.value.contains('\0') {
+                return Err(Error::invalid(
+                    field("env"),
+                    format!("the value of `{}` holds a NUL byte; remove it", var.name),
+                ));
+            }
+        }
+    }
+    if c.heterogeneous != (components > 1) {
+        return Err(Error::invalid(
+            "heterogeneous",
+            format!(
+                "must be {} for {components} role(s) of their own nodes",
+                components > 1
+            ),
+        ));
     }
     Ok(())
 }

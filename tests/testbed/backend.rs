@@ -100,6 +100,7 @@ async fn a_single_node_job_completes_and_its_logs_read_back() {
                 stream: LogStream::Err,
                 tail: 5,
                 task: None,
+                role: None,
             },
         )
         .await
@@ -388,9 +389,11 @@ async fn follow_streams_the_log_until_the_job_ends_and_infra_failures_are_retrie
         .submit(&spec, SubmitOptions::default())
         .await
         .unwrap();
-    let mut chunks = h
-        .backend
-        .follow_logs(record.id(), LogStream::Out, Duration::from_millis(300));
+    let mut chunks = h.backend.follow_logs(
+        record.id(),
+        LogOptions::of(LogStream::Out),
+        Duration::from_millis(300),
+    );
     let mut text = String::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     while let Some(chunk) = tokio::time::timeout_at(deadline, chunks.next())

@@ -247,6 +247,9 @@ fn submit_job(
         array: None,
         probe: false,
         knobs_file: None,
+        roles: Vec::new(),
+        heterogeneous: false,
+        roles_dir: None,
     };
     let renderer = HandlebarsRenderer::new();
     let script = renderer.render(kind, &context).expect("renders");

@@ -88,6 +88,7 @@ async fn a_command_killed_by_its_child_timeout_says_so() {
                 stream: LogStream::Err,
                 tail: 20,
                 task: None,
+                role: None,
             },
         )
         .await

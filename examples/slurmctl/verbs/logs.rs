@@ -10,7 +10,7 @@ use crate::json;
 use crate::output::Out;
 use crate::progress::Progress;
 
-/// `logs ID [--task N] [--tail N] [--err] [--follow [--interval SECS]]`: `options` say
+/// `logs ID [--task N] [--role NAME] [--tail N] [--err] [--follow [--interval SECS]]`: `options` say
 /// which file and how much; `follow` is the seconds between reads when following.
 pub(crate) async fn logs(
     global: &Global,
@@ -33,7 +33,7 @@ pub(crate) async fn logs(
         Some(interval) => {
             let interval = seconds("interval", interval)?;
             let record = backend.record(&id)?;
-            let mut chunks = backend.follow_logs(&id, stream, interval);
+            let mut chunks = backend.follow_logs(&id, options, interval);
             while let Some(chunk) = chunks.next().await {
                 print(&record, &chunk?);
             }

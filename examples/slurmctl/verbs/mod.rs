@@ -35,6 +35,7 @@ pub(crate) async fn run(cli: &Cli, out: &Out) -> Result<u8> {
         Cmd::Logs {
             id,
             task,
+            role,
             tail,
             err,
             follow,
@@ -44,6 +45,7 @@ pub(crate) async fn run(cli: &Cli, out: &Out) -> Result<u8> {
                 stream: if *err { LogStream::Err } else { LogStream::Out },
                 tail: *tail,
                 task: *task,
+                role: role.clone(),
             };
             logs::logs(global, id, options, follow.then_some(*interval), out).await
         }

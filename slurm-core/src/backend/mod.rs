@@ -62,10 +62,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     async fn logs(&self, id: &JobId, options: LogOptions) -> Result<String>;
 
     /// New log text as it is written, until the job is terminal; secrets redacted.
+    /// `options` name the stream, the task of an array or the role of a multi-role job
+    /// (its `tail` is not used: the whole log is followed).
     fn follow_logs(
         &self,
         id: &JobId,
-        stream: LogStream,
+        options: LogOptions,
         interval: Duration,
     ) -> BoxStream<'static, Result<String>>;
 
@@ -130,10 +132,10 @@ macro_rules! forward_backend {
             fn follow_logs(
                 &self,
                 id: &JobId,
-                stream: LogStream,
+                options: LogOptions,
                 interval: Duration,
             ) -> BoxStream<'static, Result<String>> {
-                (**self).follow_logs(id, stream, interval)
+                (**self).follow_logs(id, options, interval)
             }
             async fn cancel(&self, id: &JobId) -> Result<JobRecord> {
                 (**self).cancel(id).await

@@ -80,8 +80,9 @@ impl LogStream {
     }
 }
 
-/// Options of [`Backend::logs`](super::Backend::logs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Options of [`Backend::logs`](super::Backend::logs) and
+/// [`Backend::follow_logs`](super::Backend::follow_logs) (which reads all but `tail`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogOptions {
     /// Which file.
     pub stream: LogStream,
@@ -89,6 +90,9 @@ pub struct LogOptions {
     pub tail: usize,
     /// Which task of an array (required for an array, refused for a single job).
     pub task: Option<u32>,
+    /// Which role of a multi-role job (its own log); `None` reads the job's log (the
+    /// batch script's notes, e.g. which role failed first).
+    pub role: Option<String>,
 }
 
 impl Default for LogOptions {
@@ -97,7 +101,24 @@ impl Default for LogOptions {
             stream: LogStream::Out,
             tail: 200,
             task: None,
+            role: None,
         }
+    }
+}
+
+impl LogOptions {
+    /// The defaults, for `stream`.
+    pub fn of(stream: LogStream) -> Self {
+        LogOptions {
+            stream,
+            ..LogOptions::default()
+        }
+    }
+
+    /// With role `name` of a multi-role job.
+    pub fn role(mut self, name: impl Into<String>) -> Self {
+        self.role = Some(name.into());
+        self
     }
 }
 

@@ -56,6 +56,8 @@ pub struct JobRecord {
     pub(crate) after: Vec<Dependency>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) tasks: BTreeMap<u32, TaskRecord>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) roles: BTreeMap<String, TaskRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) nodes: Vec<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -186,6 +188,13 @@ impl JobRecord {
     /// them (an array ends when its last task ends). Empty for a single job.
     pub fn tasks(&self) -> &BTreeMap<u32, TaskRecord> {
         &self.tasks
+    }
+
+    /// A multi-role job's roles by name, one state each (with their nodes); the record's
+    /// state is derived from them (the job ends when its last role ends). Empty for a
+    /// single job or an array.
+    pub fn roles(&self) -> &BTreeMap<String, TaskRecord> {
+        &self.roles
     }
 
     /// The nodes the job runs or ran on (a single job; an array's are per task).
@@ -319,6 +328,11 @@ impl JobRecord {
             completion_check: spec.completion_check,
             after: spec.after.clone(),
             tasks: BTreeMap::new(),
+            roles: spec
+                .roles
+                .keys()
+                .map(|name| (name.clone(), TaskRecord::new(JobState::Submitting, now)))
+                .collect(),
             nodes: Vec::new(),
             node_fault: false,
             failed_nodes: Vec::new(),
@@ -393,6 +407,27 @@ impl JobRecord {
         !self.tasks.is_empty()
     }
 
+    /// Whether the record is a multi-role job (it has roles).
+    pub fn is_multi_role(&self) -> bool {
+        !self.roles.is_empty()
+    }
+
+    /// Check that `role` is a role of this job (the error names its roles).
+    pub(crate) fn check_role(&self, role: &str) -> Result<()> {
+        if self.roles.contains_key(role) {
+            return Ok(());
+        }
+        let message = match self.is_multi_role() {
+            true => format!(
+                "{} has no role `{role}`; its roles are {}",
+                self.id,
+                self.roles.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+            false => format!("{} is not a multi-role job; it has no roles", self.id),
+        };
+        Err(Error::invalid("role", message))
+    }
+
     /// The nodes this job's retry must avoid: the exclusions it inherited, and the
     /// nodes of its failures tied to a node (the job's, or its failed tasks'). Of a job
     /// whose failure the scheduler pinned on some of its nodes ([`failed_nodes`]), only
@@ -413,9 +448,9 @@ impl JobRecord {
         } else if self.node_fault {
             add(&self.failed_nodes);
         }
-        for task in self.tasks.values() {
-            if task.node_fault && task.state == JobState::Error {
-                add(&task.nodes);
+        for part in self.tasks.values().chain(self.roles.values()) {
+            if part.node_fault && part.state == JobState::Error {
+                add(&part.nodes);
             }
         }
         nodes

@@ -11,7 +11,7 @@ use crate::redact::SecretRegistry;
 use crate::state::{JobState, TransitionOutcome};
 use crate::{Error, Result};
 
-use super::tasks::{self, derive_state, summary, TaskMark};
+use super::tasks::{self, derive_state, role_summary, summary, TaskMark, TaskRecord};
 use super::{BackendRef, JobRecord, Transition, TransitionSource};
 
 /// A state change asked of a store: validated by the state machine.
@@ -37,6 +37,10 @@ pub struct Mark {
     /// Changes of an array's tasks (the record's state is then derived from them; a
     /// mark without tasks on an array applies its state to every task not ended).
     pub tasks: BTreeMap<u32, TaskMark>,
+    /// Changes of a multi-role job's roles, by name (the record's state is then derived
+    /// from them; a mark without roles on a multi-role job applies its state to every
+    /// role not ended).
+    pub roles: BTreeMap<String, TaskMark>,
 }
 
 impl Mark {
@@ -52,6 +56,7 @@ impl Mark {
             node_fault: false,
             failed_nodes: Vec::new(),
             tasks: BTreeMap::new(),
+            roles: BTreeMap::new(),
         }
     }
 
@@ -76,6 +81,12 @@ impl Mark {
     /// With a change of task `index`.
     pub fn task(mut self, index: u32, mark: TaskMark) -> Self {
         self.tasks.insert(index, mark);
+        self
+    }
+
+    /// With a change of role `name`.
+    pub fn role(mut self, name: impl Into<String>, mark: TaskMark) -> Self {
+        self.roles.insert(name.into(), mark);
         self
     }
 
@@ -106,8 +117,8 @@ impl JobRecord {
     /// [`mark`](super::RecordStore::mark): a store written outside this crate calls it.
     /// An illegal change is [`Error::InvalidTransition`] and changes nothing.
     pub fn apply_mark(&mut self, mark: Mark, redactor: Option<&SecretRegistry>) -> Result<bool> {
-        if self.is_array() {
-            return self.apply_array_mark(mark, redactor);
+        if self.is_array() || self.is_multi_role() {
+            return self.apply_parts_mark(mark, redactor);
         }
         if mark.err_class.is_some() && mark.state != JobState::Error {
             return Err(Error::invalid(
@@ -176,52 +187,53 @@ impl JobRecord {
         }
     }
 
-    /// [`JobRecord::apply_mark`] for an array: the task changes (or the mark's state for
-    /// every task not ended), then the array's state derived from its tasks, through the
-    /// state machine.
-    fn apply_array_mark(&mut self, mark: Mark, redactor: Option<&SecretRegistry>) -> Result<bool> {
+    /// [`JobRecord::apply_mark`] for an array or a multi-role job: the changes of its
+    /// parts (tasks or roles; or the mark's state for every part not ended), then the
+    /// record's state derived from its parts, through the state machine.
+    fn apply_parts_mark(&mut self, mark: Mark, redactor: Option<&SecretRegistry>) -> Result<bool> {
         let now = Utc::now();
         let redact = |m: String| redactor.map_or_else(|| m.clone(), |r| r.redact(&m));
-        let mut changed = false;
-        if mark.tasks.is_empty() {
-            let task_mark = TaskMark {
-                state: mark.state,
-                err_class: mark.err_class,
-                message: mark.message.clone().map(redact),
-                nodes: None,
-                node_fault: mark.node_fault,
-                exit_code: None,
-            };
-            for task in self.tasks.values_mut() {
-                if !task.state.is_terminal() {
-                    changed |= tasks::apply_task(task, &task_mark, now);
+        let whole = TaskMark {
+            state: mark.state,
+            err_class: mark.err_class,
+            message: mark.message.clone().map(redact),
+            nodes: None,
+            node_fault: mark.node_fault,
+            exit_code: None,
+        };
+        let mut changed = if self.is_array() {
+            apply_part_marks(&mut self.tasks, mark.tasks, &whole, &redact, now)?
+        } else {
+            apply_part_marks(&mut self.roles, mark.roles, &whole, &redact, now)?
+        };
+        if self.is_multi_role() {
+            let mut nodes: Vec<String> = Vec::new();
+            for node in self.roles.values().flat_map(|r| r.nodes.iter()) {
+                if !nodes.contains(node) {
+                    nodes.push(node.clone());
                 }
             }
-        } else {
-            for (index, task_mark) in mark.tasks {
-                if task_mark.err_class.is_some() && task_mark.state != JobState::Error {
-                    return Err(Error::invalid(
-                        "err_class",
-                        format!("task {index}: only an ERROR carries an error class"),
-                    ));
-                }
-                let mut task_mark = task_mark;
-                task_mark.message = task_mark.message.map(redact);
-                if let Some(task) = self.tasks.get_mut(&index) {
-                    changed |= tasks::apply_task(task, &task_mark, now);
-                }
+            if !nodes.is_empty() && nodes != self.nodes {
+                self.nodes = nodes;
+                changed = true;
             }
         }
         if self.backend_ref.is_none() && mark.backend_ref.is_some() {
             self.backend_ref = mark.backend_ref;
             changed = true;
         }
-        let (state, class) = derive_state(&self.tasks);
+        let (state, class) = match self.is_array() {
+            true => derive_state(&self.tasks),
+            false => derive_state(&self.roles),
+        };
         match JobState::check_transition_for(self.id.as_str(), self.state, state)? {
             TransitionOutcome::Apply => {
                 self.state = state;
                 self.err_class = class;
-                let summary = summary(&self.tasks);
+                let summary = match self.is_array() {
+                    true => summary(&self.tasks),
+                    false => role_summary(&self.roles),
+                };
                 let message = match mark.message {
                     Some(m) if state.is_terminal() || mark.source != TransitionSource::Poll => {
                         format!("{}; {summary}", redact(m))
@@ -249,4 +261,38 @@ impl JobRecord {
         }
         Ok(changed)
     }
+}
+
+/// Apply `marks` to `parts` (an array's tasks or a job's roles), or `whole` to every
+/// part not ended when `marks` is empty; whether anything changed. A mark of a part
+/// that is not there changes nothing.
+fn apply_part_marks<K: Ord + std::fmt::Display>(
+    parts: &mut BTreeMap<K, TaskRecord>,
+    marks: BTreeMap<K, TaskMark>,
+    whole: &TaskMark,
+    redact: &dyn Fn(String) -> String,
+    now: chrono::DateTime<Utc>,
+) -> Result<bool> {
+    let mut changed = false;
+    if marks.is_empty() {
+        for part in parts.values_mut() {
+            if !part.state.is_terminal() {
+                changed |= tasks::apply_task(part, whole, now);
+            }
+        }
+        return Ok(changed);
+    }
+    for (key, mut part_mark) in marks {
+        if part_mark.err_class.is_some() && part_mark.state != JobState::Error {
+            return Err(Error::invalid(
+                "err_class",
+                format!("{key}: only an ERROR carries an error class"),
+            ));
+        }
+        part_mark.message = part_mark.message.map(redact);
+        if let Some(part) = parts.get_mut(&key) {
+            changed |= tasks::apply_task(part, &part_mark, now);
+        }
+    }
+    Ok(changed)
 }

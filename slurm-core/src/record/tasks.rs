@@ -157,7 +157,9 @@ pub(crate) fn apply_task(task: &mut TaskRecord, mark: &TaskMark, at: DateTime<Ut
 ///
 /// An array ends only when its last task ends, and a task ended stays ended, so the
 /// derived state moves as the state machine allows.
-pub(crate) fn derive_state(tasks: &BTreeMap<u32, TaskRecord>) -> (JobState, Option<ErrorClass>) {
+///
+/// A multi-role job's state is derived from its roles by the same rule.
+pub(crate) fn derive_state<K>(tasks: &BTreeMap<K, TaskRecord>) -> (JobState, Option<ErrorClass>) {
     let states = || tasks.values().map(|t| t.state);
     if states().all(JobState::is_terminal) {
         if states().all(|s| s == JobState::Complete) {
@@ -208,6 +210,27 @@ impl JobRecord {
 
 /// `8 tasks: 2 COMPLETE, 2 RUNNING, 4 PENDING`.
 pub(crate) fn summary(tasks: &BTreeMap<u32, TaskRecord>) -> String {
+    counted(tasks, "tasks")
+}
+
+/// `3 roles: 1 ERROR (policy), 2 CANCELED`: a multi-role job's roles told in short,
+/// the failed ones named.
+pub(crate) fn role_summary(roles: &BTreeMap<String, TaskRecord>) -> String {
+    let failed: Vec<&str> = roles
+        .iter()
+        .filter(|(_, r)| r.state == JobState::Error)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let text = counted(roles, "roles");
+    match failed.is_empty() {
+        true => text,
+        false => format!("{text}; failed: {}", failed.join(", ")),
+    }
+}
+
+/// `N <noun>: 2 COMPLETE, ...` of any parts.
+fn counted<K>(parts: &BTreeMap<K, TaskRecord>, noun: &str) -> String {
+    let tasks = parts;
     let mut counts: BTreeMap<JobState, usize> = BTreeMap::new();
     for task in tasks.values() {
         *counts.entry(task.state).or_default() += 1;
@@ -217,7 +240,7 @@ pub(crate) fn summary(tasks: &BTreeMap<u32, TaskRecord>) -> String {
         .rev()
         .map(|(s, n)| format!("{n} {s}"))
         .collect();
-    format!("{} tasks: {}", tasks.len(), parts.join(", "))
+    format!("{} {noun}: {}", tasks.len(), parts.join(", "))
 }
 
 /// Task indices grouped by state, as ranges: `[(COMPLETE, "0-1"), (PENDING, "2-7")]`.

@@ -29,8 +29,8 @@ use super::status::status_many;
 use super::submit::{render_script, submit, CodeSent};
 use super::{SlurmConfig, SlurmSubmitOptions};
 use crate::backend::{
-    watch_by_polling, Backend, JobStatus, LogOptions, LogStream, PreflightReport, SubmitOptions,
-    WatchEvent, WatchOptions,
+    watch_by_polling, Backend, JobStatus, LogOptions, PreflightReport, SubmitOptions, WatchEvent,
+    WatchOptions,
 };
 use crate::nccl::{
     knobs_path, read_knobs, remove_knobs, ClusterKnobs, ProbeOptions, ProbeReport, PROBE_LABEL,
@@ -327,11 +327,11 @@ where
     fn follow_logs(
         &self,
         id: &JobId,
-        stream: LogStream,
+        options: LogOptions,
         interval: Duration,
     ) -> BoxStream<'static, Result<String>> {
         let owner: Arc<dyn ContextOwner> = self.inner.clone();
-        follow_logs(owner, id.clone(), stream, interval)
+        follow_logs(owner, id.clone(), options, interval)
     }
 
     async fn cancel(&self, id: &JobId) -> Result<JobRecord> {

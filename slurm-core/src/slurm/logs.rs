@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use super::context::{Context, ContextOwner};
 use super::job::slurm_job;
-use super::paths::log_folder;
+use super::paths::{log_folder, role_log_folder};
 use super::scripts::{ReadFromExit, READ_FROM};
 use super::status::status_many;
-use crate::backend::{LogOptions, LogStream};
+use crate::backend::LogOptions;
 use crate::record::{JobId, JobRecord};
 use crate::redact::StreamRedactor;
 use crate::spec::TaskSet;
@@ -21,8 +21,10 @@ use crate::{Error, Result};
 /// further chunks, from where the last one stopped.
 pub(super) const FOLLOW_CHUNK: u64 = 1024 * 1024;
 
-/// The path of `stream` of `record`'s job (of `task`, for an array).
-fn log_path(record: &JobRecord, task: Option<u32>, stream: LogStream) -> Result<String> {
+/// The path of the log `options` name: `stream` of `record`'s job (of `task`, for an
+/// array; of `role`, for a multi-role job).
+fn log_path(record: &JobRecord, options: &LogOptions) -> Result<String> {
+    let (task, stream) = (options.task, options.stream);
     let (_, slurm_id) = slurm_job(record)?.ok_or_else(|| {
         Error::NotFound(format!(
             "{}: no log yet, the job was never accepted by the scheduler",
@@ -45,17 +47,24 @@ fn log_path(record: &JobRecord, task: Option<u32>, stream: LogStream) -> Result<
         (true, Some(task)) => record.check_tasks(&TaskSet::from_iter([task]))?,
         (false, None) => {}
     }
-    Ok(format!(
-        "{}/{}",
-        log_folder(record, slurm_id, task)?,
-        stream.file_name()
-    ))
+    let folder = log_folder(record, slurm_id, task)?;
+    match &options.role {
+        Some(role) => {
+            record.check_role(role)?;
+            Ok(format!(
+                "{}/{}",
+                role_log_folder(&folder, role),
+                stream.file_name()
+            ))
+        }
+        None => Ok(format!("{folder}/{}", stream.file_name())),
+    }
 }
 
 /// The tail of a job's log, secrets redacted.
 pub(super) async fn logs(ctx: &Context<'_>, id: &JobId, options: LogOptions) -> Result<String> {
     let record = ctx.store().get(id)?;
-    let path = log_path(&record, options.task, options.stream)?;
+    let path = log_path(&record, &options)?;
     let registry = ctx.secrets().redactor_for(&record);
     match ctx.transport().tail_file(&path, options.tail).await {
         Ok(bytes) => Ok(registry.redact(&String::from_utf8_lossy(&bytes))),
@@ -73,12 +82,13 @@ pub(super) async fn logs(ctx: &Context<'_>, id: &JobId, options: LogOptions) -> 
 pub(super) fn follow_logs(
     owner: Arc<dyn ContextOwner>,
     id: JobId,
-    stream: LogStream,
+    options: LogOptions,
     interval: Duration,
 ) -> BoxStream<'static, Result<String>> {
     struct Follow {
         owner: Arc<dyn ContextOwner>,
         id: JobId,
+        options: LogOptions,
         offset: u64,
         done: bool,
         /// Read again at once (the last read was a full chunk: more is waiting).
@@ -90,6 +100,7 @@ pub(super) fn follow_logs(
     let state = Follow {
         owner,
         id,
+        options,
         offset: 0,
         done: false,
         more: false,
@@ -130,7 +141,7 @@ pub(super) fn follow_logs(
                     return Some((Err(error), st));
                 }
             };
-            let chunk = match log_path(&record, None, stream) {
+            let chunk = match log_path(&record, &st.options) {
                 Ok(path) => match read_chunk(&ctx, &path, st.offset).await {
                     Ok(Some((size, body))) => {
                         st.offset = st.offset.max(size.min(st.offset + body.len() as u64));

@@ -54,7 +54,7 @@ async fn following_a_large_log_reads_bounded_chunks_from_the_last_offset() {
         .unwrap();
     let chunks: Vec<String> = futures::StreamExt::collect::<Vec<_>>(backend.follow_logs(
         &id,
-        crate::backend::LogStream::Out,
+        crate::backend::LogOptions::of(crate::backend::LogStream::Out),
         Duration::from_millis(1),
     ))
     .await
@@ -124,7 +124,7 @@ async fn follow_all(
 ) -> Vec<crate::Result<String>> {
     futures::StreamExt::collect::<Vec<_>>(backend.follow_logs(
         id,
-        crate::backend::LogStream::Out,
+        crate::backend::LogOptions::default(),
         Duration::from_millis(1),
     ))
     .await

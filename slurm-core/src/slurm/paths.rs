@@ -77,6 +77,22 @@ pub(super) fn log_folder(
     ))
 }
 
+/// The log folder of role `role` inside a run's log folder: `<folder>/roles/<role>`
+/// (a role name is a safe name: it cannot leave the folder).
+pub(super) fn role_log_folder(folder: &str, role: &str) -> String {
+    format!("{folder}/{ROLES_DIR}/{role}")
+}
+
+/// The folder, in the job folder, where the batch script of a multi-role job writes
+/// each role's exit status as it ends (`<role>.exit`) and the first role to fail
+/// (`first-failure`).
+pub(super) const ROLES_DIR: &str = "roles";
+
+/// `<job folder>/roles` of `record`.
+pub(super) fn roles_dir(record: &JobRecord) -> Result<RemotePath> {
+    record.results_dir.join(ROLES_DIR)
+}
+
 /// The `status.json` a job (or an array task, in `tasks/<n>/`) writes to confirm it
 /// finished.
 pub(super) fn status_json(record: &JobRecord, task: Option<u32>) -> Result<RemotePath> {

@@ -41,8 +41,12 @@ impl FakeRenderer {
 }
 
 impl Renderer for FakeRenderer {
-    fn render(&self, _: TemplateKind, context: &ScriptContext) -> Result<String> {
+    fn render(&self, kind: TemplateKind, context: &ScriptContext) -> Result<String> {
         let mut script = format!("#!/bin/bash\n# {}\n", context.job_name);
+        if !context.roles.is_empty() {
+            let roles: Vec<&str> = context.roles.iter().map(|r| r.name.as_str()).collect();
+            script.push_str(&format!("# template {kind}: roles {}\n", roles.join(",")));
+        }
         if !self.env {
             return Ok(script);
         }
@@ -140,6 +144,21 @@ mock! {
     impl std::fmt::Debug for Remote {
         fn fmt<'a>(&self, f: &mut std::fmt::Formatter<'a>) -> std::fmt::Result;
     }
+}
+
+/// The answer of a round trip (`round trip of N: ...`) in which every command succeeded
+/// and printed nothing (one empty answer for any other command).
+pub(super) fn empty_round_trip(command: &Command) -> Output {
+    let n: usize = command
+        .label()
+        .strip_prefix("round trip of ")
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(1);
+    let text: String = (0..n)
+        .map(|i| format!("@@begin {i}\n@@end {i} 0\n"))
+        .collect();
+    output(0, &text, "")
 }
 
 pub(super) fn output(status: i32, stdout: &str, stderr: &str) -> Output {

@@ -149,7 +149,7 @@ where
     }
 }
 
-async fn submit<F: BackendFixture + ?Sized>(fixture: &F, spec: &JobSpec) -> JobRecord {
+pub(super) async fn submit<F: BackendFixture + ?Sized>(fixture: &F, spec: &JobSpec) -> JobRecord {
     match fixture
         .backend()
         .submit(spec, SubmitOptions::default())
@@ -259,7 +259,7 @@ pub async fn logs_tail_each_stream<F: BackendFixture + ?Sized>(fixture: &F) {
             LogOptions {
                 stream: LogStream::Out,
                 tail: 2,
-                task: None,
+                ..LogOptions::default()
             },
         )
         .await
@@ -275,7 +275,7 @@ pub async fn logs_tail_each_stream<F: BackendFixture + ?Sized>(fixture: &F) {
             LogOptions {
                 stream: LogStream::Err,
                 tail: 10,
-                task: None,
+                ..LogOptions::default()
             },
         )
         .await
@@ -288,10 +288,11 @@ pub async fn follow_streams_until_the_job_ends<F: BackendFixture + ?Sized>(fixtu
     let _guard = fixture.enter(false).await;
     let spec = fixture.spec("conf-follow", "echo first; sleep 2; echo second");
     let record = submit(fixture, &spec).await;
-    let mut stream =
-        fixture
-            .backend()
-            .follow_logs(&record.id, LogStream::Out, fixture.poll_interval());
+    let mut stream = fixture.backend().follow_logs(
+        &record.id,
+        LogOptions::of(LogStream::Out),
+        fixture.poll_interval(),
+    );
     let mut text = String::new();
     let deadline = Instant::now() + fixture.deadline();
     while let Some(chunk) = tokio::time::timeout_at(deadline.into(), stream.next())
@@ -891,52 +892,6 @@ pub async fn a_failed_task_is_retried_alone<F: BackendFixture + ?Sized>(fixture:
         "only the failed task"
     );
     assert_eq!(retry.state, JobState::Complete, "{retry:?}");
-}
-
-/// Expands to one `#[tokio::test]` per case of the Backend conformance suite, each
-/// with a fixture from `$fixture` (an expression, evaluated once per case):
-/// `slurm_core::backend_conformance!(my_backend, MyFixture::new());`.
-#[macro_export]
-macro_rules! backend_conformance {
-    ($name:ident, $fixture:expr) => {
-        mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-
-            macro_rules! case {
-                ($case:ident) => {
-                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                    async fn $case() {
-                        let fixture = $fixture;
-                        $crate::testing::backend_suite::run_case(
-                            &fixture,
-                            $crate::testing::backend_suite::$case(&fixture),
-                        )
-                        .await;
-                    }
-                };
-            }
-
-            case!(submit_runs_a_job_to_complete);
-            case!(a_failing_program_ends_error);
-            case!(status_many_answers_in_order);
-            case!(logs_tail_each_stream);
-            case!(follow_streams_until_the_job_ends);
-            case!(cancel_a_running_job);
-            case!(cancel_a_pending_job);
-            case!(cancel_many_cancels_each_in_order);
-            case!(watch_reports_each_change_once);
-            case!(an_infra_failure_is_retried_as_a_linked_record);
-            case!(two_watchers_retry_one_failure_once);
-            case!(bad_input_is_refused_and_nothing_recorded);
-            case!(dependants_start_after_their_parents);
-            case!(a_failed_parent_ends_its_dependant);
-            case!(a_dependant_follows_a_retried_parent);
-            case!(a_sweep_runs_each_task_with_its_values);
-            case!(tasks_of_an_array_are_cancelled);
-            case!(a_failed_task_is_retried_alone);
-        }
-    };
 }
 
 #[cfg(test)]

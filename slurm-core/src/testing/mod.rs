@@ -1,5 +1,6 @@
 //! What implementers and embedders test with (cargo feature `testing`): the Transport,
 //! Backend and RecordStore conformance suites any implementation can run ([`backend_suite`],
+//! with the multi-role cases in [`role_cases`],
 //! [`backend_conformance!`](crate::backend_conformance), [`record_suite`],
 //! [`record_store_conformance!`](crate::record_store_conformance)), transports that count
 //! commands or inject faults, records in the states a crash leaves behind
@@ -10,6 +11,7 @@ mod counting;
 mod faults;
 pub mod record_suite;
 mod records;
+pub mod role_cases;
 pub mod transport_suite;
 
 pub use counting::CountingTransport;
@@ -81,4 +83,59 @@ pub fn scripts() -> Vec<(&'static str, String)> {
         ),
     ])
     .collect()
+}
+
+/// Expands to one `#[tokio::test]` per case of the Backend conformance suite, each
+/// with a fixture from `$fixture` (an expression, evaluated once per case):
+/// `slurm_core::backend_conformance!(my_backend, MyFixture::new());`.
+#[macro_export]
+macro_rules! backend_conformance {
+    ($name:ident, $fixture:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            // A case of `testing::$module` (`backend_suite`, or the multi-role
+            // `role_cases`).
+            macro_rules! case {
+                ($module:ident, $case:ident) => {
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $case() {
+                        let fixture = $fixture;
+                        $crate::testing::backend_suite::run_case(
+                            &fixture,
+                            $crate::testing::$module::$case(&fixture),
+                        )
+                        .await;
+                    }
+                };
+            }
+
+            case!(backend_suite, submit_runs_a_job_to_complete);
+            case!(backend_suite, a_failing_program_ends_error);
+            case!(backend_suite, status_many_answers_in_order);
+            case!(backend_suite, logs_tail_each_stream);
+            case!(backend_suite, follow_streams_until_the_job_ends);
+            case!(backend_suite, cancel_a_running_job);
+            case!(backend_suite, cancel_a_pending_job);
+            case!(backend_suite, cancel_many_cancels_each_in_order);
+            case!(backend_suite, watch_reports_each_change_once);
+            case!(
+                backend_suite,
+                an_infra_failure_is_retried_as_a_linked_record
+            );
+            case!(backend_suite, two_watchers_retry_one_failure_once);
+            case!(backend_suite, bad_input_is_refused_and_nothing_recorded);
+            case!(backend_suite, dependants_start_after_their_parents);
+            case!(backend_suite, a_failed_parent_ends_its_dependant);
+            case!(backend_suite, a_dependant_follows_a_retried_parent);
+            case!(backend_suite, a_sweep_runs_each_task_with_its_values);
+            case!(backend_suite, tasks_of_an_array_are_cancelled);
+            case!(backend_suite, a_failed_task_is_retried_alone);
+            case!(role_cases, roles_find_each_other_by_the_exported_hosts);
+            case!(role_cases, one_role_failing_ends_the_job_naming_it);
+            case!(role_cases, cancel_stops_every_role);
+            case!(role_cases, each_role_has_its_own_logs);
+        }
+    };
 }

@@ -2,6 +2,7 @@
 //! this machine, with the same records, states, logs, cancel and watch as a cluster;
 //! for testing orchestrators without one (as object_store ships `InMemory`).
 
+mod roles;
 mod slots;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -19,7 +20,7 @@ use futures::stream::{self, BoxStream, StreamExt};
 use tokio::process::Command;
 use tokio::sync::oneshot;
 
-use slots::{CancelRequest, Key, Launch, Queue};
+use slots::{CancelRequest, Key, Launch, Processes, Queue};
 
 use crate::backend::{
     watch_by_polling, Backend, CheckKind, JobStatus, LogOptions, LogStream, NativeStatus,
@@ -149,6 +150,17 @@ impl LocalBackend {
         Some(Self::log_dir(record, task)?.join(stream.file_name()))
     }
 
+    /// The log `options` name: the job's (a task's), or a role's.
+    fn log_path_of(record: &JobRecord, options: &LogOptions) -> Option<PathBuf> {
+        match &options.role {
+            Some(role) => Some(
+                roles::role_log_dir(&Self::log_dir(record, options.task)?, role)
+                    .join(options.stream.file_name()),
+            ),
+            None => Self::log_path(record, options.task, options.stream),
+        }
+    }
+
     fn redact(&self, text: &str) -> String {
         self.inner
             .secrets
@@ -195,6 +207,46 @@ impl LocalBackend {
             record,
         }
     }
+}
+
+/// The process of a job's (or a role's) `command` in folder `dir`, its output in
+/// `log_dir/main.out` and `main.err`, with the spec's env, its secrets and a single
+/// node's rendezvous (and `SLURM_RUN_CODE_DIR`, the code tree, when the job has one), in a
+/// process group of its own.
+fn job_command(
+    command_text: &str,
+    dir: &Path,
+    log_dir: &Path,
+    spec: &JobSpec,
+    secrets: &SecretRegistry,
+    code_dir: Option<&str>,
+) -> Result<Command> {
+    fs::create_dir_all(log_dir)
+        .map_err(|e| Error::io(format!("creating {}", log_dir.display()), e))?;
+    let open = |name: &str| {
+        fs::File::create(log_dir.join(name)).map_err(|e| Error::io(format!("creating {name}"), e))
+    };
+    let (out, err) = (open("main.out")?, open("main.err")?);
+    let mut command = Command::new("bash");
+    command
+        .arg("-c")
+        .arg(command_text)
+        .current_dir(dir)
+        .envs(&spec.env)
+        .envs(&spec.extra_env)
+        .envs(secrets.entries())
+        .env("NODE_RANK", "0")
+        .env("WORLD_SIZE", "1")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", "29500")
+        .env("RESULTS_DIR", dir)
+        .envs(code_dir.map(|d| ("SLURM_RUN_CODE_DIR", d)))
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .kill_on_drop(true);
+    Ok(command)
 }
 
 /// The last `n` lines of a file, or nothing when it does not exist.
@@ -270,7 +322,10 @@ impl Backend for LocalBackend {
     async fn submit(&self, spec: &JobSpec, options: SubmitOptions) -> Result<JobRecord> {
         let spec = spec.with_after(&options.after);
         spec.validate()?;
-        let resources = spec.resolve(&SpecDefaults::default())?;
+        let resources = match spec.is_multi_role() {
+            true => roles::resources(&spec)?,
+            false => spec.resolve(&SpecDefaults::default())?,
+        };
         if spec.image.is_some() {
             return Err(Error::invalid(
                 "image",
@@ -331,37 +386,20 @@ impl Backend for LocalBackend {
                 fs::create_dir_all(folder)
                     .map_err(|e| Error::io(format!("creating {}", folder.display()), e))?;
             }
-            let open = |name: &str| {
-                fs::File::create(log_dir.join(name))
-                    .map_err(|e| Error::io(format!("creating {name}"), e))
-            };
-            let (out, err) = (open("main.out")?, open("main.err")?);
-            let mut command = Command::new("bash");
-            command
-                .arg("-c")
-                .arg(&spec.command)
-                .current_dir(&dir)
-                .envs(&spec.env)
-                .envs(&spec.extra_env)
-                .envs(secrets.entries())
-                .env("NODE_RANK", "0")
-                .env("WORLD_SIZE", "1")
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", "29500")
-                .env("RESULTS_DIR", &dir)
-                .envs(record.code_dir.iter().map(|d| ("SLURM_RUN_CODE_DIR", d)))
-                .stdin(Stdio::null())
-                .stdout(out)
-                .stderr(err)
-                .process_group(0)
-                .kill_on_drop(true);
+            let code_dir = record.code_dir.as_deref();
+            let mut command =
+                job_command(&spec.command, &dir, &log_dir, &spec, &secrets, code_dir)?;
             if let Some(task) = task {
                 command
                     .env("TASK_INDEX", task.to_string())
                     .env("TASK_RESULTS_DIR", &task_dir)
                     .envs(spec.sweep_point(*task).unwrap_or_default());
             }
-            launches.push((*task, command));
+            let processes = match spec.is_multi_role() {
+                true => roles::role_processes(&spec, &dir, &log_dir, &secrets, code_dir)?,
+                false => Processes::One(command),
+            };
+            launches.push((*task, processes));
         }
         record.backend_ref = None;
         self.inner.store.open(&record)?;
@@ -382,7 +420,7 @@ impl Backend for LocalBackend {
             }
         }
         let mut queued = Vec::new();
-        for (task, command) in launches {
+        for (task, processes) in launches {
             let (cancel_tx, cancel_rx) = oneshot::channel();
             self.inner
                 .cancels
@@ -392,7 +430,7 @@ impl Backend for LocalBackend {
             queued.push(Launch {
                 id: id.clone(),
                 task,
-                command,
+                processes,
                 cancel: cancel_rx,
                 limit: Duration::from_secs(resources.child_timeout_secs),
                 max_parallel: plan.as_ref().and_then(|p| p.max_parallel),
@@ -488,7 +526,10 @@ impl Backend for LocalBackend {
             (true, Some(task)) => record.check_tasks(&TaskSet::from_iter([task]))?,
             (false, None) => {}
         }
-        let path = Self::log_path(&record, options.task, options.stream)
+        if let Some(role) = &options.role {
+            record.check_role(role)?;
+        }
+        let path = Self::log_path_of(&record, &options)
             .filter(|path| path.exists())
             .ok_or_else(|| {
                 Error::NotFound(format!("{id}: no {} yet", options.stream.file_name()))
@@ -499,39 +540,47 @@ impl Backend for LocalBackend {
     fn follow_logs(
         &self,
         id: &JobId,
-        stream: LogStream,
+        options: LogOptions,
         interval: Duration,
     ) -> BoxStream<'static, Result<String>> {
         let state = (self.clone(), id.clone(), 0u64, false);
-        stream::unfold(state, move |(backend, id, offset, done)| async move {
-            if done {
-                return None;
-            }
-            let mut offset = offset;
-            loop {
-                // Terminal is read before the file, so the last read sees everything.
-                let record = match backend.inner.store.get(&id) {
-                    Ok(record) => record,
-                    Err(error) => return Some((Err(error), (backend, id, offset, true))),
-                };
-                let terminal = record.state.is_terminal();
-                let mut chunk = Vec::new();
-                if let Some(Ok(mut file)) =
-                    Self::log_path(&record, None, stream).map(fs::File::open)
-                {
-                    if file.seek(SeekFrom::Start(offset)).is_ok() {
-                        let _ = file.read_to_end(&mut chunk);
-                    }
-                }
-                offset += chunk.len() as u64;
-                if !chunk.is_empty() {
-                    let text = backend.redact(&String::from_utf8_lossy(&chunk));
-                    return Some((Ok(text), (backend, id, offset, terminal)));
-                }
-                if terminal {
+        stream::unfold(state, move |(backend, id, offset, done)| {
+            let options = options.clone();
+            async move {
+                if done {
                     return None;
                 }
-                tokio::time::sleep(interval).await;
+                let mut offset = offset;
+                loop {
+                    // Terminal is read before the file, so the last read sees everything.
+                    let record = match backend.inner.store.get(&id) {
+                        Ok(record) => record,
+                        Err(error) => return Some((Err(error), (backend, id, offset, true))),
+                    };
+                    let terminal = record.state.is_terminal();
+                    if let Some(role) = &options.role {
+                        if let Err(error) = record.check_role(role) {
+                            return Some((Err(error), (backend, id, offset, true)));
+                        }
+                    }
+                    let mut chunk = Vec::new();
+                    if let Some(Ok(mut file)) =
+                        Self::log_path_of(&record, &options).map(fs::File::open)
+                    {
+                        if file.seek(SeekFrom::Start(offset)).is_ok() {
+                            let _ = file.read_to_end(&mut chunk);
+                        }
+                    }
+                    offset += chunk.len() as u64;
+                    if !chunk.is_empty() {
+                        let text = backend.redact(&String::from_utf8_lossy(&chunk));
+                        return Some((Ok(text), (backend, id, offset, terminal)));
+                    }
+                    if terminal {
+                        return None;
+                    }
+                    tokio::time::sleep(interval).await;
+                }
             }
         })
         .boxed()

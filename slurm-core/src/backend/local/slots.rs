@@ -37,11 +37,18 @@ pub(super) struct Queue {
 pub(super) struct Launch {
     pub(super) id: JobId,
     pub(super) task: Option<u32>,
-    pub(super) command: Command,
+    pub(super) processes: Processes,
     pub(super) cancel: oneshot::Receiver<CancelRequest>,
     pub(super) limit: Duration,
     /// The array's maximum in parallel.
     pub(super) max_parallel: Option<u32>,
+}
+
+/// What a launch starts: one process (a job, an array task), or one per role of a
+/// multi-role job (each its own process group, started at once).
+pub(super) enum Processes {
+    One(Command),
+    Roles(Vec<(String, Command)>),
 }
 
 /// How a job's process ended.
@@ -112,7 +119,7 @@ impl LocalBackend {
     }
 
     /// A job or task ended (or never started): its slot is free.
-    fn free_slot(&self, id: &JobId) {
+    pub(super) fn free_slot(&self, id: &JobId) {
         let mut queue = self.inner.queue.lock().expect("queue lock");
         queue.running = queue.running.saturating_sub(1);
         if let Some(n) = queue.running_tasks.get_mut(id) {
@@ -192,7 +199,7 @@ impl LocalBackend {
         let Launch {
             id,
             task,
-            mut command,
+            processes,
             mut cancel,
             limit,
             ..
@@ -202,6 +209,10 @@ impl LocalBackend {
             self.finish(&key, Outcome::Canceled(Some(request)));
             return false;
         }
+        let mut command = match processes {
+            Processes::One(command) => command,
+            Processes::Roles(roles) => return self.start_roles(key, roles, cancel, limit),
+        };
         match command.spawn() {
             Ok(child) => {
                 let message = format!("started as pid {}", child.id().unwrap_or_default());
@@ -332,13 +343,18 @@ impl LocalBackend {
 }
 
 /// Kill the job's whole process group (the shell and what it started), then reap it.
-async fn kill_group(child: &mut Child) {
+pub(super) async fn kill_group(child: &mut Child) {
     if let Some(pid) = child.id() {
-        // SAFETY: kill(2) with a negative pid signals the process group the child leads
-        // (it was spawned with process_group(0)); it touches no memory of ours.
-        unsafe {
-            libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
-        }
+        kill_group_of(pid);
     }
     let _ = child.kill().await;
+}
+
+/// Kill the process group led by `pid` (a child spawned with `process_group(0)`).
+pub(super) fn kill_group_of(pid: u32) {
+    // SAFETY: kill(2) with a negative pid signals the process group the child leads
+    // (it was spawned with process_group(0)); it touches no memory of ours.
+    unsafe {
+        libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
+    }
 }

@@ -193,11 +193,18 @@ impl SlurmIdField {
         self.array.is_none() && self.het.is_none() && self.step.is_none()
     }
 
+    /// The component of a heterogeneous job the row describes (`123+1`: 1), not a step.
+    pub(crate) fn component(&self) -> Option<u32> {
+        self.het
+            .filter(|_| self.array.is_none() && self.step.is_none())
+    }
+
     /// Whether the row describes job `job` itself (`task` None) or its array task
     /// `task`: that task's own row (`123_4`) or a pending range holding it
-    /// (`123_[4-9%2]`); never a step or het component.
+    /// (`123_[4-9%2]`); a heterogeneous job by its leader (`123+0`); never a step or
+    /// another component.
     pub(crate) fn describes(&self, job: SlurmJobId, task: Option<u32>) -> bool {
-        if self.job != job || self.het.is_some() || self.step.is_some() {
+        if self.job != job || self.het.is_some_and(|h| h != 0) || self.step.is_some() {
             return false;
         }
         match (task, &self.array) {
@@ -208,14 +215,15 @@ impl SlurmIdField {
         }
     }
 
-    /// Whether the row is a step of job `job` itself or of its array task `task`.
+    /// Whether the row is a step of job `job` itself or of its array task `task` (of a
+    /// heterogeneous job: a step of any component).
     pub(crate) fn is_step_of(&self, job: SlurmJobId, task: Option<u32>) -> bool {
         let own = match (&self.array, task) {
             (None, None) => true,
             (Some(ArrayPart::Task(own)), Some(t)) => *own == t,
             _ => false,
         };
-        self.job == job && self.het.is_none() && self.step.is_some() && own
+        self.job == job && self.step.is_some() && own
     }
 
     /// Whether the row describes a step (`.batch`, `.extern`, `.0`, ...).
@@ -337,6 +345,13 @@ mod tests {
         assert!(!row("123_4.batch").is_step_of(job, None));
         assert!(row("123.batch").is_step_of(job, None));
         assert!(!row("124_4").describes(job, Some(4)));
+        // A heterogeneous job: its leader stands for it, other components do not.
+        assert!(row("123+0").describes(job, None));
+        assert!(!row("123+1").describes(job, None));
+        assert!(row("123+1.0").is_step_of(job, None));
+        assert_eq!(row("123+1").component(), Some(1));
+        assert_eq!(row("123+1.0").component(), None);
+        assert!(row("123+0").is_job_or_leader() && !row("123+1").is_job_or_leader());
     }
 
     #[test]

@@ -15,6 +15,7 @@
 
 mod observe;
 mod request;
+mod roles;
 
 #[cfg(test)]
 mod tests;
@@ -52,6 +53,8 @@ type Key = (Option<String>, TaskKey);
 pub(super) struct Observed {
     records: Vec<JobRecord>,
     decisions: Vec<Vec<(Key, Decision)>>,
+    /// What the batch script of each multi-role job that ends wrote of its roles.
+    role_ends: Vec<Option<roles::RoleEnds>>,
 }
 
 /// Observe the jobs of `records` (as just read): one round trip for any number of jobs
@@ -166,7 +169,12 @@ pub(super) async fn observe_jobs(ctx: &Context<'_>, records: Vec<JobRecord>) -> 
                 .collect()
         })
         .collect();
-    Ok(Observed { records, decisions })
+    let role_ends = vec![None; records.len()];
+    Ok(Observed {
+        records,
+        decisions,
+        role_ends,
+    })
 }
 
 impl Observed {
@@ -222,14 +230,26 @@ impl Observed {
                 owners.push((index, position));
             }
         }
+        // A multi-role job that ends: how each role ended (its batch script's files).
+        let mut role_owners = Vec::new();
+        for (index, record) in self.records.iter().enumerate() {
+            if record.is_multi_role() && self.ends(index) {
+                commands.push(roles::role_ends_command(record)?);
+                role_owners.push(index);
+            }
+        }
         let followups = commands.len();
         commands.extend(extra);
         if commands.is_empty() {
             return Ok(Vec::new());
         }
         let mut parts = run_joined(ctx, &commands).await?;
+        let owned = owners.len();
         for ((index, position), part) in owners.into_iter().zip(&parts) {
             apply_followup(&mut self.decisions[index][position].1, part);
+        }
+        for (index, part) in role_owners.into_iter().zip(&parts[owned..]) {
+            self.role_ends[index] = Some(roles::read_role_ends(part));
         }
         Ok(parts.split_off(followups))
     }
@@ -239,13 +259,18 @@ impl Observed {
     pub(super) fn record(self, ctx: &Context<'_>) -> Result<(Vec<JobStatus>, Vec<SlurmJob>)> {
         let mut cancels = Vec::new();
         let mut statuses = Vec::with_capacity(self.records.len());
-        for (record, decided) in self.records.into_iter().zip(self.decisions) {
+        for ((record, decided), ends) in self
+            .records
+            .into_iter()
+            .zip(self.decisions)
+            .zip(self.role_ends)
+        {
             for (key, decision) in &decided {
                 if decision.cancel {
                     cancels.push((key.0.clone(), key.1 .0));
                 }
             }
-            statuses.push(record_decisions(ctx, record, decided)?);
+            statuses.push(record_decisions(ctx, record, decided, ends.as_ref())?);
         }
         Ok((statuses, cancels))
     }
@@ -256,6 +281,7 @@ fn record_decisions(
     ctx: &Context<'_>,
     record: JobRecord,
     decided: Vec<(Key, Decision)>,
+    role_ends: Option<&roles::RoleEnds>,
 ) -> Result<JobStatus> {
     if record.is_array() {
         let mut mark = Mark::new(record.state, TransitionSource::Poll);
@@ -302,7 +328,37 @@ fn record_decisions(
             tasks: BTreeMap::new(),
         });
     };
-    let Decision { mark, native, .. } = decision;
+    let Decision {
+        mark,
+        native,
+        observed,
+        ..
+    } = decision;
+    if record.is_multi_role() {
+        // The nodes of a running job, or accounting's of its run, are its roles' nodes;
+        // squeue's of an ending job list only those still completing.
+        let nodes_known = mark.state == JobState::Running
+            || observed.as_ref().is_some_and(|o| o.source == "sacct");
+        // One role of its own nodes is a plain job: its component 0 is the job.
+        let components = match observed {
+            Some(o) if o.components.is_empty() => o.nodes.map(|n| (0, n)).into_iter().collect(),
+            Some(o) => o.components,
+            None => Vec::new(),
+        };
+        let nodes = roles::RoleNodes {
+            components: &components,
+            known: nodes_known,
+        };
+        let record = match roles::roles_mark(&record, mark, nodes, role_ends) {
+            Some(mark) => mark_kept(ctx, &record, mark)?,
+            None => record,
+        };
+        return Ok(JobStatus {
+            record,
+            native,
+            tasks: BTreeMap::new(),
+        });
+    }
     if mark.state == record.state {
         // Nothing new: the store would do nothing, so it is not asked.
         return Ok(JobStatus {

@@ -36,6 +36,9 @@ pub(super) struct Observation {
     pub(super) requeued_after: Option<String>,
     /// A step of the newest run that did not finish (`0 CANCELLED`, `batch FAILED`).
     pub(super) failed_step: Option<(String, SlurmState)>,
+    /// A heterogeneous job's components and their node lists (`(1, "n2")`), from the
+    /// rows `123+N`: a multi-role job's roles' nodes. Empty for any other job.
+    pub(super) components: Vec<(u32, String)>,
     /// The node the scheduler pinned a failure on (sacct's `FailedNode`, 23.02 on).
     pub(super) failed_node: Option<String>,
     /// The end was read from slurmctld (squeue, scontrol) while accounting could not be
@@ -165,6 +168,7 @@ pub(super) fn merge_reading(
                 }),
                 // Steps confirm only a finished job; sacct decides those.
                 failed_step: None,
+                components: Vec::new(),
                 failed_node: None,
                 unconfirmed: None,
             }),
@@ -214,6 +218,13 @@ pub(super) fn merge_reading(
                 },
                 _ => observation,
             };
+            let components = match key.1 {
+                Some(_) => Vec::new(),
+                None => components_of(
+                    live_rows.get(&key.0).map(Vec::as_slice).unwrap_or_default(),
+                    accounted.get(&key.0).map(Vec::as_slice).unwrap_or_default(),
+                ),
+            };
             let failed_node = match key.1 {
                 None => failed_nodes.get(&key.0.to_string()).cloned(),
                 Some(_) => None,
@@ -221,6 +232,7 @@ pub(super) fn merge_reading(
             merged.observations.insert(
                 *key,
                 Observation {
+                    components,
                     failed_node,
                     ..observation
                 },
@@ -267,6 +279,27 @@ pub(super) fn kept(current: JobState, why: &str) -> Decision {
     }
 }
 
+/// The components of a heterogeneous job and their node lists: squeue's rows
+/// (`123+1 ... n2`) while it runs, else accounting's (each component's last row).
+fn components_of(live: &[&SqueueRow], accounted: &[SacctRow]) -> Vec<(u32, String)> {
+    let usable = |nodes: &Option<String>| {
+        nodes
+            .clone()
+            .filter(|n| !n.is_empty() && n != "None assigned" && !n.starts_with('('))
+    };
+    let mut components: std::collections::BTreeMap<u32, String> = live
+        .iter()
+        .filter_map(|row| Some((row.id.component()?, usable(&row.nodelist)?)))
+        .collect();
+    if components.is_empty() {
+        components = accounted
+            .iter()
+            .filter_map(|row| Some((row.id.component()?, usable(&row.nodelist)?)))
+            .collect();
+    }
+    components.into_iter().collect()
+}
+
 /// What `scontrol show job` said of `id` (the fallback for jobs squeue and sacct did
 /// not know): `None` when it does not know the job either.
 pub(super) fn from_scontrol(id: SlurmJobId, part: &Output) -> Result<Option<Observation>> {
@@ -287,6 +320,7 @@ pub(super) fn from_scontrol(id: SlurmJobId, part: &Output) -> Result<Option<Obse
                 source: "scontrol",
                 requeued_after: None,
                 failed_step: None,
+                components: Vec::new(),
                 failed_node: job.get("FailedNode").and_then(optional_node),
                 unconfirmed: None,
             })
@@ -516,6 +550,7 @@ fn observe_sacct(rows: &[SacctRow], key: TaskKey) -> Option<Observation> {
         source: "sacct",
         requeued_after,
         failed_step,
+        components: Vec::new(),
         failed_node: None,
         unconfirmed: None,
     })

@@ -242,6 +242,7 @@ fn a_status_json_that_cannot_be_read_is_no_verdict() {
         source: "sacct",
         requeued_after: None,
         failed_step: None,
+        components: Vec::new(),
         failed_node: None,
         unconfirmed: None,
     };

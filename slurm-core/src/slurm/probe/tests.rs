@@ -10,7 +10,8 @@ use crate::backend::{Backend, SubmitOptions};
 use crate::nccl::{NcclProbe, ProbeOptions, PROBE_LABEL, PROBE_VERDICT_LABEL};
 use crate::record::{JobRecord, RecordFilter, RecordStore};
 use crate::slurm::testkit::{
-    is_submit, output, prepared_backend, staged_script, FakeRenderer, MockRemote, TestBackend,
+    empty_round_trip, is_submit, output, prepared_backend, staged_script, FakeRenderer, MockRemote,
+    TestBackend,
 };
 use crate::slurm::SlurmSubmitOptions;
 use crate::spec::JobSpec;
@@ -118,16 +119,7 @@ fn fake_cluster(remote: &mut MockRemote) -> Shared {
             command.label(),
             command.get_args().join(" ")
         ));
-        let n: usize = command
-            .label()
-            .strip_prefix("round trip of ")
-            .and_then(|rest| rest.split(':').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(1);
-        let text: String = (0..n)
-            .map(|i| format!("@@begin {i}\n@@end {i} 0\n"))
-            .collect();
-        Ok(output(0, &text, ""))
+        Ok(empty_round_trip(command))
     });
     fake
 }
@@ -459,4 +451,43 @@ async fn cached_knobs_reach_covered_jobs_only() {
     assert!(!scripts[1].contains("NCCL_P2P_DISABLE=1"));
     assert!(!scripts[2].contains("NCCL_"), "one GPU needs no knob");
     assert!(!scripts[3].contains("NCCL_"), "never adds no knob");
+}
+
+/// A multi-role job's NCCL probe checks its multi-GPU role with the most GPUs (its shape
+/// and image), queued with the job as for any job; a job whose roles have one GPU each
+/// at most needs none.
+#[tokio::test]
+async fn a_multi_role_job_probes_its_largest_multi_gpu_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut remote = MockRemote::new();
+    let fake = fake_cluster(&mut remote);
+    let backend = prepared_backend(remote, FakeRenderer::with_env(), dir.path());
+    let spec = JobSpec::from_yaml_str(
+        "name: rl\nroles:\n  controller: {gpus_per_node: 0, command: c}\n  policy: {nodes: 2, gpus_per_node: 8, image: /images/pt.sqsh, command: p}\n  rollout: {gpus_per_node: 4, image: /images/other.sqsh, command: r}\n",
+    )
+    .unwrap();
+    let record = backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap();
+    let probe = probes(&backend).pop().expect("a probe was queued");
+    assert_eq!(probe.image(), Some("/images/pt.sqsh"), "{probe:?}");
+    assert!(
+        probe.labels().values().any(|v| v.contains("2x8")),
+        "the policy's shape: {:?}",
+        probe.labels()
+    );
+    assert_eq!(record.after[0].job, probe.id);
+    assert_eq!(fake.lock().unwrap().scripts.len(), 2);
+
+    let small = JobSpec::from_yaml_str(
+        "name: small\nroles:\n  a: {gpus_per_node: 1, command: a}\n  b: {gpus_per_node: 1, command: b}\n",
+    )
+    .unwrap();
+    let record = backend
+        .submit(&small, SubmitOptions::default())
+        .await
+        .unwrap();
+    assert!(record.after.is_empty(), "{record:?}");
+    assert_eq!(probes(&backend).len(), 1);
 }

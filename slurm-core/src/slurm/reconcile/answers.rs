@@ -61,7 +61,9 @@ pub(super) fn jobs_named(listing: &str, name: &str) -> BTreeSet<BackendRef> {
                 return None;
             }
             let field = SlurmIdField::parse(id.trim()).ok()?;
-            (!field.is_step() && field.het.is_none())
+            // An array's task rows are the array; a heterogeneous job (a multi-role
+            // job) is its leader's id.
+            (!field.is_step() && field.het.is_none_or(|h| h == 0))
                 .then(|| BackendRef::new(field.job.to_string()))
         })
         .collect()

@@ -194,6 +194,19 @@ fn listings_count_only_the_exact_name_and_each_job_once() {
     );
 }
 
+/// A multi-role job is a heterogeneous job: squeue and sacct list its components
+/// (`17+0`, `17+1`), and the job is its leader's id. Read as no job, a lost answer
+/// would be settled as "never submitted" and the job sent a second time.
+#[test]
+fn a_heterogeneous_job_is_found_by_its_leader() {
+    let listing = "17+0|job-abcdef\n17+1|job-abcdef\n17+1.0|job-abcdef\n18+1|job-other\n";
+    let found = jobs_named(listing, "job-abcdef");
+    assert_eq!(
+        found.into_iter().map(|j| j.native_id).collect::<Vec<_>>(),
+        ["17"]
+    );
+}
+
 #[test]
 fn array_tasks_and_pending_ranges_count_as_their_array() {
     // Defect 3: squeue lists a started array as `123_4` and `123_[5-9]`, sacct (by

@@ -11,6 +11,7 @@ use super::stage::Staged;
 use crate::record::{BackendRef, JobId, JobRecord, Mark, TransitionSource};
 use crate::redact::SecretRegistry;
 use crate::slurm::context::Context;
+use crate::slurm::images::{convert_image, Conversion, Converted};
 use crate::slurm::parse::{parse_sbatch_parsable, SbatchOutcome};
 use crate::slurm::reconcile::{settle_own, Applied, SBATCH_LIMIT};
 use crate::slurm::scripts::{SubmitExit, SUBMIT};
@@ -63,7 +64,22 @@ pub(crate) async fn attempt(
 ) -> std::result::Result<JobRecord, Failed> {
     let id = &staged.record.id;
     let mut attempt = 1u32;
-    let accepted = format!("sbatch accepted the job{}", staged.note);
+    let mut accepted = format!("sbatch accepted the job{}", staged.note);
+    // Every role's registry image is converted (or found converted) before the first send.
+    for conversion in &staged.role_conversions {
+        match convert_image(ctx, conversion).await {
+            Ok(done @ Converted::ByJob(_)) => {
+                accepted.push_str(&conversion_note(conversion, &done))
+            }
+            Ok(Converted::Present) => {}
+            Err(error) => {
+                return Err(Failed::Refused {
+                    error,
+                    state: JobState::Error,
+                })
+            }
+        }
+    }
     let mut resent_unsent = false;
     // Every failure below comes while no attempt's outcome is unknown (the first
     // attempt, or one sent after a settle said "no job"): it ends the record. Once an
@@ -222,4 +238,19 @@ fn mark_submitted(
             .message(message)
             .backend_ref(backend_ref),
     )
+}
+
+/// What the PENDING mark says of a role's image the submit converted (or found
+/// converted).
+fn conversion_note(conversion: &Conversion, converted: &Converted) -> String {
+    match converted {
+        Converted::ByJob(job) => format!(
+            "; image {} converted to {} by SLURM job {job}",
+            conversion.image, conversion.path
+        ),
+        Converted::Present => format!(
+            "; image {} found converted at {} (a concurrent submit made it)",
+            conversion.image, conversion.path
+        ),
+    }
 }

@@ -107,6 +107,14 @@ pub(super) async fn submit(
         )?);
         plan.conversion_job = Some(job);
     }
+    // Each role's registry image (a multi-role job): gated here, converted before the
+    // first send.
+    let own = plan.conversion().map(|c| c.path.clone());
+    for conversion in plan.conversions() {
+        if Some(&conversion.path) != own.as_ref() {
+            gate_conversion(ctx, conversion).await?;
+        }
+    }
     plan.code = match code {
         Some(Code::Tree(tree)) => Some(send_code(ctx, &tree, &plan.root).await?),
         Some(Code::Kept(kept)) => Some(kept),
@@ -116,7 +124,8 @@ pub(super) async fn submit(
     // 3. NCCL: the cluster's knobs, or a probe the job waits for (on the scheduler:
     // this submit never waits for it).
     let mut new_probe = None;
-    match probe::decide(ctx, &plan.spec, &plan.resources, &slurm).await? {
+    let (nccl_spec, nccl_resources) = plan.nccl_shape();
+    match probe::decide(ctx, nccl_spec, nccl_resources, &slurm).await? {
         NcclNeed::Nothing => {}
         NcclNeed::Knobs(knobs) => plan.knobs = knobs,
         NcclNeed::Probe => match wait_for_probe(ctx, &plan, &slurm).await? {
@@ -299,7 +308,8 @@ async fn wait_for_probe(
     slurm: &SlurmSubmitOptions,
 ) -> Result<Probed> {
     let _once = ctx.locks().probe.lock().await;
-    let candidates = probe::candidates(ctx, &plan.spec, &plan.resources)?;
+    let (spec, resources) = plan.nccl_shape();
+    let candidates = probe::candidates(ctx, spec, resources)?;
     let in_flight = match candidates.is_empty() {
         true => None,
         false => status_many(ctx, &candidates)
@@ -308,14 +318,14 @@ async fn wait_for_probe(
             .map(|s| s.record)
             .find(|r| !r.state.is_terminal()),
     };
-    if let NcclNeed::Knobs(knobs) = probe::decide(ctx, &plan.spec, &plan.resources, slurm).await? {
+    if let NcclNeed::Knobs(knobs) = probe::decide(ctx, spec, resources, slurm).await? {
         return Ok(Probed::Knobs(knobs));
     }
     if let Some(probe) = in_flight {
         tracing::info!(job = %plan.spec.name, probe = %probe.id, "waiting for the NCCL probe already in flight");
         return Ok(Probed::InFlight(probe));
     }
-    let probe = submit_probe(ctx, &plan.spec, &plan.resources, &slurm.probe).await?;
+    let probe = submit_probe(ctx, spec, resources, &slurm.probe).await?;
     Ok(Probed::Queued(probe))
 }
 
@@ -401,6 +411,7 @@ pub(super) async fn render_script(ctx: &Context<'_>, spec: &JobSpec) -> Result<S
         ctx.config(),
         ctx.facts(),
     )?;
-    plan.knobs = probe::cached_knobs(ctx, &plan.spec, &plan.resources).await?;
+    let (nccl_spec, nccl_resources) = plan.nccl_shape();
+    plan.knobs = probe::cached_knobs(ctx, nccl_spec, nccl_resources).await?;
     render(ctx, &plan, &SecretRegistry::new())
 }

@@ -12,7 +12,7 @@ use crate::slurm::images::{container_image, Conversion, PlannedImage};
 use crate::slurm::parse::expand_nodelist;
 use crate::slurm::paths::job_dir;
 use crate::spec::normalise_sbatch_line;
-use crate::spec::{ArrayPlan, JobSpec, Limits, Resources, SpecDefaults};
+use crate::spec::{ArrayPlan, JobSpec, Limits, ResolvedRole, Resources, SpecDefaults};
 use crate::storage::RemotePath;
 use crate::{Error, Result};
 
@@ -46,12 +46,26 @@ pub(crate) struct SubmitPlan {
     /// The `--dependency` value: the parents still running, the probe and the image's
     /// conversion.
     pub(crate) dependency: Option<String>,
+    /// A multi-role job's roles (roles on their own nodes first: the heterogeneous
+    /// job's components, in order), each with its image; empty for a single job.
+    pub(crate) roles: Vec<PlannedRole>,
+    /// What the NCCL probe checks of a multi-role job: its multi-GPU role with the most
+    /// GPUs, as a single job (`None`: the job itself, or no such role).
+    pub(crate) nccl_view: Option<(JobSpec, Resources)>,
     /// The job's code tree, once on the cluster.
     pub(crate) code: Option<super::code::StagedCode>,
     /// The cluster's Slurm release (slurmctld's), noted in the record.
     pub(crate) release: Option<String>,
     /// The job converting the image first (the job waits for it), when it must be.
     pub(crate) conversion_job: Option<JobRecord>,
+}
+
+/// One role of a multi-role job as planned: resolved against the partitions' limits,
+/// with its container image (converted before anything is queued).
+#[derive(Debug, Clone)]
+pub(crate) struct PlannedRole {
+    pub(crate) role: ResolvedRole,
+    pub(crate) image: Option<PlannedImage>,
 }
 
 /// `spec`'s resources with the backend's defaults and the limits of `partitions`.
@@ -136,9 +150,33 @@ impl SubmitPlan {
         config: &SlurmConfig,
         facts: &ClusterFacts,
     ) -> Result<Self> {
-        let partitions = config.partitions_for(&spec);
-        let resources = resources_of(&spec, &partitions, config, facts)?;
-        let image = container_image(&spec, &root, resources.gpus, facts.pyxis())?;
+        let roles = plan_roles(&spec, &root, config, facts)?;
+        let nccl_view = nccl_view(&spec, &roles);
+        let (resources, image, partitions) = match roles.first() {
+            // A multi-role job: the scheduler's view of the whole (the nodes it takes,
+            // for the exclusions), its images per role.
+            Some(first) => {
+                let mut whole = first.role.resources.clone();
+                whole.nodes = roles
+                    .iter()
+                    .filter(|r| r.role.on.is_none())
+                    .map(|r| r.role.resources.nodes)
+                    .sum();
+                whole.gpus = roles.iter().map(|r| r.role.resources.gpus).sum();
+                let partitions = config.partitions_for(
+                    &spec
+                        .role_as_job(&first.role.name)
+                        .unwrap_or_else(|| spec.clone()),
+                );
+                (whole, None, partitions)
+            }
+            None => {
+                let partitions = config.partitions_for(&spec);
+                let resources = resources_of(&spec, &partitions, config, facts)?;
+                let image = container_image(&spec, &root, resources.gpus, facts.pyxis())?;
+                (resources, image, partitions)
+            }
+        };
         let array = spec.array_plan()?;
         // The nodes a retry avoids, and those the spec's own `--exclude` entries name:
         // one list, written once (an entry of its own would replace the computed one).
@@ -175,6 +213,8 @@ impl SubmitPlan {
             knobs: KnobSet::new(),
             probe: None,
             dependency: None,
+            roles,
+            nccl_view,
             code: None,
             release: facts
                 .release()
@@ -188,4 +228,78 @@ impl SubmitPlan {
     pub(crate) fn conversion(&self) -> Option<&Conversion> {
         self.image.as_ref().and_then(|i| i.conversion.as_ref())
     }
+
+    /// Every conversion the job needs before it is queued: its image's, or each role's
+    /// (an image two roles share once).
+    pub(crate) fn conversions(&self) -> Vec<&Conversion> {
+        let mut all: Vec<&Conversion> = self.conversion().into_iter().collect();
+        for role in &self.roles {
+            if let Some(conversion) = role.image.as_ref().and_then(|i| i.conversion.as_ref()) {
+                if !all.iter().any(|c| c.path == conversion.path) {
+                    all.push(conversion);
+                }
+            }
+        }
+        all
+    }
+
+    /// The spec and resources the NCCL probe decides on: the job's, or a multi-role
+    /// job's multi-GPU role with the most GPUs.
+    pub(crate) fn nccl_shape(&self) -> (&JobSpec, &Resources) {
+        match &self.nccl_view {
+            Some((spec, resources)) => (spec, resources),
+            None => (&self.spec, &self.resources),
+        }
+    }
+}
+
+/// The roles of a multi-role `spec` (none for a single job), each resolved with the
+/// defaults and its partitions' limits, and its image planned; errors name the role.
+fn plan_roles(
+    spec: &JobSpec,
+    root: &RemotePath,
+    config: &SlurmConfig,
+    facts: &ClusterFacts,
+) -> Result<Vec<PlannedRole>> {
+    if !spec.is_multi_role() {
+        return Ok(Vec::new());
+    }
+    let in_role = |name: &str, error: crate::Error| match error {
+        crate::Error::Invalid { field, message } if !field.starts_with("roles.") => {
+            crate::Error::invalid(format!("roles.{name}.{field}"), message)
+        }
+        other => other,
+    };
+    let mut planned = Vec::new();
+    for role in spec.resolve_roles(&SpecDefaults::default())? {
+        let view = spec
+            .role_as_job(&role.name)
+            .expect("a resolved role is a role of the spec");
+        let partitions = config.partitions_for(&view);
+        let resources =
+            resources_of(&view, &partitions, config, facts).map_err(|e| in_role(&role.name, e))?;
+        let image = container_image(&view, root, resources.gpus, facts.pyxis())
+            .map_err(|e| in_role(&role.name, e))?;
+        let mut role = role;
+        if role.on.is_none() {
+            role.resources = resources;
+        } else {
+            role.resources.wall = resources.wall;
+            role.resources.child_timeout_secs = resources.child_timeout_secs;
+        }
+        planned.push(PlannedRole { role, image });
+    }
+    Ok(planned)
+}
+
+/// The multi-GPU role with the most GPUs, as a single job, for the NCCL probe.
+fn nccl_view(spec: &JobSpec, roles: &[PlannedRole]) -> Option<(JobSpec, Resources)> {
+    let role = roles
+        .iter()
+        .filter(|r| r.role.on.is_none() && r.role.resources.gpus > 1)
+        .max_by_key(|r| r.role.resources.gpus)?;
+    Some((
+        spec.role_as_job(&role.role.name)?,
+        role.role.resources.clone(),
+    ))
 }

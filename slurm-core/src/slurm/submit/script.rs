@@ -2,13 +2,14 @@
 //! rendered and linted (secrets, syntax) by the backend's renderer.
 
 use crate::redact::SecretRegistry;
-use crate::render::{ArrayContext, EnvVar, ScriptContext, TemplateKind};
+use crate::render::{ArrayContext, EnvVar, RoleContext, ScriptContext, TemplateKind};
 use crate::slurm::config::SlurmConfig;
 use crate::slurm::context::Context;
-use crate::slurm::paths::{logs_dir, probe_knobs, sidecar, sweep_file};
+use crate::slurm::paths::{logs_dir, probe_knobs, sidecar, sweep_file, ROLES_DIR};
+use crate::spec::{role_host_var, role_hosts_var};
 use crate::Result;
 
-use super::plan::{extra_sbatch_lines, SubmitPlan};
+use super::plan::{extra_sbatch_lines, PlannedRole, SubmitPlan};
 
 /// Where the job finds its code tree (`code:` in the spec).
 pub(crate) const CODE_DIR_VAR: &str = "SLURM_RUN_CODE_DIR";
@@ -116,7 +117,84 @@ pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<
             }),
             None => None,
         },
+        roles: role_contexts(plan, config, &results_dir_in_job_of(plan, config, true))?,
+        heterogeneous: plan.roles.iter().filter(|r| r.role.on.is_none()).count() > 1,
+        roles_dir: match plan.roles.is_empty() {
+            true => None,
+            false => Some(job_dir.join(ROLES_DIR)?.as_str().to_string()),
+        },
     })
+}
+
+/// The job folder as a command in a container sees it (`image`: whether it runs in one).
+fn results_dir_in_job_of(plan: &SubmitPlan, config: &SlurmConfig, image: bool) -> String {
+    match (image, &config.container_results_dir) {
+        (true, Some(dir)) => dir.clone(),
+        _ => plan.job_dir.as_str().to_string(),
+    }
+}
+
+/// The template's view of each role of `plan` (none for a single job): its component,
+/// resources, image with the job folder and the mounts, and env.
+fn role_contexts(
+    plan: &SubmitPlan,
+    config: &SlurmConfig,
+    in_container: &str,
+) -> Result<Vec<RoleContext>> {
+    let own: Vec<&PlannedRole> = plan.roles.iter().filter(|r| r.role.on.is_none()).collect();
+    let component_of = |name: &str| {
+        own.iter()
+            .position(|r| r.role.name == name)
+            .map_or(0, |i| i as u32)
+    };
+    let mut contexts = Vec::with_capacity(plan.roles.len());
+    for planned in &plan.roles {
+        let role = &planned.role;
+        let image = planned.image.as_ref().map(|i| i.container_image.clone());
+        let mut mounts: Vec<String> = Vec::new();
+        if image.is_some() {
+            mounts.push(format!("{}:{in_container}", plan.job_dir.as_str()));
+            mounts.extend(config.container_mounts.iter().cloned());
+            for mount in &role.mounts {
+                mounts.push(crate::storage::MountSpec::parse(mount)?.to_pyxis());
+            }
+            // The job's code tree, as in `job_view`: at the same path, read-only.
+            if let Some(code) = &plan.code {
+                mounts.push(format!("{0}:{0}:ro", code.dir));
+            }
+        }
+        let resources = &role.resources;
+        contexts.push(RoleContext {
+            name: role.name.clone(),
+            hosts_var: role_hosts_var(&role.name),
+            host_var: role_host_var(&role.name),
+            component: component_of(role.on.as_deref().unwrap_or(&role.name)),
+            on: role.on.clone(),
+            on_host_var: role.on.as_deref().map(role_host_var),
+            nodes: resources.nodes,
+            gpus_per_node: resources.gpus_per_node,
+            cpus_per_task: resources.cpus_per_task,
+            memory: resources.memory.clone(),
+            partition: resources.partition.clone(),
+            exclusive: resources.exclusive,
+            workdir: match image {
+                Some(_) => in_container.to_string(),
+                None => plan.job_dir.as_str().to_string(),
+            },
+            image,
+            container_mounts: mounts,
+            command: role.command.clone(),
+            env: role
+                .env
+                .iter()
+                .map(|(name, value)| EnvVar {
+                    name: name.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+        });
+    }
+    Ok(contexts)
 }
 
 /// Render `plan`'s batch script and lint it against `secrets` (the values it must not
@@ -127,9 +205,11 @@ pub(crate) fn render(
     secrets: &SecretRegistry,
 ) -> Result<String> {
     let context = script_context(plan, ctx.config())?;
-    let script = ctx
-        .renderer()
-        .render(TemplateKind::for_nodes(context.nodes), &context)?;
+    let kind = match context.roles.is_empty() {
+        true => TemplateKind::for_nodes(context.nodes),
+        false => TemplateKind::MultiRole,
+    };
+    let script = ctx.renderer().render(kind, &context)?;
     ctx.renderer().lint(&script, secrets)?;
     Ok(script)
 }

@@ -9,6 +9,7 @@ use crate::dependency::Dependency;
 use crate::names::validate_safe_name;
 use crate::record::JobRecord;
 use crate::redact::SecretRegistry;
+use crate::slurm::images::Conversion;
 use crate::slurm::paths::{staged_file, staged_script, staged_sidecar, STAGED_SPEC, STAGED_SWEEP};
 use crate::spec::{ArrayPlan, JobSpec};
 use crate::transport::shell_quote;
@@ -29,6 +30,9 @@ pub(crate) struct Staged {
     /// The `.sqsh` the submit script checks whole before sbatch (none while a
     /// conversion job makes it: the job waits for that).
     pub(crate) image: Option<String>,
+    /// A multi-role job's conversions (each role's registry image), made before the
+    /// first send: the job never starts with a role's image missing.
+    pub(crate) role_conversions: Vec<Conversion>,
     /// What the PENDING mark adds to "sbatch accepted the job" (the probe and the
     /// conversion waited for).
     pub(crate) note: String,
@@ -120,6 +124,11 @@ pub(crate) fn stage(plan: &SubmitPlan, script: String, secrets: &SecretRegistry)
         root: plan.root.as_str().to_string(),
         tail,
         image,
+        role_conversions: plan
+            .roles
+            .is_empty()
+            .then(Vec::new)
+            .unwrap_or_else(|| plan.conversions().into_iter().cloned().collect()),
         note,
     })
 }

@@ -795,3 +795,105 @@ async fn a_parent_the_scheduler_no_longer_knows_is_named_in_the_error() {
         "{text}"
     );
 }
+
+/// A multi-role job is one SLURM job: one round trip, one record with a state per role,
+/// rendered with the multirole template.
+#[tokio::test]
+async fn a_multi_role_job_is_one_submit_with_a_state_per_role() {
+    let mut remote = MockRemote::new();
+    remote
+        .expect_run()
+        .withf(is_submit)
+        .times(1)
+        .returning(|_| Ok(output(0, "4343\n", "")));
+    let backend = backend(remote);
+    let spec = JobSpec::from_yaml_str(
+        "name: rl\nroles:\n  controller: {gpus_per_node: 0, cpus_per_task: 4, command: c}\n  rollout: {gpus_per_node: 1, command: r}\n  watch: {on: rollout, command: w}\n",
+    )
+    .unwrap();
+    let record = backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(record.state, JobState::Pending);
+    assert_eq!(record.backend_ref.unwrap().native_id, "4343");
+    let roles: Vec<(&str, JobState)> = record
+        .roles
+        .iter()
+        .map(|(name, role)| (name.as_str(), role.state))
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            ("controller", JobState::Pending),
+            ("rollout", JobState::Pending),
+            ("watch", JobState::Pending)
+        ]
+    );
+    let script = backend.render_script(&spec).await.unwrap();
+    assert!(
+        script.contains("# template multirole: roles controller,rollout,watch"),
+        "{script}"
+    );
+}
+
+/// A role the partitions cannot take is refused before anything is sent, naming it.
+#[tokio::test]
+async fn a_role_beyond_the_limits_is_refused_naming_it() {
+    let backend = backend(MockRemote::new());
+    let spec = JobSpec::from_yaml_str("name: rl\ntime: \"08:00:00\"\nroles:\n  a: {command: x}\n")
+        .unwrap();
+    let error = backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Invalid, "{error}");
+    assert!(
+        error.to_string().starts_with("invalid roles.a.time:"),
+        "{error}"
+    );
+}
+
+/// Every role's registry image is gated and converted before anything is queued: the
+/// gate for each image, a conversion for each, and only then the one sbatch.
+#[tokio::test]
+async fn every_roles_image_is_converted_before_the_job_is_queued() {
+    let ran = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let mut remote = MockRemote::new();
+    let keep = std::sync::Arc::clone(&ran);
+    remote.expect_run().returning(move |command| {
+        let label = command.label();
+        keep.lock().unwrap().push(label.clone());
+        Ok(if is_submit(command) {
+            output(0, "4444\n", "")
+        } else if label.starts_with("convert ") {
+            output(0, "converted 90\n", "")
+        } else {
+            // The gate's round trip of three: the .sqsh is whole already, so the gate
+            // passes (the conversion still runs, and finds it or makes it).
+            empty_round_trip(command)
+        })
+    });
+    let backend = backend(remote);
+    let spec = JobSpec::from_yaml_str(
+        "name: rl\nroles:\n  policy: {gpus_per_node: 0, image: \"registry.example.com:5000/team/policy:1\", command: p}\n  rollout: {gpus_per_node: 0, image: \"registry.example.com:5000/team/rollout:1\", command: r}\n",
+    )
+    .unwrap();
+    let record = backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(record.state, JobState::Pending);
+    let ran = ran.lock().unwrap().clone();
+    let converts: Vec<&String> = ran.iter().filter(|l| l.starts_with("convert ")).collect();
+    assert_eq!(converts.len(), 2, "{ran:?}");
+    assert!(converts[0].contains("team/policy:1") && converts[1].contains("team/rollout:1"));
+    let submit_at = ran.iter().position(|l| l.starts_with("submit ")).unwrap();
+    assert_eq!(submit_at, ran.len() - 1, "sbatch last: {ran:?}");
+    assert!(
+        record.last_message().contains("converted to")
+            && record.last_message().contains("by SLURM job 90"),
+        "{}",
+        record.last_message()
+    );
+}
