@@ -193,6 +193,12 @@ impl SlurmIdField {
         self.array.is_none() && self.het.is_none() && self.step.is_none()
     }
 
+    /// Whether the row stands for a whole job in a listing by name: a job itself, an
+    /// array by any of its task or pending-range rows, a heterogeneous job by its leader.
+    pub(crate) fn names_a_job(&self) -> bool {
+        self.het.is_none_or(|h| h == 0) && self.step.is_none()
+    }
+
     /// The component of a heterogeneous job the row describes (`123+1`: 1), not a step.
     pub(crate) fn component(&self) -> Option<u32> {
         self.het
@@ -351,7 +357,9 @@ mod tests {
         assert!(row("123+1.0").is_step_of(job, None));
         assert_eq!(row("123+1").component(), Some(1));
         assert_eq!(row("123+1.0").component(), None);
-        assert!(row("123+0").is_job_or_leader() && !row("123+1").is_job_or_leader());
+        assert!(row("123+0").names_a_job() && !row("123+1").names_a_job());
+        assert!(row("123_4").names_a_job() && row("123_[5-9]").names_a_job());
+        assert!(!row("123+0.batch").names_a_job() && !row("123_4.0").names_a_job());
     }
 
     #[test]

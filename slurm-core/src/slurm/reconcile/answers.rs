@@ -63,7 +63,8 @@ pub(super) fn jobs_named(listing: &str, name: &str) -> BTreeSet<BackendRef> {
             let field = SlurmIdField::parse(id.trim()).ok()?;
             // An array's task rows are the array; a heterogeneous job (a multi-role
             // job) is its leader's id.
-            (!field.is_step() && field.het.is_none_or(|h| h == 0))
+            field
+                .names_a_job()
                 .then(|| BackendRef::new(field.job.to_string()))
         })
         .collect()
