@@ -47,6 +47,7 @@ fn context() -> ScriptContext {
         array: None,
         probe: false,
         knobs_file: None,
+        resume: None,
     }
 }
 

@@ -64,14 +64,14 @@ pub use slurm_core::{
     SETTLE_AFTER,
 };
 pub use slurm_core::{
-    ArraySpec, Dependency, DependencyCondition, JobSpec, NcclProbe, Scalar, Sweep, TaskSet,
-    WallTime,
+    ArraySpec, Dependency, DependencyCondition, JobSpec, NcclProbe, ResumeSignal, ResumeSpec,
+    Scalar, Sweep, TaskSet, WallTime, RESTART_COUNT_VAR, RESUME_FROM_VAR,
 };
 pub use slurm_core::{LogOptions, LogStream, RetryPolicy, SubmitOptions, WatchOptions};
 // What comes out: records, their states, the answers.
 pub use slurm_core::{
     JobId, JobRecord, JobState, JobStatus, NativeStatus, PreflightCheck, PreflightReport,
-    RecordFilter, Unsettled, UnsettledKind, WatchEvent,
+    RecordFilter, Segment, SegmentEnd, Unsettled, UnsettledKind, WatchEvent,
 };
 
 /// The names a program embedding slurm-run usually needs: `use slurm_run::prelude::*;`.

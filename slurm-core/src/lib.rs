@@ -95,14 +95,15 @@ pub use error::{CheckKind, Error, ErrorKind, Result};
 pub use dependency::{Dependency, DependencyCondition, DependencyVerdict};
 pub use spec::{
     validate_sbatch_line, ArraySpec, CompletionCheck, JobSpec, Limits, NcclProbe, Resources,
-    Scalar, SpecDefaults, Sweep, TaskSet, WallTime,
+    ResumeSignal, ResumeSpec, Scalar, SpecDefaults, Sweep, TaskSet, WallTime, RESTART_COUNT_VAR,
+    RESUME_FROM_VAR,
 };
 pub use storage::RemotePath;
 
 // Records.
 pub use record::{
-    BackendRef, JobId, JobRecord, TaskRecord, Transition, TransitionSource, Unsettled,
-    UnsettledKind,
+    BackendRef, JobId, JobRecord, Segment, SegmentEnd, SegmentNote, TaskRecord, Transition,
+    TransitionSource, Unsettled, UnsettledKind,
 };
 pub use state::JobState;
 
@@ -120,7 +121,7 @@ pub use transport::{round_trip, shell_quote, Command, LocalTransport, Output, Sc
 pub use redact::{is_secret_name, SecretRegistry, MIN_SECRET_LEN, REDACTED};
 pub use render::{
     validate_safe_name, validate_shell_name, ArrayContext, EnvVar, LintFinding, Renderer,
-    ScriptContext, TemplateKind, MAX_NAME_LEN,
+    ResumeContext, ScriptContext, TemplateKind, MAX_NAME_LEN,
 };
 
 // The RecordStore seam: where records live.

@@ -21,7 +21,9 @@
 //! (`{arch: ..., action: ...}`), `completion_check` (`exit_code` or
 //! `status_json`), `allow_registry_image`, `force_reconvert_latest` (convert a
 //! `:latest` image again on this submit), `nccl_probe` (`auto`, `always` or `never`:
-//! whether a multi-GPU job is preceded by the NCCL probe), and for pipelines and sweeps `after`
+//! whether a multi-GPU job is preceded by the NCCL probe), `resume` (`{max_restarts:
+//! 10, signal: USR2, warn_before: "00:02:00", checkpoints: "ckpt/*.pt"}`: a run longer
+//! than the wall, continued segment after segment; see [`ResumeSpec`]), and for pipelines and sweeps `after`
 //! (`[train-a1b2c3, prep-00ff11:any]`: records to wait for), `array`
 //! (`{size: 8, max_parallel: 2}` or `{indices: "0-3,8"}`) and `sweep` (`{LR: [0.1,
 //! 0.01], BATCH: [32, 64]}`, a grid, or a list of points). Unknown keys are an error.
@@ -52,6 +54,7 @@ use crate::{Error, Result};
 
 mod array;
 mod probe;
+mod resume;
 mod validate;
 mod wall_time;
 
@@ -60,6 +63,8 @@ use crate::names::{validate_safe_name, validate_shell_name};
 pub(crate) use array::{ArrayPlan, MAX_TASKS};
 pub use array::{ArraySpec, Scalar, Sweep, TaskSet};
 pub use probe::NcclProbe;
+pub use resume::{ResumeSignal, ResumeSpec, RESTART_COUNT_VAR, RESUME_FROM_VAR};
+pub(crate) use resume::{BUDGET_USED_UP_EXIT, REQUEUE_REFUSED_EXIT};
 pub(crate) use validate::normalise_sbatch_line;
 pub use validate::validate_sbatch_line;
 pub(crate) use validate::{first_duplicate, validate_memory, validate_partition};
@@ -167,6 +172,9 @@ pub struct JobSpec {
     /// `probe:`); unset: the submit's option, by default the configuration's.
     #[serde(default, alias = "probe", skip_serializing_if = "Option::is_none")]
     pub nccl_probe: Option<NcclProbe>,
+    /// Continue the run across wall times and preemptions (see [`ResumeSpec`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<ResumeSpec>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -305,6 +313,7 @@ impl JobSpec {
             array: None,
             sweep: None,
             nccl_probe: None,
+            resume: None,
         }
     }
 
@@ -457,6 +466,21 @@ impl JobSpec {
             }
         }
         self.array_plan()?;
+        if let Some(resume) = &self.resume {
+            resume.validate()?;
+            if self.requeue == Some(false) {
+                return Err(Error::invalid(
+                    "requeue",
+                    "false, but the spec has a resume block, which continues the run by requeueing it; remove `requeue: false` or the resume block",
+                ));
+            }
+            if self.array.is_some() || self.sweep.is_some() {
+                return Err(Error::invalid(
+                    "resume",
+                    "an array or sweep cannot be resumed yet (each task would need its own segments); remove the resume block or run the tasks as single jobs",
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -695,6 +719,9 @@ impl JobSpec {
                 ));
             }
         }
+        if let Some(resume) = &self.resume {
+            resume.check_wall(wall)?;
+        }
         let child_timeout_secs = match self.child_timeout {
             Some(ct) => {
                 if ct.as_secs() == 0 {
@@ -736,7 +763,8 @@ impl JobSpec {
             child_timeout_secs,
             partition,
             account,
-            requeue: self.requeue.unwrap_or(defaults.requeue),
+            // A resumable job continues by requeueing itself.
+            requeue: self.resume.is_some() || self.requeue.unwrap_or(defaults.requeue),
         })
     }
 }

@@ -17,6 +17,7 @@ mod host_keys;
 mod pipelines;
 mod probe;
 mod render;
+mod resume;
 mod scripts;
 mod slurmctl;
 mod smoke;

@@ -247,6 +247,7 @@ fn submit_job(
         array: None,
         probe: false,
         knobs_file: None,
+        resume: None,
     };
     let renderer = HandlebarsRenderer::new();
     let script = renderer.render(kind, &context).expect("renders");

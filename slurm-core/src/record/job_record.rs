@@ -13,12 +13,13 @@ use crate::state::JobState;
 use crate::storage::RemotePath;
 use crate::{Error, Result};
 
-use super::{BackendRef, JobId, TaskRecord, Transition, TransitionSource, Unsettled};
+use super::{BackendRef, JobId, Segment, TaskRecord, Transition, TransitionSource, Unsettled};
 
 /// The record format written by this version. Version 2 added the array tasks, the
 /// dependencies, the nodes and the node exclusions; version 3 made `unsettled` typed
-/// ([`Unsettled`]); older records read as they are.
-pub(crate) const SCHEMA_VERSION: u32 = 3;
+/// ([`Unsettled`]); version 4 added a resumable run's segments and restart count;
+/// older records read as they are.
+pub(crate) const SCHEMA_VERSION: u32 = 4;
 
 /// A job as slurm-run remembers it: what was submitted, where it runs, every state it
 /// entered. Read it through its accessors, one per field (a record changes only
@@ -75,6 +76,10 @@ pub struct JobRecord {
     pub(crate) unsettled: Option<Unsettled>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) retried_as: Option<JobId>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) segments: Vec<Segment>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) restarts: u32,
 }
 
 /// What a record says: one read accessor per field.
@@ -236,10 +241,27 @@ impl JobRecord {
     pub fn retried_as(&self) -> Option<&JobId> {
         self.retried_as.as_ref()
     }
+
+    /// A resumable run's segments, oldest first: each time the job ran, with its
+    /// scheduler job, nodes, start, end and how it ended. Empty for other records.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// How many times a resumable run was continued (after the wall, a preemption or
+    /// a node failure): what its command saw as `SLURM_RUN_RESTART_COUNT` in the
+    /// latest segment.
+    pub fn restarts(&self) -> u32 {
+        self.restarts
+    }
 }
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl JobRecord {
@@ -282,6 +304,8 @@ impl JobRecord {
             candidates: Vec::new(),
             unsettled: None,
             retried_as: None,
+            segments: Vec::new(),
+            restarts: 0,
         })
     }
 

@@ -12,7 +12,7 @@ use crate::state::{JobState, TransitionOutcome};
 use crate::{Error, Result};
 
 use super::tasks::{self, derive_state, summary, TaskMark};
-use super::{BackendRef, JobRecord, Transition, TransitionSource};
+use super::{BackendRef, JobRecord, SegmentNote, Transition, TransitionSource};
 
 /// A state change asked of a store: validated by the state machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +34,9 @@ pub struct Mark {
     /// Changes of an array's tasks (the record's state is then derived from them; a
     /// mark without tasks on an array applies its state to every task not ended).
     pub tasks: BTreeMap<u32, TaskMark>,
+    /// How the segment of a resumable run that ends with this mark ended, when the
+    /// backend knows (see [`JobRecord::segments`]).
+    pub segment: Option<SegmentNote>,
 }
 
 impl Mark {
@@ -48,7 +51,14 @@ impl Mark {
             nodes: None,
             node_fault: false,
             tasks: BTreeMap::new(),
+            segment: None,
         }
+    }
+
+    /// With how the segment that ends with this mark ended.
+    pub fn segment(mut self, note: SegmentNote) -> Self {
+        self.segment = Some(note);
+        self
     }
 
     /// With the nodes the job runs or ran on.
@@ -112,6 +122,7 @@ impl JobRecord {
         let now = Utc::now();
         match outcome {
             TransitionOutcome::Apply => {
+                let previous = self.state;
                 if self.state == JobState::Submitting {
                     // The submit is settled now (or ended): no note of why it was not.
                     self.unsettled = None;
@@ -136,6 +147,7 @@ impl JobRecord {
                     source: mark.source,
                     message,
                 });
+                self.note_segment(previous, mark.segment, now);
                 self.updated_at = now;
                 Ok(true)
             }

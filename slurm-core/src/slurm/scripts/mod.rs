@@ -65,6 +65,14 @@ exit_statuses! {
     }
 }
 
+exit_statuses! {
+    /// How the fresh continuation of a resumable run ([`CONTINUE_FRESH`]) fails.
+    pub(crate) enum ContinueFreshExit {
+        /// The marker could not be made, or sbatch refused the fresh job (its stderr says why).
+        Failed = 3 => "EXIT_FAILED",
+    }
+}
+
 /// Check the datasets and the image, unpack the staged job folder from stdin, verify
 /// its checksums, claim the attempt's folder, `sbatch --parsable` (its answer kept in
 /// that folder): a steady-state submit in one round trip.
@@ -101,6 +109,17 @@ pub(crate) const SETTLE: Script = framed(Script::new("settle", include_str!("set
 pub(crate) const FORGET_SECRETS: Script =
     Script::new("forget-secrets", include_str!("forget_secrets.sh"));
 
+/// A resumable job Slurm has just requeued: its begin time moved forward, and how its
+/// segment ended (the segments file's last line).
+pub(crate) const CONTINUE_SEGMENT: Script =
+    Script::new("continue-segment", include_str!("continue_segment.sh"));
+
+/// Continue a resumable run as a fresh job, once per restart (a marker in its job
+/// folder): the segments file's last line, `--`, then sbatch's answer.
+pub(crate) const CONTINUE_FRESH: Script =
+    Script::new("continue-fresh", include_str!("continue_fresh.sh"))
+        .with_exits(ContinueFreshExit::VARS);
+
 /// The last lines of several log files, concatenated.
 pub(crate) const TAIL_LOGS: Script = Script::new("tail-logs", include_str!("tail_logs.sh"));
 
@@ -130,8 +149,10 @@ pub(crate) const MISSING_PATHS: Script =
 
 /// Every script of the SLURM backend.
 #[cfg(any(test, feature = "testing"))]
-pub(crate) fn all() -> [Script; 14] {
+pub(crate) fn all() -> [Script; 16] {
     [
+        CONTINUE_FRESH,
+        CONTINUE_SEGMENT,
         SUBMIT,
         CONVERT_IMAGE,
         CHECK_SQSH,

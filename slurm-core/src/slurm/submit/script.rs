@@ -2,11 +2,11 @@
 //! rendered and linted (secrets, syntax) by the backend's renderer.
 
 use crate::redact::SecretRegistry;
-use crate::render::{ArrayContext, EnvVar, ScriptContext, TemplateKind};
+use crate::render::{ArrayContext, EnvVar, ResumeContext, ScriptContext, TemplateKind};
 use crate::slurm::config::SlurmConfig;
 use crate::slurm::context::Context;
-use crate::slurm::paths::{logs_dir, probe_knobs, sidecar, sweep_file};
-use crate::spec::normalise_sbatch_line;
+use crate::slurm::paths::{logs_dir, probe_knobs, resume_segments, sidecar, sweep_file};
+use crate::spec::{normalise_sbatch_line, BUDGET_USED_UP_EXIT, REQUEUE_REFUSED_EXIT};
 use crate::Result;
 
 use super::plan::SubmitPlan;
@@ -32,6 +32,31 @@ pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<
             mounts.push(mount.to_pyxis());
         }
     }
+    let resume = match &spec.resume {
+        Some(resume) => Some(ResumeContext {
+            signal: resume.signal.name().to_string(),
+            signal_number: resume.signal.number(),
+            warn_before_secs: resume.warn_before.as_secs(),
+            wall_secs: resources.wall.as_secs(),
+            max_restarts: resume.max_restarts,
+            checkpoints: resume.checkpoints.clone(),
+            segments_file: resume_segments(job_dir)?.as_str().to_string(),
+            budget_exit: BUDGET_USED_UP_EXIT,
+            refused_exit: REQUEUE_REFUSED_EXIT,
+        }),
+        None => None,
+    };
+    // The warning signal reaches every process of the job step (Slurm signals the
+    // whole step): the shell running a compound command must survive it, so its
+    // command (python, torchrun) gets it and can checkpoint.
+    let command = match &spec.resume {
+        Some(resume) => format!(
+            "trap : {}  # slurm-run: the resume signal is for the command, not this shell\n{}",
+            resume.signal.name(),
+            spec.command
+        ),
+        None => spec.command.clone(),
+    };
     let env_var = |(name, value): (&String, &String)| EnvVar {
         name: name.clone(),
         value: value.clone(),
@@ -51,7 +76,7 @@ pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<
         results_dir_in_job,
         image,
         container_mounts: mounts,
-        command: spec.command.clone(),
+        command,
         env_file: match plan.sidecar {
             true => Some(sidecar(job_dir, &plan.id)?.as_str().to_string()),
             false => None,
@@ -77,6 +102,7 @@ pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<
             .iter()
             .map(|line| normalise_sbatch_line(line))
             .collect::<Result<_>>()?,
+        resume,
         dependency: plan.dependency.clone(),
         exclude: plan.exclude.clone(),
         array: match &plan.array {
