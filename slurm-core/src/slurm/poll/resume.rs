@@ -35,21 +35,33 @@ pub(super) fn decide_resumable(
     reason: Option<&str>,
 ) -> Option<ResumeStep> {
     let budget = record.max_restarts()?;
+    let used_up = || {
+        ResumeStep::BudgetUsedUp(format!(
+            "the resume budget is used up: the run was continued {budget} time(s) (resume.max_restarts: {budget}) and its segment {} ended by the wall or a preemption again; raise resume.max_restarts or time, or make the command finish sooner",
+            record.restarts.saturating_add(1)
+        ))
+    };
+    // A fresh job continues the run, within the budget.
+    let fresh = || {
+        if record.restarts >= budget {
+            used_up()
+        } else {
+            ResumeStep::ContinueFresh
+        }
+    };
     match state {
-        JobState::Error if exit_code == Some(i32::from(BUDGET_USED_UP_EXIT)) => {
-            Some(ResumeStep::BudgetUsedUp(format!(
-                "the resume budget is used up: the run was continued {budget} time(s) (resume.max_restarts: {budget}) and its segment {} ended by the wall or a preemption again; raise resume.max_restarts or time, or make the command finish sooner",
-                record.restarts.saturating_add(1)
-            )))
-        }
+        JobState::Error if exit_code == Some(i32::from(BUDGET_USED_UP_EXIT)) => Some(used_up()),
         // Slurm refused the requeue the script asked for, or holds the job it requeued
-        // (MaxBatchRequeue reached, JOB_GETENV_FAILED): a fresh job continues the run.
-        JobState::Error if exit_code == Some(i32::from(REQUEUE_REFUSED_EXIT)) => {
-            Some(ResumeStep::ContinueFresh)
+        // (MaxBatchRequeue reached, JOB_GETENV_FAILED), or ended it at the wall (the
+        // command ignored the signal and the child timeout's TERM): a fresh job
+        // continues the run from its newest checkpoint.
+        JobState::Error
+            if exit_code == Some(i32::from(REQUEUE_REFUSED_EXIT))
+                || *base == SlurmBaseState::Timeout =>
+        {
+            Some(fresh())
         }
-        JobState::Pending if current == JobState::Running && is_held(base, reason) => {
-            Some(ResumeStep::ContinueFresh)
-        }
+        JobState::Pending if current == JobState::Running && is_held(base, reason) => Some(fresh()),
         JobState::Pending if current == JobState::Running => Some(ResumeStep::Continue),
         _ => None,
     }
