@@ -151,10 +151,18 @@ pub(super) fn merge(
             // final, so it waits a poll.
             let ended =
                 observation.source == "squeue" && map_state(&observation.state).0.is_terminal();
+            // A requeued job that then ends another way (cancelled while pending
+            // again) may still read in accounting as the run the requeue ended
+            // (NODE_FAIL): that row is an earlier run's, not this end.
             let settled = accounted
                 .get(&key.0)
                 .and_then(|rows| observe_sacct(rows, *key))
-                .filter(|s| map_state(&s.state).0.is_terminal());
+                .filter(|s| map_state(&s.state).0.is_terminal())
+                .filter(|s| {
+                    !(ended
+                        && is_requeue_cause(&s.state.base)
+                        && s.state.base != observation.state.base)
+                });
             let observation = match settled {
                 Some(sacct) if ended => sacct,
                 None if ended && accounting => Observation {

@@ -109,6 +109,37 @@ fn a_requeued_job_reads_as_its_newest_run_and_remembers_the_node_failure() {
     assert!(describe(&observed).contains("requeued by Slurm after NODE_FAIL (infra)"));
 }
 
+/// A job requeued after a node failure and cancelled while pending again, before
+/// slurmdbd has recorded the cancel: accounting's newest row is still the failed run.
+/// The poll waits for accounting rather than calling the job ERROR (the test bed's
+/// `a_node_failure_is_infra_or_a_requeue` read Error on Slurm 26.05 in CI).
+#[test]
+fn a_requeued_job_cancelled_before_accounting_knows_is_not_its_earlier_failure() {
+    let id: TaskKey = (SlurmJobId::new(9).unwrap(), None);
+    let out = |text: &str| Output {
+        status: 0,
+        stdout: text.as_bytes().to_vec(),
+        stderr: Vec::new(),
+    };
+    let squeue = out("9|CANCELLED|None||job-r\n");
+    let stale = out(
+        "9|9|NODE_FAIL|1:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:00:09|n2|job-r\n",
+    );
+    let waiting = &merge(&[id], &squeue, &stale).unwrap()[&id];
+    assert!(
+        !map_state(&waiting.state).0.is_terminal(),
+        "an earlier run's NODE_FAIL is not this end: {waiting:?}"
+    );
+    let settled =
+        out("9|9|CANCELLED by 0|0:0|None|2026-11-30T10:00:00|None|2026-11-30T10:00:20||job-r\n");
+    let done = &merge(&[id], &squeue, &settled).unwrap()[&id];
+    assert_eq!(map_state(&done.state).0, JobState::Canceled);
+    // A job that did fail on its node (no requeue) reads as such at once.
+    let failed = out("9|NODE_FAIL|None|n2|job-r\n");
+    let observed = &merge(&[id], &failed, &stale).unwrap()[&id];
+    assert_eq!(map_state(&observed.state).0, JobState::Error);
+}
+
 #[test]
 fn a_completed_job_with_a_cancelled_step_did_not_finish() {
     let sacct = "\
