@@ -206,12 +206,15 @@ async fn a_run_slurm_will_not_requeue_continues_as_a_fresh_job() {
     let done = wait_terminal(&h.backend, record.id(), 300).await;
     let record = done.into_record();
     assert_eq!(record.state(), JobState::Complete, "{record:?}");
-    assert_eq!(record.restarts(), 1, "{record:?}");
+    // Slurm may send the wall's signal up to a minute early (its time-limit check runs
+    // every 30 to 60 s), so the fresh job may itself be requeued by Slurm once more: at
+    // least two segments, the first the refused job, the second a fresh one.
     let jobs: Vec<&str> = record.segments().iter().map(|s| s.job()).collect();
-    assert_eq!(jobs.len(), 2, "{record:?}");
+    assert!(jobs.len() >= 2, "{record:?}");
+    assert_eq!(record.restarts() as usize, jobs.len() - 1, "{record:?}");
     assert_eq!(jobs[0], first);
     assert_ne!(jobs[1], first, "a fresh job: {record:?}");
-    assert_eq!(record.backend_ref().unwrap().native_id, jobs[1]);
+    assert_eq!(record.backend_ref().unwrap().native_id, jobs[jobs.len() - 1]);
     assert!(
         record.history().iter().any(|t| t.message().is_some_and(|m| m.contains(&format!("continued as the fresh job {}", jobs[1])))),
         "{record:?}"
