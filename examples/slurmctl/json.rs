@@ -2,8 +2,8 @@
 
 use serde_json::{json, Value};
 use slurm_run::prelude::{Error, JobRecord, LogStream};
-use slurm_run::Segment;
 use slurm_run::CredentialsStatus;
+use slurm_run::Segment;
 use slurm_run::{NativeStatus, PreflightCheck};
 
 use crate::exit::error_field;

@@ -76,7 +76,10 @@ impl Out {
         for status in statuses.iter().filter(|s| s.record().is_array()) {
             self.lines(text::task_groups(self.style, status));
         }
-        for status in statuses.iter().filter(|s| !s.record().segments().is_empty()) {
+        for status in statuses
+            .iter()
+            .filter(|s| !s.record().segments().is_empty())
+        {
             self.lines(text::segments(self.style, status.record()));
         }
     }

@@ -150,14 +150,20 @@ pub(crate) fn segments(style: Style, record: &JobRecord) -> Vec<String> {
         if record.restarts() == 1 { "" } else { "s" }
     )];
     let time = |at: chrono::DateTime<chrono::Utc>| {
-        at.with_timezone(&chrono::Local).format("%H:%M:%S").to_string()
+        at.with_timezone(&chrono::Local)
+            .format("%H:%M:%S")
+            .to_string()
     };
     for (n, segment) in record.segments().iter().enumerate() {
         let mut line = format!(
             "  {:>3}  slurm {}  {}  {} - {}",
             n + 1,
             segment.job(),
-            if segment.nodes().is_empty() { "-".to_string() } else { segment.nodes().join(",") },
+            if segment.nodes().is_empty() {
+                "-".to_string()
+            } else {
+                segment.nodes().join(",")
+            },
             time(segment.started_at()),
             segment.ended_at().map_or_else(|| "now".to_string(), time),
         );

@@ -267,11 +267,15 @@ pub(crate) fn wall_seconds(time: &str) -> Option<u64> {
     }
 }
 
-
 /// A resumable job's context: a signal name `kill -s` and `--signal` take, a warning
 /// inside the wall, a budget, an absolute segments file and a one-line glob.
 fn check_resume(c: &ScriptContext, resume: &slurm_core::ResumeContext) -> Result<()> {
-    if resume.signal.is_empty() || !resume.signal.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()) {
+    if resume.signal.is_empty()
+        || !resume
+            .signal
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+    {
         return Err(Error::invalid(
             "resume.signal",
             "must be a signal name without SIG, such as USR2",

@@ -75,7 +75,10 @@ fn resumable_scripts_pass_bash_n_and_the_lint_on_both_templates() {
     ] {
         let script = renderer.render(kind, &context).unwrap();
         assert_eq!(check_syntax(&script).unwrap(), vec![], "{kind}: bash -n");
-        assert!(script.contains("slurm_run_continue \"$slurm_run_status\""), "{kind}");
+        assert!(
+            script.contains("slurm_run_continue \"$slurm_run_status\""),
+            "{kind}"
+        );
         renderer
             .lint(&script, &SecretRegistry::new())
             .unwrap_or_else(|e| panic!("{kind}: {e}"));
@@ -164,7 +167,13 @@ impl Bed {
 
     /// The script of `command` (child timeout `child_timeout` s), started by bash with
     /// Slurm's restart count `restarts`.
-    fn start(&self, command: &str, child_timeout: u64, restarts: u32, env: &[(&str, &str)]) -> Child {
+    fn start(
+        &self,
+        command: &str,
+        child_timeout: u64,
+        restarts: u32,
+        env: &[(&str, &str)],
+    ) -> Child {
         let root = self.root();
         let context = ScriptContext {
             log_dir: format!("{root}/logs"),
@@ -213,13 +222,22 @@ impl Bed {
 fn wait_for(path: &Path) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !path.exists() {
-        assert!(Instant::now() < deadline, "{} never appeared", path.display());
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 fn status(child: Child) -> i32 {
-    child.wait_with_output().unwrap().status.code().unwrap_or(-1)
+    child
+        .wait_with_output()
+        .unwrap()
+        .status
+        .code()
+        .unwrap_or(-1)
 }
 
 /// What the command does in these tests: note its restart count and checkpoint, say it
@@ -247,7 +265,10 @@ fn a_warned_segment_checkpoints_and_is_requeued_with_its_line() {
         format!("restart=1 from={root}/job/ckpt/step-2.pt\n"),
         "the restart count and the newest non-empty checkpoint"
     );
-    assert_eq!(bed.read("job/resume/segments.tsv"), "1\twall\tckpt/step-5.pt\t7\n");
+    assert_eq!(
+        bed.read("job/resume/segments.tsv"),
+        "1\twall\tckpt/step-5.pt\t7\n"
+    );
 }
 
 #[test]
@@ -285,7 +306,10 @@ fn the_last_restart_of_the_budget_ends_the_run_with_the_budget_status() {
     bed.warn_when(&child, "job/started");
     assert_eq!(status(child), 85);
     assert_eq!(bed.read("requeues"), "");
-    assert_eq!(bed.read("job/resume/segments.tsv"), "2\tbudget\tckpt/step-5.pt\t7\n");
+    assert_eq!(
+        bed.read("job/resume/segments.tsv"),
+        "2\tbudget\tckpt/step-5.pt\t7\n"
+    );
 }
 
 #[test]

@@ -107,7 +107,13 @@ async fn a_two_node_container_run_of_three_segments_keeps_its_counter_and_secret
     spec.secrets = vec!["SLURM_RUN_TEST_RESUME_TOKEN".into()];
     let secret = "resume-secret-value-1234";
     let options = SubmitOptions {
-        secret_values: Some([("SLURM_RUN_TEST_RESUME_TOKEN".to_string(), secret.to_string())].into()),
+        secret_values: Some(
+            [(
+                "SLURM_RUN_TEST_RESUME_TOKEN".to_string(),
+                secret.to_string(),
+            )]
+            .into(),
+        ),
         ..SubmitOptions::default()
     };
     let slurm = SlurmSubmitOptions {
@@ -119,35 +125,69 @@ async fn a_two_node_container_run_of_three_segments_keeps_its_counter_and_secret
     let record = done.into_record();
     assert_eq!(record.state(), JobState::Complete, "{record:?}");
     assert!(record.restarts() >= 2, "{record:?}");
-    assert_eq!(record.segments().len() as u32, record.restarts() + 1, "{record:?}");
-    assert!(record.segments().iter().all(|s| s.nodes().len() == 2), "{record:?}");
-    assert_eq!(steps(&read(&h, &record, "progress-0.txt").await), (1..=total).collect::<Vec<_>>());
+    assert_eq!(
+        record.segments().len() as u32,
+        record.restarts() + 1,
+        "{record:?}"
+    );
+    assert!(
+        record.segments().iter().all(|s| s.nodes().len() == 2),
+        "{record:?}"
+    );
+    assert_eq!(
+        steps(&read(&h, &record, "progress-0.txt").await),
+        (1..=total).collect::<Vec<_>>()
+    );
     // Rank 1 resumes from rank 0's checkpoint: its steps rise within each segment.
     let rank1 = steps(&read(&h, &record, "progress-1.txt").await);
     assert_eq!(rank1.last(), Some(&total), "{rank1:?}");
     let restarts: Vec<String> = (0..record.restarts()).map(|n| n.to_string()).collect();
     for rank in ["0", "1"] {
         let warned = read(&h, &record, &format!("warned-{rank}")).await;
-        assert_eq!(warned.lines().collect::<Vec<_>>(), restarts, "rank {rank} warned in every continued segment");
+        assert_eq!(
+            warned.lines().collect::<Vec<_>>(),
+            restarts,
+            "rank {rank} warned in every continued segment"
+        );
         let tokens = read(&h, &record, &format!("token-{rank}")).await;
-        let digests: Vec<&str> = tokens.lines().filter_map(|l| l.split_once(' ').map(|p| p.1)).collect();
+        let digests: Vec<&str> = tokens
+            .lines()
+            .filter_map(|l| l.split_once(' ').map(|p| p.1))
+            .collect();
         assert_eq!(digests.len() as u32, record.restarts() + 1, "{tokens}");
-        assert!(digests.windows(2).all(|w| w[0] == w[1]) && digests[0] != "e3b0c44298fc1c14", "the secret in every segment: {tokens}");
+        assert!(
+            digests.windows(2).all(|w| w[0] == w[1]) && digests[0] != "e3b0c44298fc1c14",
+            "the secret in every segment: {tokens}"
+        );
     }
     let sidecar = remote(
         &h,
-        Command::new("bash").arg("-c").arg(r#"ls "$1"/env 2>/dev/null | wc -l"#).arg("ls").arg(record.results_dir().as_str()),
+        Command::new("bash")
+            .arg("-c")
+            .arg(r#"ls "$1"/env 2>/dev/null | wc -l"#)
+            .arg("ls")
+            .arg(record.results_dir().as_str()),
     )
     .await;
     assert_eq!(sidecar.trim(), "0", "the sidecar is gone at the end");
     assert!(!record.secrets_staged(), "{record:?}");
     let log = h
         .backend
-        .logs(record.id(), LogOptions { stream: LogStream::Out, tail: 1000, task: None })
+        .logs(
+            record.id(),
+            LogOptions {
+                stream: LogStream::Out,
+                tail: 1000,
+                task: None,
+            },
+        )
         .await
         .unwrap();
     assert!(!log.contains(secret));
-    assert!(log.contains("segment 3 of job"), "the log appends across segments: {log}");
+    assert!(
+        log.contains("segment 3 of job"),
+        "the log appends across segments: {log}"
+    );
 }
 
 /// Point 6: a run in the preemptible partition, preempted by a job of the GPU partition
@@ -158,30 +198,58 @@ async fn a_preempted_run_resumes_from_its_checkpoint() {
     let _cluster = cluster::exclusive().await;
     let h = harness();
     let total = 30;
-    let mut spec = resumable("resume-preempted", &counter(total), WallTime::from_minutes(5), 3);
+    let mut spec = resumable(
+        "resume-preempted",
+        &counter(total),
+        WallTime::from_minutes(5),
+        3,
+    );
     spec.partition = Some(PREEMPTIBLE.into());
-    let record = h.backend.submit(&spec, SubmitOptions::default()).await.unwrap();
-    wait_until(&h.backend, record.id(), 120, |s| s.state() == JobState::Running).await;
+    let record = h
+        .backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap();
+    wait_until(&h.backend, record.id(), 120, |s| {
+        s.state() == JobState::Running
+    })
+    .await;
     // A few steps in, a job that needs both nodes whole comes in a higher tier.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while steps(&read(&h, &record, "progress-0.txt").await).len() < 5 {
-        assert!(tokio::time::Instant::now() < deadline, "the run never counted");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run never counted"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let mut blocker = small_spec("resume-preemptor", "sleep 5");
     blocker.gpus_per_node = None;
     blocker.gpus = Some(16);
-    let preemptor = h.backend.submit(&blocker, SubmitOptions::default()).await.unwrap();
+    let preemptor = h
+        .backend
+        .submit(&blocker, SubmitOptions::default())
+        .await
+        .unwrap();
     let done = wait_terminal(&h.backend, record.id(), 360).await;
     let record = done.into_record();
     assert_eq!(record.state(), JobState::Complete, "{record:?}");
     assert_eq!(record.restarts(), 1, "{record:?}");
-    assert_eq!(record.segments()[0].ended(), Some(SegmentEnd::Preemption), "{record:?}");
-    assert!(
-        record.history().iter().any(|t| t.message().is_some_and(|m| m.starts_with("continued after a preemption: segment 2, resumes from ckpt/"))),
+    assert_eq!(
+        record.segments()[0].ended(),
+        Some(SegmentEnd::Preemption),
         "{record:?}"
     );
-    assert_eq!(steps(&read(&h, &record, "progress-0.txt").await), (1..=total).collect::<Vec<_>>());
+    assert!(
+        record.history().iter().any(|t| t.message().is_some_and(
+            |m| m.starts_with("continued after a preemption: segment 2, resumes from ckpt/")
+        )),
+        "{record:?}"
+    );
+    assert_eq!(
+        steps(&read(&h, &record, "progress-0.txt").await),
+        (1..=total).collect::<Vec<_>>()
+    );
     let preemptor = wait_terminal(&h.backend, preemptor.id(), 120).await;
     assert_eq!(preemptor.state(), JobState::Complete, "{preemptor:?}");
 }
@@ -194,9 +262,21 @@ async fn a_run_slurm_will_not_requeue_continues_as_a_fresh_job() {
     let _cluster = cluster::shared().await;
     let h = harness();
     let total = 40;
-    let spec = resumable("resume-refused", &counter(total), WallTime::from_minutes(1), 3);
-    let record = h.backend.submit(&spec, SubmitOptions::default()).await.unwrap();
-    wait_until(&h.backend, record.id(), 120, |s| s.state() == JobState::Running).await;
+    let spec = resumable(
+        "resume-refused",
+        &counter(total),
+        WallTime::from_minutes(1),
+        3,
+    );
+    let record = h
+        .backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap();
+    wait_until(&h.backend, record.id(), 120, |s| {
+        s.state() == JobState::Running
+    })
+    .await;
     let first = record.backend_ref().unwrap().native_id.clone();
     remote(
         &h,
@@ -214,12 +294,20 @@ async fn a_run_slurm_will_not_requeue_continues_as_a_fresh_job() {
     assert_eq!(record.restarts() as usize, jobs.len() - 1, "{record:?}");
     assert_eq!(jobs[0], first);
     assert_ne!(jobs[1], first, "a fresh job: {record:?}");
-    assert_eq!(record.backend_ref().unwrap().native_id, jobs[jobs.len() - 1]);
+    assert_eq!(
+        record.backend_ref().unwrap().native_id,
+        jobs[jobs.len() - 1]
+    );
     assert!(
-        record.history().iter().any(|t| t.message().is_some_and(|m| m.contains(&format!("continued as the fresh job {}", jobs[1])))),
+        record.history().iter().any(|t| t
+            .message()
+            .is_some_and(|m| m.contains(&format!("continued as the fresh job {}", jobs[1])))),
         "{record:?}"
     );
-    assert_eq!(steps(&read(&h, &record, "progress-0.txt").await), (1..=total).collect::<Vec<_>>());
+    assert_eq!(
+        steps(&read(&h, &record, "progress-0.txt").await),
+        (1..=total).collect::<Vec<_>>()
+    );
 }
 
 /// Point 2: a run Slurm holds after requeueing it (what MaxBatchRequeue launch failures
@@ -231,10 +319,25 @@ async fn a_held_run_continues_as_a_fresh_job() {
     let h = harness();
     let total = 20;
     let spec = resumable("resume-held", &counter(total), WallTime::from_minutes(2), 3);
-    let record = h.backend.submit(&spec, SubmitOptions::default()).await.unwrap();
-    wait_until(&h.backend, record.id(), 120, |s| s.state() == JobState::Running).await;
+    let record = h
+        .backend
+        .submit(&spec, SubmitOptions::default())
+        .await
+        .unwrap();
+    wait_until(&h.backend, record.id(), 120, |s| {
+        s.state() == JobState::Running
+    })
+    .await;
     let first = record.backend_ref().unwrap().native_id.clone();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // A few steps in (the command runs), the job is requeued held.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while steps(&read(&h, &record, "progress-0.txt").await).len() < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run never counted"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     admin(&h.testbed, "scontrol", &["requeuehold", &first]);
     let done = wait_terminal(&h.backend, record.id(), 300).await;
     let record = done.into_record();
@@ -242,7 +345,10 @@ async fn a_held_run_continues_as_a_fresh_job() {
     assert_eq!(record.segments().len(), 2, "{record:?}");
     assert_ne!(record.segments()[1].job(), first, "{record:?}");
     let held = slurm_state(&h, &first).await;
-    assert!(held.is_empty() || held == "CANCELLED", "the held job goes: {held}");
+    assert!(
+        held.is_empty() || held == "CANCELLED",
+        "the held job goes: {held}"
+    );
     let progress = steps(&read(&h, &record, "progress-0.txt").await);
     assert_eq!(progress.last(), Some(&total), "{progress:?}");
 }

@@ -50,7 +50,10 @@ impl SegmentEnd {
     pub fn continues(self) -> bool {
         matches!(
             self,
-            SegmentEnd::Wall | SegmentEnd::Preemption | SegmentEnd::NodeFailure | SegmentEnd::Requeued
+            SegmentEnd::Wall
+                | SegmentEnd::Preemption
+                | SegmentEnd::NodeFailure
+                | SegmentEnd::Requeued
         )
     }
 }

@@ -121,7 +121,9 @@ fn validate_checkpoint_glob(glob: &str) -> Result<()> {
         return bad("holds a control character; give a glob on one line, e.g. \"ckpt/*.pt\"");
     }
     if glob.starts_with('/') || glob.starts_with('~') {
-        return bad("is not under the job folder; give it relative to the job folder, e.g. \"ckpt/*.pt\"");
+        return bad(
+            "is not under the job folder; give it relative to the job folder, e.g. \"ckpt/*.pt\"",
+        );
     }
     if glob.split('/').any(|part| part == "..") {
         return bad("leaves the job folder (`..`); give a glob under it, e.g. \"ckpt/*.pt\"");
@@ -142,7 +144,8 @@ const SIGNALS: &[(&str, u8)] = &[
     ("XCPU", 24),
 ];
 
-/// The signal a resumable command is warned with: a name of [`SIGNALS`], `USR2` by default
+/// The signal a resumable command is warned with (HUP, INT, QUIT, USR1, USR2, ALRM, TERM,
+/// URG or XCPU), `USR2` by default
 /// (NCCL catches `USR1`, which is why peers moved to `USR2`). Written `USR2` or `SIGUSR2`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(into = "String")]
@@ -200,7 +203,9 @@ impl FromStr for ResumeSignal {
 }
 
 impl<'de> Deserialize<'de> for ResumeSignal {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
         text.parse().map_err(serde::de::Error::custom)
     }

@@ -85,7 +85,11 @@ pub async fn a_run_of_three_segments_completes_with_its_work_continuous<
     assert_eq!(done.state(), JobState::Complete, "{done:?}");
     let record = &done.record;
     assert!(record.restarts() >= 2, "three walls of work: {record:?}");
-    assert_eq!(record.segments().len() as u32, record.restarts() + 1, "{record:?}");
+    assert_eq!(
+        record.segments().len() as u32,
+        record.restarts() + 1,
+        "{record:?}"
+    );
     let ends: Vec<Option<SegmentEnd>> = record.segments().iter().map(|s| s.ended()).collect();
     assert_eq!(ends.last(), Some(&Some(SegmentEnd::Done)), "{ends:?}");
     for end in &ends[..ends.len() - 1] {
@@ -112,7 +116,11 @@ pub async fn a_run_of_three_segments_completes_with_its_work_continuous<
         })
         .collect();
     let steps: Vec<u32> = progress.iter().map(|(_, step)| *step).collect();
-    assert_eq!(steps, (1..=total).collect::<Vec<_>>(), "each step once, in order: {log}");
+    assert_eq!(
+        steps,
+        (1..=total).collect::<Vec<_>>(),
+        "each step once, in order: {log}"
+    );
     let restarts: Vec<u32> = progress.iter().map(|(restart, _)| *restart).collect();
     assert!(restarts.windows(2).all(|w| w[0] <= w[1]), "{restarts:?}");
     assert_eq!(restarts.first(), Some(&0), "{restarts:?}");

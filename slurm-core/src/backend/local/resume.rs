@@ -31,7 +31,12 @@ pub(super) struct LocalResume {
 
 impl LocalResume {
     /// The resume of `spec` for a job in `dir` whose wall is `wall` (both already scaled).
-    pub(super) fn new(spec: &ResumeSpec, dir: &Path, wall: Duration, warn_before: Duration) -> Self {
+    pub(super) fn new(
+        spec: &ResumeSpec,
+        dir: &Path,
+        wall: Duration,
+        warn_before: Duration,
+    ) -> Self {
         LocalResume {
             signal: i32::from(spec.signal.number()),
             warn_after: wall.saturating_sub(warn_before),

@@ -182,10 +182,10 @@ impl Observed {
                     }
                     Followup::Continue => {
                         let segments = resume_segments(&record.results_dir)?;
-                        commands.push(CONTINUE_SEGMENT.command([
-                            job.to_string(),
-                            segments.as_str().to_string(),
-                        ]));
+                        commands.push(
+                            CONTINUE_SEGMENT
+                                .command([job.to_string(), segments.as_str().to_string()]),
+                        );
                     }
                     Followup::ContinueFresh => {
                         let dir = &record.results_dir;

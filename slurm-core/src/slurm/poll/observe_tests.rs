@@ -326,30 +326,60 @@ fn a_resumable_records_requeues_and_ends_are_decided_by_what_its_script_said() {
     };
     let requeued = "9|PENDING|BeginTime||job-abcdef\n";
     let d = live(&record(true, 0), requeued);
-    assert_eq!((d.mark.state, d.followup), (JobState::Pending, Followup::Continue));
+    assert_eq!(
+        (d.mark.state, d.followup),
+        (JobState::Pending, Followup::Continue)
+    );
     let d = live(&record(false, 0), requeued);
-    assert_eq!((d.mark.state, d.followup), (JobState::Pending, Followup::None));
+    assert_eq!(
+        (d.mark.state, d.followup),
+        (JobState::Pending, Followup::None)
+    );
     let held = "9|PENDING|job requeued in held state||job-abcdef\n";
     let d = live(&record(true, 0), held);
     assert_eq!(d.followup, Followup::ContinueFresh);
     let d = ended(&record(true, 1), "FAILED", "85:0");
-    assert_eq!((d.mark.state, d.mark.err_class), (JobState::Error, Some(ErrorClass::Program)));
+    assert_eq!(
+        (d.mark.state, d.mark.err_class),
+        (JobState::Error, Some(ErrorClass::Program))
+    );
     let message = d.mark.message.clone().unwrap_or_default();
-    assert!(message.contains("resume budget is used up") && message.contains("max_restarts: 2"), "{message}");
+    assert!(
+        message.contains("resume budget is used up") && message.contains("max_restarts: 2"),
+        "{message}"
+    );
     let d = ended(&record(true, 1), "FAILED", "86:0");
-    assert_eq!((d.mark.state, d.followup), (JobState::Pending, Followup::ContinueFresh));
+    assert_eq!(
+        (d.mark.state, d.followup),
+        (JobState::Pending, Followup::ContinueFresh)
+    );
     let d = ended(&record(true, 1), "TIMEOUT", "0:15");
-    assert_eq!((d.mark.state, d.followup), (JobState::Pending, Followup::ContinueFresh));
+    assert_eq!(
+        (d.mark.state, d.followup),
+        (JobState::Pending, Followup::ContinueFresh)
+    );
     // At the budget, a fresh job is not submitted: the run ends naming it.
     let d = ended(&record(true, 2), "TIMEOUT", "0:15");
-    assert_eq!((d.mark.state, d.followup), (JobState::Error, Followup::None));
+    assert_eq!(
+        (d.mark.state, d.followup),
+        (JobState::Error, Followup::None)
+    );
     // The same statuses mean nothing special without a resume block.
     let d = ended(&record(false, 0), "FAILED", "85:0");
-    assert_eq!((d.mark.state, d.followup), (JobState::Error, Followup::Classify));
+    assert_eq!(
+        (d.mark.state, d.followup),
+        (JobState::Error, Followup::Classify)
+    );
     let d = ended(&record(false, 0), "TIMEOUT", "0:15");
-    assert_eq!((d.mark.state, d.mark.err_class), (JobState::Error, Some(ErrorClass::Program)));
+    assert_eq!(
+        (d.mark.state, d.mark.err_class),
+        (JobState::Error, Some(ErrorClass::Program))
+    );
     // Issue 21's defect: PREEMPTED was CANCELED; a preempted job the cluster cancels
     // is an infra failure a retry policy continues.
     let d = ended(&record(false, 0), "PREEMPTED", "0:15");
-    assert_eq!((d.mark.state, d.mark.err_class), (JobState::Error, Some(ErrorClass::Infra)));
+    assert_eq!(
+        (d.mark.state, d.mark.err_class),
+        (JobState::Error, Some(ErrorClass::Infra))
+    );
 }

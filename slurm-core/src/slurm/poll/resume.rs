@@ -10,7 +10,6 @@ use crate::spec::{BUDGET_USED_UP_EXIT, REQUEUE_REFUSED_EXIT};
 use crate::state::JobState;
 use crate::transport::Output;
 
-
 /// What a resumable record's observation asks for, beyond what any job's would.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum ResumeStep {
@@ -101,9 +100,13 @@ pub(super) fn apply_continue_fresh(record: &JobRecord, mark: &mut Mark, part: &O
         None
     };
     match job {
-        Some(SbatchOutcome::Submitted { job_id, cluster, .. }) => {
-            let cluster = cluster.or_else(|| record.backend_ref.as_ref().and_then(|r| r.cluster.clone()));
-            let mut message = format!(
+        Some(SbatchOutcome::Submitted {
+            job_id, cluster, ..
+        }) => {
+            let cluster =
+                cluster.or_else(|| record.backend_ref.as_ref().and_then(|r| r.cluster.clone()));
+            let mut message =
+                format!(
                 "continued as the fresh job {job_id} (Slurm would not requeue job {}): segment {}",
                 record.backend_ref.as_ref().map_or("?", |r| r.native_id.as_str()),
                 ended.saturating_add(2)
@@ -190,10 +193,7 @@ fn parse_segment_line(line: &str) -> Option<(u32, SegmentEnd, Option<String>)> {
         "preemption" => SegmentEnd::Preemption,
         _ => return None,
     };
-    let checkpoint = fields
-        .next()
-        .filter(|c| !c.is_empty())
-        .map(str::to_string);
+    let checkpoint = fields.next().filter(|c| !c.is_empty()).map(str::to_string);
     Some((count, end, checkpoint))
 }
 
@@ -228,7 +228,12 @@ mod tests {
             assert!(is_held(&pending, Some(reason)), "{reason}");
         }
         assert!(is_held(&SlurmBaseState::RequeueHold, None));
-        for reason in [Some("BeginTime"), Some("JobHeldUser"), Some("Priority"), None] {
+        for reason in [
+            Some("BeginTime"),
+            Some("JobHeldUser"),
+            Some("Priority"),
+            None,
+        ] {
             assert!(!is_held(&pending, reason), "{reason:?}");
         }
     }
