@@ -287,21 +287,22 @@ async fn a_run_slurm_will_not_requeue_continues_as_a_fresh_job() {
     let record = done.into_record();
     assert_eq!(record.state(), JobState::Complete, "{record:?}");
     // Slurm may send the wall's signal up to a minute early (its time-limit check runs
-    // every 30 to 60 s), so the fresh job may itself be requeued by Slurm once more: at
-    // least two segments, the first the refused job, the second a fresh one.
+    // every 30 to 60 s): Slurm may requeue the job itself before the test disables it,
+    // and the fresh job may be requeued once more. So: the segments of the first job,
+    // then a fresh job the record follows, announced as such.
     let jobs: Vec<&str> = record.segments().iter().map(|s| s.job()).collect();
-    assert!(jobs.len() >= 2, "{record:?}");
     assert_eq!(record.restarts() as usize, jobs.len() - 1, "{record:?}");
     assert_eq!(jobs[0], first);
-    assert_ne!(jobs[1], first, "a fresh job: {record:?}");
-    assert_eq!(
-        record.backend_ref().unwrap().native_id,
-        jobs[jobs.len() - 1]
+    let fresh = jobs.iter().position(|j| *j != first).expect("a fresh job");
+    assert!(
+        jobs[fresh..].iter().all(|j| *j == jobs[fresh]),
+        "{record:?}"
     );
+    assert_eq!(record.backend_ref().unwrap().native_id, jobs[fresh]);
     assert!(
         record.history().iter().any(|t| t
             .message()
-            .is_some_and(|m| m.contains(&format!("continued as the fresh job {}", jobs[1])))),
+            .is_some_and(|m| m.contains(&format!("continued as the fresh job {}", jobs[fresh])))),
         "{record:?}"
     );
     assert_eq!(

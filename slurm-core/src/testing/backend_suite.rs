@@ -49,7 +49,9 @@ use crate::spec::{ArraySpec, JobSpec, Scalar, Sweep, TaskSet, WallTime};
 use crate::state::JobState;
 use crate::{ErrorKind, Result};
 
-pub use super::backend_resume::{
+mod resume;
+
+pub use resume::{
     a_cancel_after_a_continuation_stops_the_run, a_failure_inside_a_segment_is_not_continued,
     a_run_of_three_segments_completes_with_its_work_continuous,
     a_run_over_its_budget_ends_error_naming_it,

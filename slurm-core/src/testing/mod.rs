@@ -4,7 +4,6 @@
 //! commands or inject faults, records in the states a crash leaves behind
 //! ([`RecordFixture`]), and the scripts' full texts for linting.
 
-mod backend_resume;
 pub mod backend_suite;
 mod counting;
 mod faults;

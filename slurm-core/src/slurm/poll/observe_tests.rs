@@ -375,8 +375,37 @@ fn a_resumable_records_requeues_and_ends_are_decided_by_what_its_script_said() {
         (d.mark.state, d.mark.err_class),
         (JobState::Error, Some(ErrorClass::Program))
     );
+    // A resumable run the cluster preempted by cancelling it (PreemptMode=CANCEL) is
+    // continued on its record, from its checkpoint, within the budget.
+    let preempted = record(true, 0);
+    let mut d = ended(&preempted, "PREEMPTED", "0:15");
+    assert_eq!(
+        (d.mark.state, d.followup),
+        (JobState::Pending, Followup::ContinueFresh)
+    );
+    // The fresh job's answer: the segment ended by the preemption, the record follows it.
+    super::super::resume::apply_continue_fresh(&preempted, &mut d.mark, &out("\n--\n10\n"));
+    let message = d.mark.message.clone().unwrap_or_default();
+    assert!(
+        message.starts_with("continued as the fresh job 10 (the cluster cancelled job")
+            && message.contains("at a preemption): segment 2"),
+        "{message}"
+    );
+    assert_eq!(
+        d.mark.backend_ref.as_ref().map(|r| r.native_id.as_str()),
+        Some("10")
+    );
+    assert_eq!(
+        d.mark.segment.as_ref().and_then(|n| n.end),
+        Some(crate::record::SegmentEnd::Preemption)
+    );
+    let d = ended(&record(true, 2), "PREEMPTED", "0:15");
+    assert_eq!(
+        (d.mark.state, d.followup),
+        (JobState::Error, Followup::None)
+    );
     // Issue 21's defect: PREEMPTED was CANCELED; a preempted job the cluster cancels
-    // is an infra failure a retry policy continues.
+    // is an infra failure a retry policy continues (as a linked record).
     let d = ended(&record(false, 0), "PREEMPTED", "0:15");
     assert_eq!(
         (d.mark.state, d.mark.err_class),

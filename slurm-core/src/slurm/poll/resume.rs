@@ -52,11 +52,12 @@ pub(super) fn decide_resumable(
         JobState::Error if exit_code == Some(i32::from(BUDGET_USED_UP_EXIT)) => Some(used_up()),
         // Slurm refused the requeue the script asked for, or holds the job it requeued
         // (MaxBatchRequeue reached, JOB_GETENV_FAILED), or ended it at the wall (the
-        // command ignored the signal and the child timeout's TERM): a fresh job
-        // continues the run from its newest checkpoint.
+        // command ignored the signal and the child timeout's TERM), or cancelled it at a
+        // preemption (PreemptMode=CANCEL): a fresh job continues the run from its
+        // newest checkpoint, on the same record.
         JobState::Error
             if exit_code == Some(i32::from(REQUEUE_REFUSED_EXIT))
-                || *base == SlurmBaseState::Timeout =>
+                || matches!(base, SlurmBaseState::Timeout | SlurmBaseState::Preempted) =>
         {
             Some(fresh())
         }
@@ -89,11 +90,14 @@ pub(super) fn apply_continue_fresh(record: &JobRecord, mark: &mut Mark, part: &O
     let (line, answer) = text.split_once("\n--\n").unwrap_or((text.as_str(), ""));
     let ended = record.restarts;
     let fresh = parse_segment_line(line.trim_end()).filter(|(count, _, _)| *count == ended);
+    let native = mark.message.take().unwrap_or_default();
+    // The cluster cancelled the job at a preemption (PreemptMode=CANCEL).
+    let preempted = native.starts_with("PREEMPTED");
     let (end, checkpoint) = match fresh {
         Some((_, end, checkpoint)) => (end, checkpoint),
+        None if preempted => (SegmentEnd::Preemption, None),
         None => (SegmentEnd::Requeued, None),
     };
-    let native = mark.message.take().unwrap_or_default();
     let job = if part.success() {
         parse_sbatch_parsable(answer, &part.stderr_text()).ok()
     } else {
@@ -105,10 +109,17 @@ pub(super) fn apply_continue_fresh(record: &JobRecord, mark: &mut Mark, part: &O
         }) => {
             let cluster =
                 cluster.or_else(|| record.backend_ref.as_ref().and_then(|r| r.cluster.clone()));
-            let mut message =
-                format!(
-                "continued as the fresh job {job_id} (Slurm would not requeue job {}): segment {}",
-                record.backend_ref.as_ref().map_or("?", |r| r.native_id.as_str()),
+            let old = record
+                .backend_ref
+                .as_ref()
+                .map_or("?", |r| r.native_id.as_str());
+            let why = if preempted {
+                format!("the cluster cancelled job {old} at a preemption")
+            } else {
+                format!("Slurm would not requeue job {old}")
+            };
+            let mut message = format!(
+                "continued as the fresh job {job_id} ({why}): segment {}",
                 ended.saturating_add(2)
             );
             if let Some(checkpoint) = &checkpoint {

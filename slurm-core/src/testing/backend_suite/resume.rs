@@ -1,6 +1,6 @@
 //! The Backend conformance suite's cases of a resumable run (a spec's `resume` block):
 //! one-minute walls, a command that counts, checkpoints its count when warned and
-//! resumes from it. Part of [`backend_suite`](super::backend_suite).
+//! resumes from it. Part of [`backend_suite`](super).
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +10,7 @@ use crate::record::SegmentEnd;
 use crate::spec::{JobSpec, ResumeSpec, WallTime};
 use crate::state::JobState;
 
-use super::backend_suite::{submit_case_job, wait_terminal_within, BackendFixture};
+use super::{submit_case_job, wait_terminal_within, BackendFixture};
 
 /// The wall time of the cases' jobs (Slurm's smallest) and the warning before it.
 const WALL: WallTime = WallTime::from_minutes(1);
