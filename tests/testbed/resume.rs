@@ -75,6 +75,33 @@ fn steps(progress: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Submit `spec` and wait until it runs: its record and its first SLURM job.
+async fn running(h: &Harness, spec: &JobSpec) -> (JobRecord, String) {
+    let record = h
+        .backend
+        .submit(spec, SubmitOptions::default())
+        .await
+        .unwrap();
+    wait_until(&h.backend, record.id(), 120, |s| {
+        s.state() == JobState::Running
+    })
+    .await;
+    let first = record.backend_ref().unwrap().native_id.clone();
+    (record, first)
+}
+
+/// Wait (a minute at most) until the run's rank 0 has counted `n` steps.
+async fn counted(h: &Harness, record: &JobRecord, n: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while steps(&read(h, record, "progress-0.txt").await).len() < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run never counted"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// The SLURM state of `id` (the test asks, not the library).
 async fn slurm_state(h: &Harness, id: &str) -> String {
     remote(
@@ -205,24 +232,9 @@ async fn a_preempted_run_resumes_from_its_checkpoint() {
         3,
     );
     spec.partition = Some(PREEMPTIBLE.into());
-    let record = h
-        .backend
-        .submit(&spec, SubmitOptions::default())
-        .await
-        .unwrap();
-    wait_until(&h.backend, record.id(), 120, |s| {
-        s.state() == JobState::Running
-    })
-    .await;
+    let (record, _) = running(&h, &spec).await;
     // A few steps in, a job that needs both nodes whole comes in a higher tier.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while steps(&read(&h, &record, "progress-0.txt").await).len() < 5 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the run never counted"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    counted(&h, &record, 5).await;
     let mut blocker = small_spec("resume-preemptor", "sleep 5");
     blocker.gpus_per_node = None;
     blocker.gpus = Some(16);
@@ -268,16 +280,7 @@ async fn a_run_slurm_will_not_requeue_continues_as_a_fresh_job() {
         WallTime::from_minutes(1),
         3,
     );
-    let record = h
-        .backend
-        .submit(&spec, SubmitOptions::default())
-        .await
-        .unwrap();
-    wait_until(&h.backend, record.id(), 120, |s| {
-        s.state() == JobState::Running
-    })
-    .await;
-    let first = record.backend_ref().unwrap().native_id.clone();
+    let (record, first) = running(&h, &spec).await;
     remote(
         &h,
         Command::new("scontrol").args(["update", &format!("JobId={first}"), "Requeue=0"]),
@@ -320,25 +323,9 @@ async fn a_held_run_continues_as_a_fresh_job() {
     let h = harness();
     let total = 20;
     let spec = resumable("resume-held", &counter(total), WallTime::from_minutes(2), 3);
-    let record = h
-        .backend
-        .submit(&spec, SubmitOptions::default())
-        .await
-        .unwrap();
-    wait_until(&h.backend, record.id(), 120, |s| {
-        s.state() == JobState::Running
-    })
-    .await;
-    let first = record.backend_ref().unwrap().native_id.clone();
+    let (record, first) = running(&h, &spec).await;
     // A few steps in (the command runs), the job is requeued held.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while steps(&read(&h, &record, "progress-0.txt").await).len() < 3 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the run never counted"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    counted(&h, &record, 3).await;
     admin(&h.testbed, "scontrol", &["requeuehold", &first]);
     let done = wait_terminal(&h.backend, record.id(), 300).await;
     let record = done.into_record();
