@@ -68,6 +68,10 @@ pub use slurm_core::{
     Scalar, Sweep, TaskSet, WallTime, RESTART_COUNT_VAR, RESUME_FROM_VAR,
 };
 pub use slurm_core::{LogOptions, LogStream, RetryPolicy, SubmitOptions, WatchOptions};
+// Into a running job: a port forward, a command beside it, the node they reach.
+pub use slurm_core::{
+    CodeSent, CodeSpec, ExecOptions, ForwardOptions, JobForward, NodeChoice, OutputChunk,
+};
 // What comes out: records, their states, the answers.
 pub use slurm_core::{
     JobId, JobRecord, JobState, JobStatus, NativeStatus, PreflightCheck, PreflightReport,

@@ -62,6 +62,22 @@ root_slurm_version() {
   chroot "$TB_ROOT" /usr/sbin/slurmctld -V 2>/dev/null
 }
 
+# Remove a root filesystem folder, first unmounting what is still mounted under it (an
+# mmdebstrap killed mid-way, by a full disk or a signal, leaves the host's /dev, /dev/shm,
+# /sys and /proc bound inside: a plain rm -rf would empty the host's /dev/shm through
+# them). Deepest mounts first; rm never crosses into another filesystem whatever is left.
+root_remove() {
+  local path=$1 mounts
+  [ -e "$path" ] || return 0
+  mapfile -t mounts < <(awk -v root="$(realpath "$path")" \
+    '$5 == root || index($5, root "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+  if [ "${#mounts[@]}" -gt 0 ]; then
+    log "unmounting ${#mounts[@]} leftover mounts under $path"
+    umount -l "${mounts[@]}" || die "could not unmount what is mounted under $path (see /proc/self/mountinfo)"
+  fi
+  rm -rf --one-file-system "$path"
+}
+
 # Make the root filesystem once (about a minute), cached: a stamp in it holds its recipe.
 root_make() {
   local stamp="$TB_ROOT/.slurm-run-rootfs" recipe args
@@ -73,10 +89,10 @@ root_make() {
   ! namespace_alive || die "the root filesystem of $TB_DIR changed recipe while the test bed runs: testbed/down first"
   command -v mmdebstrap >/dev/null 2>&1 || die "mmdebstrap is missing (apt-get install mmdebstrap)"
   log "making the Slurm $TB_SLURM root filesystem ($(release_suite), mmdebstrap; once, about a minute)"
-  rm -rf "$TB_ROOT.new"
+  root_remove "$TB_ROOT.new"
   mmdebstrap "${args[@]}" >"$TB_DIR/log/rootfs.log" 2>&1 ||
     die "mmdebstrap did not make the Slurm $TB_SLURM root filesystem (see $TB_DIR/log/rootfs.log)"
-  rm -rf "$TB_ROOT"
+  root_remove "$TB_ROOT"
   mv "$TB_ROOT.new" "$TB_ROOT"
   case $(root_slurm_version) in
     *" $TB_SLURM".*) ;;

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use slurm_run::prelude::{Error, JobId, LogOptions, NcclProbe};
+use slurm_run::NodeChoice;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -148,11 +149,68 @@ pub(crate) enum Cmd {
         /// A job spec (.yaml, .yml or .json).
         spec: PathBuf,
     },
+    /// Forward a local port to a port of a running job's node (its first, unless --node,
+    /// --task or --role says); prints http://127.0.0.1:LOCAL and runs until interrupted
+    /// or the job ends.
+    Forward {
+        /// Record id.
+        id: String,
+        /// The port the job listens on.
+        #[arg(long, value_name = "REMOTE")]
+        port: u16,
+        /// The local port on 127.0.0.1 (default: a free one).
+        #[arg(long, value_name = "LOCAL", default_value_t = 0)]
+        local: u16,
+        #[command(flatten)]
+        node: NodeFlags,
+        /// Seconds between checks that the job still runs.
+        #[arg(long, default_value_t = 5.0, value_name = "SECS")]
+        interval: f64,
+    },
+    /// Run a command beside a running job (a step overlapping its allocation, in its
+    /// container image when it has one); streams its output and exits with its status.
+    Exec {
+        /// Record id.
+        id: String,
+        /// The node of the job, counted from 0 (default: its first).
+        #[arg(long, value_name = "N")]
+        node: Option<usize>,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
     /// enroot's credentials for a private registry on the cluster (once per cluster and user).
     Credentials {
         #[command(subcommand)]
         action: CredentialsCmd,
     },
+}
+
+/// Which node of a job a forward reaches (one of the three at most).
+#[derive(Debug, Args)]
+#[group(multiple = false)]
+pub(crate) struct NodeFlags {
+    /// The node of the job, counted from 0.
+    #[arg(long, value_name = "N")]
+    pub(crate) node: Option<usize>,
+    /// The first node of this task of an array job.
+    #[arg(long, value_name = "N")]
+    pub(crate) task: Option<u32>,
+    /// The first node of this role of a multi-role job.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) role: Option<String>,
+}
+
+impl NodeFlags {
+    /// The library's node choice.
+    pub(crate) fn choice(&self) -> NodeChoice {
+        match (self.node, self.task, &self.role) {
+            (Some(n), _, _) => NodeChoice::Index(n),
+            (_, Some(t), _) => NodeChoice::Task(t),
+            (_, _, Some(r)) => NodeChoice::Role(r.clone()),
+            _ => NodeChoice::First,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

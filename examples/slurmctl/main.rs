@@ -16,6 +16,11 @@
 //!                                    cluster and user (the secret on stdin, or in VAR)
 //! slurmctl credentials check REGISTRY   present (exit 0) or absent (exit 2)
 //! slurmctl credentials remove REGISTRY
+//! slurmctl forward ID --port REMOTE [--local LOCAL] [--node N | --task N | --role NAME]
+//!                                    a local port to a port of a running job's node,
+//!                                    until interrupted (exit 130) or the job ends (exit 0)
+//! slurmctl exec ID [--node N] -- CMD...   a command beside a running job, its output
+//!                                    streamed, its exit status ours
 //! ```
 //!
 //! Configuration comes from the environment (`SLURM_HOSTNAME`, `SLURM_USER`,

@@ -83,6 +83,13 @@ pub(crate) fn jobs_table(
             .collect();
         lines.push(cells.join("  ").trim_end().to_string());
     }
+    // What a reason means where its name does not say it (a hold, a limit), under the
+    // table: one line a job.
+    for &(record, native) in jobs {
+        if let Some(note) = native.and_then(|n| n.reason_note.as_deref()) {
+            lines.push(format!("{}: {note}", record.id()));
+        }
+    }
     lines
 }
 

@@ -34,7 +34,10 @@
 //! - **The `Transport` seam**, where commands run: [`Transport`], [`Command`], [`Output`],
 //!   [`shell_quote`] (the one quoting function), [`round_trip`] (several commands in one),
 //!   [`Script`] (a fixed remote script, its exit statuses named once with [`exit_statuses!`]),
-//!   [`LocalTransport`].
+//!   [`LocalTransport`]; into a running job: port forwards ([`Transport::forward`] to a
+//!   [`ForwardTarget`], held open by a [`Forwarding`]; [`listen_and_forward`],
+//!   [`free_local_port`]) and streamed output ([`Transport::run_streamed`] into an
+//!   [`OutputSink`] of [`OutputChunk`]s; [`stream_process`]).
 //! - **The `Renderer` seam**, how the batch script is written: [`Renderer`],
 //!   [`ScriptContext`] (with [`EnvVar`], [`ArrayContext`]), [`TemplateKind`],
 //!   [`LintFinding`]; the one rule for names ([`validate_safe_name`], [`validate_shell_name`],
@@ -48,7 +51,10 @@
 //!   processes); [`SlurmBackend`] with its [`SlurmConfig`] ([`SlurmConfig::builder`] gives
 //!   a [`SlurmConfigBuilder`]; [`default_state_dir`]; [`SETTLE_AFTER`]), [`SlurmSubmitOptions`] and
 //!   [`SlurmJobId`]; enroot's registry credentials ([`CredentialsStatus`],
-//!   [`credential_machines`]); the NCCL probe ([`ProbeOptions`], [`ProbeReport`] of
+//!   [`credential_machines`]); into a running job ([`SlurmBackend::forward`] with
+//!   [`ForwardOptions`], held by a [`JobForward`]; [`SlurmBackend::exec`] with
+//!   [`ExecOptions`]; the node both reach, a [`NodeChoice`]); a code tree's upload
+//!   ([`SlurmBackend::on_code_progress`] hears [`CodeSent`]); the NCCL probe ([`ProbeOptions`], [`ProbeReport`] of
 //!   [`ProbeAttempt`]s and their [`ProbeOutcome`]), its per-cluster knob cache
 //!   ([`ClusterKnobs`], [`ShapeKnobs`], [`KnobSet`]) and the labels of a probe's record
 //!   ([`PROBE_LABEL`], [`PROBE_SHAPE_LABEL`], [`PROBE_VERDICT_LABEL`]).
@@ -70,6 +76,7 @@
 
 mod backend;
 mod classify;
+mod code;
 mod dependency;
 mod error;
 mod image;
@@ -94,9 +101,9 @@ pub use error::{CheckKind, Error, ErrorKind, Result};
 // The job spec.
 pub use dependency::{Dependency, DependencyCondition, DependencyVerdict};
 pub use spec::{
-    validate_sbatch_line, ArraySpec, CompletionCheck, JobSpec, Limits, NcclProbe, Resources,
-    ResumeSignal, ResumeSpec, Scalar, SpecDefaults, Sweep, TaskSet, WallTime, RESTART_COUNT_VAR,
-    RESUME_FROM_VAR,
+    validate_sbatch_line, ArraySpec, CodeSpec, CompletionCheck, JobSpec, Limits, NcclProbe,
+    Resources, ResumeSignal, ResumeSpec, Scalar, SpecDefaults, Sweep, TaskSet, WallTime,
+    RESTART_COUNT_VAR, RESUME_FROM_VAR,
 };
 pub use storage::RemotePath;
 
@@ -115,7 +122,10 @@ pub use backend::{
 pub use classify::RetryPolicy;
 
 // The Transport seam: where commands run.
-pub use transport::{round_trip, shell_quote, Command, LocalTransport, Output, Script, Transport};
+pub use transport::{
+    free_local_port, listen_and_forward, round_trip, shell_quote, stream_process, Command,
+    ForwardTarget, Forwarding, LocalTransport, Output, OutputChunk, OutputSink, Script, Transport,
+};
 
 // The Renderer seam: how the batch script is written, and the secrets it must not hold.
 pub use redact::{is_secret_name, SecretRegistry, MIN_SECRET_LEN, REDACTED};
@@ -136,6 +146,7 @@ pub use nccl::{
     PROBE_LABEL, PROBE_SHAPE_LABEL, PROBE_VERDICT_LABEL,
 };
 pub use slurm::{
-    credential_machines, default_state_dir, CredentialsStatus, SlurmBackend, SlurmConfig,
-    SlurmConfigBuilder, SlurmJobId, SlurmSubmitOptions, SETTLE_AFTER,
+    credential_machines, default_state_dir, CodeSent, CredentialsStatus, ExecOptions,
+    ForwardOptions, JobForward, NodeChoice, SlurmBackend, SlurmConfig, SlurmConfigBuilder,
+    SlurmJobId, SlurmSubmitOptions, SETTLE_AFTER,
 };

@@ -16,7 +16,8 @@
 //! ```
 //!
 //! Further keys: `account`, `gpus` (total), `memory` (`64G`), `child_timeout`
-//! (a wall-time form), `datasets` (storage URIs), `supporting_files`,
+//! (a wall-time form), `datasets` (storage URIs), `supporting_files`, `code` (a local
+//! directory sent with the job: `./src` or `{path, exclude, allow_dirty}`),
 //! `extra_sbatch` (options such as `--qos=high`), `extra_env`, `labels`
 //! (`{arch: ..., action: ...}`), `completion_check` (`exit_code` or
 //! `status_json`), `allow_registry_image`, `force_reconvert_latest` (convert a
@@ -53,6 +54,7 @@ use crate::storage::{MountSpec, StorageUri};
 use crate::{Error, Result};
 
 mod array;
+mod code;
 mod probe;
 mod resume;
 mod validate;
@@ -62,6 +64,7 @@ use crate::dependency::Dependency;
 use crate::names::{validate_safe_name, validate_shell_name};
 pub(crate) use array::{ArrayPlan, MAX_TASKS};
 pub use array::{ArraySpec, Scalar, Sweep, TaskSet};
+pub use code::CodeSpec;
 pub use probe::NcclProbe;
 pub use resume::{ResumeSignal, ResumeSpec, RESTART_COUNT_VAR, RESUME_FROM_VAR};
 pub(crate) use resume::{BUDGET_USED_UP_EXIT, REQUEUE_REFUSED_EXIT};
@@ -115,6 +118,10 @@ pub struct JobSpec {
     /// Local files to stage next to the job.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub supporting_files: Vec<String>,
+    /// A local directory sent with the job, content-addressed, read-only at
+    /// `SLURM_RUN_CODE_DIR` (see [`CodeSpec`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<CodeSpec>,
     /// The partition (or a comma list); defaults from SLURM_PARTITION.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<String>,
@@ -295,6 +302,7 @@ impl JobSpec {
             secrets: Vec::new(),
             datasets: Vec::new(),
             supporting_files: Vec::new(),
+            code: None,
             partition: None,
             account: None,
             nodes: None,
@@ -434,6 +442,9 @@ impl JobSpec {
                     "an entry is empty or holds NUL/newline; give a file path",
                 ));
             }
+        }
+        if let Some(code) = &self.code {
+            code.validate()?;
         }
         if let Some(p) = &self.partition {
             validate_partition(p)?;

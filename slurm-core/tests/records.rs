@@ -111,6 +111,9 @@ fn every_field_reads_through_its_accessor() {
     assert_eq!(record.nodes(), ["n01", "n02"]);
     assert!(record.node_fault());
     assert_eq!(record.excluded_nodes(), ["n07"]);
+    // Schema 4's fields, absent from older records, read empty.
+    assert_eq!(record.scheduler_release(), None);
+    assert!(record.failed_nodes().is_empty());
     assert_eq!(record.secret_names(), ["HF_TOKEN"]);
     assert!(record.secrets_staged());
     assert_eq!(record.submit_attempts(), Some(2));

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use slurm_core::{Command, Error, ErrorKind, Output, Result, Transport};
+use slurm_core::{
+    free_local_port, stream_process, Command, Error, ErrorKind, ForwardTarget, Forwarding, Output,
+    OutputSink, Result, Transport,
+};
 
 use crate::hosts::HostSpec;
 use crate::process::{ProcessShellConfig, ProcessShellTransport};
@@ -201,6 +204,11 @@ impl OpenSshTransport {
         OpenSshTransportBuilder::from_env()?.build()
     }
 
+    /// The login host that last worked (the one a forward or a streamed command uses).
+    fn current_host(&self) -> &HostSpec {
+        &self.hosts[self.current.load(Ordering::Relaxed) % self.hosts.len()].0
+    }
+
     /// Whether the master of the first login host is up (`ssh -O check`); the error
     /// says how to start one.
     pub async fn check_master(&self) -> Result<()> {
@@ -230,6 +238,52 @@ fn every_host_failed(failures: Vec<(String, Error)>) -> Error {
         Error::Auth { host, message }
     } else {
         Error::Connect { host, message }
+    }
+}
+
+/// Ask the master of `host` to open (`-O forward`) or close (`-O cancel`) the local
+/// forward `spec` (`127.0.0.1:LOCAL:HOST:PORT`).
+fn master_forward(
+    builder: &OpenSshTransportBuilder,
+    host: &HostSpec,
+    operation: &str,
+    spec: &str,
+) -> Result<()> {
+    let mut args = builder.common_args(host);
+    args.extend(["-O".into(), operation.into(), "-L".into(), spec.into()]);
+    args.push(host.host.clone());
+    let output = std::process::Command::new(&builder.ssh_program)
+        .args(&args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| Error::io(format!("run `{} -O {operation}`", builder.ssh_program), e))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&output.stderr).trim().to_string();
+    Err(Error::Connect {
+        host: host.to_string(),
+        message: format!(
+            "the ControlMaster at {} refused the forward {spec} (ssh -O {operation}: {said}); \
+             a local port in use needs another --local port, and a master started with \
+             ClearAllForwardings or a server with AllowTcpForwarding=no cannot forward",
+            builder.control_path
+        ),
+    })
+}
+
+/// Cancels a master's forward when dropped.
+struct MasterForward {
+    builder: OpenSshTransportBuilder,
+    host: HostSpec,
+    spec: String,
+}
+
+impl Drop for MasterForward {
+    fn drop(&mut self) {
+        if let Err(error) = master_forward(&self.builder, &self.host, "cancel", &self.spec) {
+            tracing::warn!(%error, "cancelling a forward failed");
+        }
     }
 }
 
@@ -286,6 +340,47 @@ impl Transport for OpenSshTransport {
             1 => failures.remove(0).1,
             _ => every_host_failed(failures),
         })
+    }
+
+    /// A session through the master of the login host that last worked (no new
+    /// login), its output read as it comes.
+    async fn run_streamed(&self, command: &Command, sink: OutputSink) -> Result<i32> {
+        let host = self.current_host();
+        let mut args = self.builder.common_args(host);
+        args.push("-T".into());
+        args.push(host.host.clone());
+        args.push("--".into());
+        args.push(command.shell_line()?);
+        let mut process = tokio::process::Command::new(&self.builder.ssh_program);
+        process.args(&args);
+        stream_process(process, command, sink).await
+    }
+
+    /// The master forwards (`ssh -O forward -L 127.0.0.1:LOCAL:HOST:PORT`), so the
+    /// listener is the master's and no new login happens; dropping the forward cancels
+    /// it (`ssh -O cancel`). With `local_port` 0 a free port is chosen first.
+    async fn forward(&self, local_port: u16, target: &ForwardTarget) -> Result<Forwarding> {
+        let port = match local_port {
+            0 => free_local_port()?,
+            port => port,
+        };
+        let spec = format!("127.0.0.1:{port}:{}:{}", target.host, target.port);
+        let builder = self.builder.clone();
+        let host = self.current_host().clone();
+        let forward = tokio::task::spawn_blocking(move || {
+            master_forward(&builder, &host, "forward", &spec)?;
+            Ok::<_, Error>(MasterForward {
+                builder,
+                host,
+                spec,
+            })
+        })
+        .await
+        .map_err(|e| Error::io("ask the ControlMaster to forward", std::io::Error::other(e)))??;
+        Ok(Forwarding::new(
+            std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            forward,
+        ))
     }
 }
 

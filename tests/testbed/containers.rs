@@ -20,7 +20,7 @@ use slurm_run_testsupport::cluster;
 use slurm_run_testsupport::examples::{example, run_input, ArgvWatch};
 
 /// A name no earlier run used.
-fn stamp() -> String {
+pub(crate) fn stamp() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -52,7 +52,7 @@ async fn run_to_end(h: &Harness, spec: &JobSpec) -> JobRecord {
 }
 
 /// The PENDING transition's message (what the submit says it did with the image).
-fn submit_message(record: &JobRecord) -> String {
+pub(crate) fn submit_message(record: &JobRecord) -> String {
     record
         .history()
         .iter()

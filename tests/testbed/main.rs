@@ -9,13 +9,16 @@
 mod backend;
 mod backend_conformance;
 mod cluster_scenarios;
+mod code;
 mod containers;
 mod exactly_once;
 mod examples;
 mod half_open;
 mod host_keys;
+mod into_job;
 mod pipelines;
 mod probe;
+mod releases;
 mod render;
 mod resume;
 mod scripts;

@@ -1,6 +1,7 @@
 //! The commands, one function each, grouped by what they act on; [`run`] picks one.
 
 mod credentials;
+mod into_job;
 mod jobs;
 mod logs;
 mod specs;
@@ -42,5 +43,13 @@ pub(crate) async fn run(cli: &Cli, out: &Out) -> Result<u8> {
         Cmd::Cancel { ids, tasks } => jobs::cancel(global, ids, tasks.as_deref(), out).await,
         Cmd::Credentials { action } => credentials::credentials(global, action, out).await,
         Cmd::Render { spec } => specs::render(global, spec, out).await,
+        Cmd::Forward {
+            id,
+            port,
+            local,
+            node,
+            interval,
+        } => into_job::forward(global, id, *port, *local, node.choice(), *interval, out).await,
+        Cmd::Exec { id, node, command } => into_job::exec(global, id, *node, command, out).await,
     }
 }

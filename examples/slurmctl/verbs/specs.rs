@@ -45,6 +45,7 @@ pub(crate) async fn submit(
         .collect::<Result<Vec<_>>>()?;
     let backend = backend(global)?;
     let progress = Progress::start(&format!("submitting {}", spec.name));
+    backend.on_code_progress(progress.code_upload());
     let options = SubmitOptions {
         after,
         ..SubmitOptions::default()

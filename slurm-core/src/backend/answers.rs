@@ -15,6 +15,10 @@ pub struct NativeStatus {
     pub state: String,
     /// The pending or end reason (`Resources`, `Priority`, `Dependency`, ...).
     pub reason: Option<String>,
+    /// What the reason means, where its name does not say it (SLURM: a limit that holds
+    /// the job back, a hold, a job that cannot start as submitted), and what to do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason_note: Option<String>,
     /// The exit code of the batch script, when known.
     pub exit_code: Option<i32>,
     /// The nodes the job ran on.

@@ -261,6 +261,7 @@ mod tests {
 
     fn native(state: &str, exit: Option<i32>) -> NativeStatus {
         NativeStatus {
+            reason_note: None,
             state: state.into(),
             reason: None,
             exit_code: exit,

@@ -17,9 +17,10 @@ use super::{BackendRef, JobId, Segment, TaskRecord, Transition, TransitionSource
 
 /// The record format written by this version. Version 2 added the array tasks, the
 /// dependencies, the nodes and the node exclusions; version 3 made `unsettled` typed
-/// ([`Unsettled`]); version 4 added a resumable run's segments and restart count;
-/// older records read as they are.
-pub(crate) const SCHEMA_VERSION: u32 = 4;
+/// ([`Unsettled`]); version 4 added the scheduler's release and the nodes it named as
+/// a failure's cause; version 5 a resumable run's segments and restart count; older
+/// records read as they are (without those).
+pub(crate) const SCHEMA_VERSION: u32 = 5;
 
 /// A job as slurm-run remembers it: what was submitted, where it runs, every state it
 /// entered. Read it through its accessors, one per field (a record changes only
@@ -61,7 +62,11 @@ pub struct JobRecord {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) node_fault: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) failed_nodes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) excluded_nodes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) scheduler_release: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) spec: Option<JobSpec>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -80,6 +85,10 @@ pub struct JobRecord {
     pub(crate) segments: Vec<Segment>,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub(crate) restarts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) code_commit: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) code_dir: Option<String>,
 }
 
 /// What a record says: one read accessor per field.
@@ -193,9 +202,23 @@ impl JobRecord {
         self.node_fault
     }
 
+    /// The nodes the scheduler named as the cause of the job's failure (SLURM's
+    /// `FailedNode`, read from Slurm 23.02 on): a retry avoids these rather than every
+    /// node the job ran on. Empty when it named none, or the release cannot say.
+    pub fn failed_nodes(&self) -> &[String] {
+        &self.failed_nodes
+    }
+
     /// The nodes this attempt was kept off (earlier attempts' faulty nodes).
     pub fn excluded_nodes(&self) -> &[String] {
         &self.excluded_nodes
+    }
+
+    /// The release of the scheduler the job was submitted to (SLURM: slurmctld's
+    /// `SLURM_VERSION`, `24.11.5`), when the backend knew it; `None` in records written
+    /// before schema 4.
+    pub fn scheduler_release(&self) -> Option<&str> {
+        self.scheduler_release.as_deref()
     }
 
     /// The spec as submitted, kept by the client: a retry submits this copy, never one
@@ -254,6 +277,19 @@ impl JobRecord {
     pub fn restarts(&self) -> u32 {
         self.restarts
     }
+
+    /// The git commit of the job's code tree (`code:` in the spec), when it came from a
+    /// git work tree; `-dirty` after it when uncommitted changes were sent
+    /// (`allow_dirty: true`).
+    pub fn code_commit(&self) -> Option<&str> {
+        self.code_commit.as_deref()
+    }
+
+    /// Where the job's code tree is on the cluster (read-only; the job sees it at
+    /// `SLURM_RUN_CODE_DIR`).
+    pub fn code_dir(&self) -> Option<&str> {
+        self.code_dir.as_deref()
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -296,7 +332,9 @@ impl JobRecord {
             tasks: BTreeMap::new(),
             nodes: Vec::new(),
             node_fault: false,
+            failed_nodes: Vec::new(),
             excluded_nodes: Vec::new(),
+            scheduler_release: None,
             spec: Some(spec.clone()),
             secret_names: spec.secrets.clone(),
             secrets_staged: false,
@@ -306,6 +344,8 @@ impl JobRecord {
             retried_as: None,
             segments: Vec::new(),
             restarts: 0,
+            code_commit: None,
+            code_dir: None,
         })
     }
 
@@ -366,7 +406,11 @@ impl JobRecord {
     }
 
     /// The nodes this job's retry must avoid: the exclusions it inherited, and the
-    /// nodes of its failures tied to a node (the job's, or its failed tasks').
+    /// nodes of its failures tied to a node (the job's, or its failed tasks'). Of a job
+    /// whose failure the scheduler pinned on some of its nodes ([`failed_nodes`]), only
+    /// those.
+    ///
+    /// [`failed_nodes`]: JobRecord::failed_nodes
     pub fn nodes_to_exclude(&self) -> Vec<String> {
         let mut nodes = self.excluded_nodes.clone();
         let mut add = |list: &[String]| {
@@ -376,8 +420,10 @@ impl JobRecord {
                 }
             }
         };
-        if self.node_fault {
+        if self.node_fault && self.failed_nodes.is_empty() {
             add(&self.nodes);
+        } else if self.node_fault {
+            add(&self.failed_nodes);
         }
         for task in self.tasks.values() {
             if task.node_fault && task.state == JobState::Error {

@@ -31,6 +31,9 @@ pub struct Mark {
     pub nodes: Option<Vec<String>>,
     /// Whether an ERROR is tied to the job's nodes.
     pub node_fault: bool,
+    /// The nodes the scheduler named as the cause of the failure (of a single job; empty
+    /// when it named none).
+    pub failed_nodes: Vec<String>,
     /// Changes of an array's tasks (the record's state is then derived from them; a
     /// mark without tasks on an array applies its state to every task not ended).
     pub tasks: BTreeMap<u32, TaskMark>,
@@ -50,6 +53,7 @@ impl Mark {
             err_class: None,
             nodes: None,
             node_fault: false,
+            failed_nodes: Vec::new(),
             tasks: BTreeMap::new(),
             segment: None,
         }
@@ -70,6 +74,12 @@ impl Mark {
     /// With a failure tied to the job's nodes.
     pub fn node_fault(mut self, fault: bool) -> Self {
         self.node_fault = fault;
+        self
+    }
+
+    /// With the nodes the scheduler named as the cause of the failure.
+    pub fn failed_nodes(mut self, nodes: Vec<String>) -> Self {
+        self.failed_nodes = nodes;
         self
     }
 
@@ -134,10 +144,18 @@ impl JobRecord {
                 if let Some(c) = mark.err_class {
                     self.err_class = Some(c);
                 }
+                // The nodes as seen, never shrinking: an ending job's rows name only the
+                // nodes still completing (a node failure's survivors); a list with a
+                // node not seen before (a requeue elsewhere) replaces them.
                 if let Some(nodes) = mark.nodes.filter(|n| !n.is_empty()) {
-                    self.nodes = nodes;
+                    if nodes.iter().any(|node| !self.nodes.contains(node)) {
+                        self.nodes = nodes;
+                    }
                 }
                 self.node_fault = mark.node_fault;
+                if !mark.failed_nodes.is_empty() {
+                    self.failed_nodes = mark.failed_nodes;
+                }
                 let message = mark
                     .message
                     .map(|m| redactor.map_or_else(|| m.clone(), |r| r.redact(&m)));

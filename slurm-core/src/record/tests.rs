@@ -71,7 +71,7 @@ fn new_records_hold_no_secret_values() {
     assert_eq!(r.spec_digest, sample_spec().digest());
     let json = serde_json::to_string(&r).unwrap();
     assert!(json.contains("\"state\":\"SUBMITTING\""));
-    assert!(json.contains("\"schema_version\":4"));
+    assert!(json.contains("\"schema_version\":5"));
     let retry = record(JobId::parse("hello-000002").unwrap()).retrying(&r);
     assert_eq!((retry.attempt, retry.retry_of.as_ref()), (2, Some(&r.id)));
 }
@@ -355,4 +355,61 @@ fn an_array_record_derives_its_state_from_its_tasks() {
     // The record round-trips through JSON; a version-1 record without tasks still reads.
     let json = serde_json::to_string(&done).unwrap();
     assert_eq!(serde_json::from_str::<JobRecord>(&json).unwrap(), done);
+}
+
+#[test]
+fn a_retry_avoids_only_the_nodes_the_scheduler_pinned_a_failure_on() {
+    let mut r = record(JobId::parse("hello-000003").unwrap());
+    r.nodes = vec!["n1".into(), "n2".into()];
+    r.excluded_nodes = vec!["n9".into()];
+    assert!(
+        r.nodes_to_exclude() == ["n9"],
+        "no fault: only the inherited exclusions"
+    );
+    r.node_fault = true;
+    assert_eq!(r.nodes_to_exclude(), ["n9", "n1", "n2"]);
+    r.failed_nodes = vec!["n2".into()];
+    assert_eq!(r.nodes_to_exclude(), ["n9", "n2"]);
+    // Written with them (schema 4), read back the same; a record of schema 3, written
+    // before them, reads without them.
+    let json = serde_json::to_string(&r).unwrap();
+    assert!(json.contains("\"failed_nodes\":[\"n2\"]"), "{json}");
+    assert_eq!(serde_json::from_str::<JobRecord>(&json).unwrap(), r);
+    let mut v3: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let fields = v3.as_object_mut().unwrap();
+    fields.remove("failed_nodes");
+    fields.insert("schema_version".into(), 3.into());
+    let old: JobRecord = serde_json::from_value(v3).unwrap();
+    assert_eq!(old.schema_version(), 3);
+    assert!(old.failed_nodes().is_empty() && old.scheduler_release().is_none());
+    assert_eq!(old.nodes_to_exclude(), ["n9", "n1", "n2"]);
+}
+
+/// A two-node job whose node n2 failed: the ending rows (scontrol's, squeue's while it
+/// completes) name only n1, still completing. The record kept n1 alone, so a retry
+/// avoided the good node and could land on the bad one (seen on the 22.05 test bed:
+/// releases::a_node_failure_is_pinned_on_the_failed_node_from_23_02).
+#[test]
+fn an_ending_jobs_nodes_never_shrink_to_those_still_completing() {
+    let store = MemoryRecordStore::new();
+    let mut r = record(JobId::parse("hello-000004").unwrap());
+    r.state = JobState::Pending;
+    store.open(&r).unwrap();
+    let running =
+        Mark::new(JobState::Running, TransitionSource::Poll).nodes(vec!["n1".into(), "n2".into()]);
+    store.mark(&r.id, running).unwrap();
+    let ended = Mark::new(JobState::Error, TransitionSource::Poll)
+        .err_class(ErrorClass::Infra)
+        .node_fault(true)
+        .nodes(vec!["n1".into()]);
+    let ended = store.mark(&r.id, ended).unwrap();
+    assert_eq!(ended.nodes(), ["n1", "n2"]);
+    assert_eq!(ended.nodes_to_exclude(), ["n1", "n2"]);
+    // A list with a node not seen before (a requeue elsewhere) replaces them.
+    let mut again = record(JobId::parse("hello-000005").unwrap());
+    again.state = JobState::Running;
+    again.nodes = vec!["n1".into()];
+    store.open(&again).unwrap();
+    let requeued = Mark::new(JobState::Pending, TransitionSource::Poll).nodes(vec!["n3".into()]);
+    assert_eq!(store.mark(&again.id, requeued).unwrap().nodes(), ["n3"]);
 }

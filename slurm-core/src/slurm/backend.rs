@@ -11,11 +11,13 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use super::cancel::{cancel, cancel_many, cancel_tasks};
-use super::context::{Context, ContextOwner, Locks};
+use super::context::{Context, ContextOwner, Hooks, Locks};
 use super::credentials::{
     check_credentials, install_credentials, remove_credentials, CredentialsStatus,
 };
+use super::exec::{exec, ExecOptions};
 use super::facts::ClusterFacts;
+use super::forward::{forward, ForwardOptions, JobForward};
 use super::images::stage_image;
 use super::logs::{follow_logs, logs};
 use super::preflight::{cluster_name, preflight};
@@ -23,7 +25,7 @@ use super::probe::probe_nccl;
 use super::resubmit::resubmit;
 use super::secrets::SecretMemory;
 use super::status::status_many;
-use super::submit::{render_script, submit};
+use super::submit::{render_script, submit, CodeSent};
 use super::{SlurmConfig, SlurmSubmitOptions};
 use crate::backend::{
     watch_by_polling, Backend, JobStatus, LogOptions, LogStream, PreflightReport, SubmitOptions,
@@ -35,7 +37,7 @@ use crate::nccl::{
 use crate::record::{JobId, JobRecord, RecordFilter, RecordStore};
 use crate::render::Renderer;
 use crate::spec::{JobSpec, TaskSet};
-use crate::transport::Transport;
+use crate::transport::{OutputSink, Transport};
 use crate::Result;
 
 /// The SLURM backend: submits with `sbatch`, observes with `squeue`/`sacct`/`scontrol`,
@@ -77,6 +79,7 @@ struct Inner<T, R, S> {
     facts: ClusterFacts,
     secrets: SecretMemory,
     locks: Locks,
+    hooks: Hooks,
 }
 
 impl<T, R, S> ContextOwner for Inner<T, R, S>
@@ -94,6 +97,7 @@ where
             &self.facts,
             &self.secrets,
             &self.locks,
+            &self.hooks,
         )
     }
 }
@@ -139,6 +143,7 @@ where
                 facts: ClusterFacts::default(),
                 secrets: SecretMemory::default(),
                 locks: Locks::default(),
+                hooks: Hooks::default(),
             }),
         }
     }
@@ -248,6 +253,30 @@ where
     /// Remove the credential lines of `registry`'s machines, keeping every other line.
     pub async fn remove_credentials(&self, registry: &str) -> Result<CredentialsStatus> {
         remove_credentials(&self.context(), registry).await
+    }
+
+    /// Call `progress` as a submit sends a code tree (`code:` in the spec): once the
+    /// objects the cluster lacks are known, then after each archive sent. Replaces an
+    /// earlier callback; shared by the backend's clones.
+    pub fn on_code_progress(&self, progress: impl Fn(CodeSent) + Send + Sync + 'static) {
+        self.inner.hooks.set_code_progress(Some(Arc::new(progress)));
+    }
+
+    /// Forward a local port into running job `id` (see [`ForwardOptions`]): connections
+    /// to [`JobForward::local`] reach the port on the job's node, through the transport's
+    /// open connection (no new login). A job that is not running, or a node, task or
+    /// role it does not have, is refused naming the fix. The forward lasts until the
+    /// [`JobForward`] is dropped: watch the job and drop it when the job ends.
+    pub async fn forward(&self, id: &JobId, options: &ForwardOptions) -> Result<JobForward> {
+        forward(&self.context(), id, options).await
+    }
+
+    /// Run a command beside running job `id` (see [`ExecOptions`]): one step that
+    /// overlaps its allocation on the chosen node, in the job's container image when it
+    /// has one, with the job folder as working directory. Its output goes to `sink` as
+    /// it arrives; the answer is its exit status.
+    pub async fn exec(&self, id: &JobId, options: &ExecOptions, sink: OutputSink) -> Result<i32> {
+        exec(&self.context(), id, options, sink).await
     }
 
     /// Whether the cluster holds credentials for `registry`, without reading the secret back.

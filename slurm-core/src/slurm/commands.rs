@@ -1,7 +1,7 @@
 //! The argv of every scheduler command the SLURM backend runs outside its scripts, built
 //! from typed arguments in one place (the scripts are in [`scripts`](super::scripts)).
 
-use super::parse::{SlurmJobId, SACCT_FORMAT, SQUEUE_FORMAT};
+use super::parse::{SlurmJobId, SACCT_FORMAT, SACCT_FORMAT_WITH_FAILED_NODE, SQUEUE_FORMAT};
 use crate::names::validate_safe_name;
 use crate::transport::Command;
 use crate::Result;
@@ -58,14 +58,19 @@ pub(crate) fn squeue_rows(cluster: Option<&str>) -> Result<Command> {
 }
 
 /// sacct of every job row and step, every duplicate row of a requeued job
-/// (`--duplicates`), `--parsable2` in [`SACCT_FORMAT`]; without `--jobs=` (the poll
-/// script adds the ids squeue could not settle).
-pub(crate) fn sacct_rows(cluster: Option<&str>) -> Result<Command> {
+/// (`--duplicates`), `--parsable2` in [`SACCT_FORMAT`], or with `failed_node` in
+/// [`SACCT_FORMAT_WITH_FAILED_NODE`] (a client of Slurm 23.02 or newer); without
+/// `--jobs=` (the poll script adds the ids squeue could not settle).
+pub(crate) fn sacct_rows(cluster: Option<&str>, failed_node: bool) -> Result<Command> {
+    let format = match failed_node {
+        true => SACCT_FORMAT_WITH_FAILED_NODE,
+        false => SACCT_FORMAT,
+    };
     let mut command = Command::new("sacct").args([
         "--noheader".to_string(),
         "--parsable2".to_string(),
         "--duplicates".to_string(),
-        format!("--format={SACCT_FORMAT}"),
+        format!("--format={format}"),
     ]);
     if let Some(cluster) = cluster {
         command = command.arg(cluster_arg(cluster)?);
@@ -76,7 +81,7 @@ pub(crate) fn sacct_rows(cluster: Option<&str>) -> Result<Command> {
 /// [`sacct_rows`] of `ids`.
 #[cfg(any(test, feature = "testing"))]
 pub(crate) fn sacct_jobs(ids: &[SlurmJobId], cluster: Option<&str>) -> Result<Command> {
-    Ok(sacct_rows(cluster)?.arg(jobs_arg(ids)?))
+    Ok(sacct_rows(cluster, false)?.arg(jobs_arg(ids)?))
 }
 
 /// `scontrol show job` of one job, one line per job.
@@ -205,4 +210,50 @@ mod tests {
         );
         assert_eq!(scancel(id(9), Some("c2")).get_args(), ["-M", "c2", "9"]);
     }
+}
+
+/// The job's container, for a step beside it: the image `--container-image` got, the
+/// mounts and the working directory its own steps have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StepContainer {
+    pub(crate) image: String,
+    pub(crate) mounts: Vec<String>,
+    pub(crate) workdir: String,
+}
+
+/// One step beside running job `id` on `node`, overlapping its allocation (`srun
+/// --jobid --overlap`): one task, in `container` when the job has one, else in the job
+/// folder `job_dir`. `argv` follows `--` as arguments (quoted like every argument).
+pub(crate) fn srun_beside(
+    id: SlurmJobId,
+    cluster: Option<&str>,
+    node: &str,
+    container: Option<&StepContainer>,
+    job_dir: &str,
+    argv: &[String],
+) -> Result<Command> {
+    validate_safe_name("node", node)?;
+    let mut command = Command::new("srun");
+    if let Some(cluster) = cluster {
+        command = command.arg(cluster_arg(cluster)?);
+    }
+    command = command.args([
+        format!("--jobid={id}"),
+        "--overlap".to_string(),
+        "--nodes=1".to_string(),
+        "--ntasks=1".to_string(),
+        format!("--nodelist={node}"),
+        "--quiet".to_string(),
+    ]);
+    command = match container {
+        Some(c) => {
+            let mut command = command.arg(format!("--container-image={}", c.image));
+            if !c.mounts.is_empty() {
+                command = command.arg(format!("--container-mounts={}", c.mounts.join(",")));
+            }
+            command.arg(format!("--container-workdir={}", c.workdir))
+        }
+        None => command.arg(format!("--chdir={job_dir}")),
+    };
+    Ok(command.arg("--").args(argv.iter().cloned()))
 }

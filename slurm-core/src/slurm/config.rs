@@ -37,6 +37,9 @@ pub struct SlurmConfig {
     /// What every submit does beyond the generic options (the NCCL probe), unless
     /// [`SlurmBackend::submit_with`](super::SlurmBackend::submit_with) says otherwise.
     pub submit: SlurmSubmitOptions,
+    /// The largest code tree (`code:` in a spec) a submit sends, in bytes (default 100
+    /// MiB): code, not data, which belongs on shared storage.
+    pub code_limit: u64,
 }
 
 impl fmt::Debug for SlurmConfig {
@@ -52,6 +55,7 @@ impl fmt::Debug for SlurmConfig {
             .field("poll_interval", &self.poll_interval)
             .field("nccl_socket_ifname", &self.nccl_socket_ifname)
             .field("submit", &self.submit)
+            .field("code_limit", &self.code_limit)
             .finish_non_exhaustive()
     }
 }
@@ -113,6 +117,7 @@ pub struct SlurmConfigBuilder {
     /// `SLURM_NCCL_PROBE` as given, checked by `build`.
     nccl_probe: Option<String>,
     submit: SlurmSubmitOptions,
+    code_limit: Option<u64>,
 }
 
 impl SlurmConfigBuilder {
@@ -157,6 +162,12 @@ impl SlurmConfigBuilder {
     /// Partition(s) for GPU jobs.
     pub fn with_partition(mut self, partition: impl Into<String>) -> Self {
         self.partition = Some(partition.into());
+        self
+    }
+
+    /// The largest code tree a submit sends, in bytes (default 100 MiB).
+    pub fn with_code_limit(mut self, bytes: u64) -> Self {
+        self.code_limit = Some(bytes);
         self
     }
 
@@ -315,6 +326,7 @@ impl SlurmConfigBuilder {
             convert_minutes: self.convert_minutes.unwrap_or(120),
             nccl_socket_ifname,
             submit,
+            code_limit: self.code_limit.unwrap_or(crate::code::DEFAULT_CODE_LIMIT),
         })
     }
 }

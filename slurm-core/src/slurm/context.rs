@@ -24,6 +24,33 @@ pub(super) struct Locks {
     pub(super) probe: tokio::sync::Mutex<()>,
 }
 
+/// What a caller asked to hear about as operations go (shared by a backend's clones).
+#[derive(Default)]
+pub(super) struct Hooks {
+    /// Told how a code tree's upload goes.
+    code_progress: std::sync::RwLock<Option<super::submit::CodeProgress>>,
+}
+
+impl Hooks {
+    /// The code upload's progress callback, if one was set.
+    pub(super) fn code_progress(&self) -> Option<super::submit::CodeProgress> {
+        self.code_progress.read().expect("hooks lock").clone()
+    }
+
+    /// Set (or clear) the code upload's progress callback.
+    pub(super) fn set_code_progress(&self, callback: Option<super::submit::CodeProgress>) {
+        *self.code_progress.write().expect("hooks lock") = callback;
+    }
+}
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooks")
+            .field("code_progress", &self.code_progress().is_some())
+            .finish()
+    }
+}
+
 /// The parts of one backend an operation works with.
 #[derive(Clone, Copy)]
 pub(super) struct Context<'a> {
@@ -34,10 +61,12 @@ pub(super) struct Context<'a> {
     facts: &'a ClusterFacts,
     secrets: &'a SecretMemory,
     locks: &'a Locks,
+    hooks: &'a Hooks,
 }
 
 impl<'a> Context<'a> {
-    /// The context over these parts.
+    /// The context over these parts (one argument per part, as the backend owns them).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         transport: &'a dyn Transport,
         renderer: &'a dyn Renderer,
@@ -46,6 +75,7 @@ impl<'a> Context<'a> {
         facts: &'a ClusterFacts,
         secrets: &'a SecretMemory,
         locks: &'a Locks,
+        hooks: &'a Hooks,
     ) -> Self {
         Context {
             transport,
@@ -55,7 +85,13 @@ impl<'a> Context<'a> {
             facts,
             secrets,
             locks,
+            hooks,
         }
+    }
+
+    /// What the caller asked to hear about.
+    pub(super) fn hooks(&self) -> &'a Hooks {
+        self.hooks
     }
 
     /// Where commands run.

@@ -1,10 +1,11 @@
 //! What the backend learnt of its cluster and keeps for later operations: the results
 //! root, the partitions preflight saw, whether Pyxis and accounting are there, the
-//! cluster's name, and the registries whose conversion checks passed.
+//! cluster's name and Slurm releases, and the registries whose conversion checks passed.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
+use super::release::ClusterRelease;
 use crate::spec::{Limits, WallTime};
 use crate::storage::RemotePath;
 
@@ -34,9 +35,13 @@ pub(super) struct Facts {
     pub(super) accounting: Option<bool>,
     /// The cluster's `ClusterName` (the key of the NCCL knob cache).
     pub(super) cluster_name: Option<String>,
+    /// The cluster's Slurm releases (`None` until read).
+    pub(super) release: Option<ClusterRelease>,
     /// Registries (their credential machines) and conversion partition whose
     /// conversion checks passed (the submit gate of a conversion).
     pub(super) conversion_ready: HashSet<String>,
+    /// Code trees known whole on the cluster (`<store>/<tree id>`): not asked about again.
+    pub(super) code_trees: HashSet<String>,
 }
 
 /// [`Facts`] shared by the clones of one backend (a lock held only to read or write,
@@ -111,6 +116,11 @@ impl ClusterFacts {
     /// The cluster's name, when learnt.
     pub(super) fn cluster_name(&self) -> Option<String> {
         self.read(|facts| facts.cluster_name.clone())
+    }
+
+    /// The cluster's Slurm releases, once read (by preflight or with the cluster's name).
+    pub(super) fn release(&self) -> Option<ClusterRelease> {
+        self.read(|facts| facts.release)
     }
 
     /// Whether the conversion checks of `key` passed before.

@@ -26,7 +26,10 @@
 //! | `secrets`, `sidecars` | the values submitted (memory only) and log redaction; sidecar removal |
 //! | `resubmit`, `cancel`, `logs`, `preflight` | the other operations |
 //! | `images`, `credentials` | `.sqsh` images and their conversion; enroot's registry credentials |
+//! | `forward`, `exec`, `node_choice` | into a running job: a port forward, a step beside it, the node they reach |
 //! | `job`, `paths` | a record's SLURM job; a job's paths on the cluster |
+//! | `reasons` | the one table of SLURM's job reasons and what each says of a waiting job |
+//! | `release` | the cluster's Slurm releases: those tested against, what newer ones add |
 //! | `states`, `parse/`, `commands`, `scripts/` | SLURM's states, output, argv and scripts |
 
 mod backend;
@@ -36,16 +39,21 @@ mod config;
 mod context;
 mod credentials;
 mod dependants;
+mod exec;
 mod facts;
+mod forward;
 mod images;
 mod job;
 mod logs;
+mod node_choice;
 pub(crate) mod parse;
 mod paths;
 mod poll;
 mod preflight;
 mod probe;
+mod reasons;
 mod reconcile;
+mod release;
 mod resubmit;
 pub(crate) mod scripts;
 mod secrets;
@@ -60,6 +68,8 @@ mod cancel_tests;
 mod credentials_tests;
 #[cfg(test)]
 mod images_tests;
+#[cfg(test)]
+mod into_job_tests;
 #[cfg(test)]
 mod logs_tests;
 #[cfg(test)]
@@ -76,8 +86,12 @@ use crate::nccl::{NcclProbe, ProbeOptions};
 pub use backend::SlurmBackend;
 pub use config::{default_state_dir, SlurmConfig, SlurmConfigBuilder};
 pub use credentials::{credential_machines, CredentialsStatus};
+pub use exec::ExecOptions;
+pub use forward::{ForwardOptions, JobForward};
+pub use node_choice::NodeChoice;
 pub use parse::SlurmJobId;
 pub use reconcile::SETTLE_AFTER;
+pub use submit::CodeSent;
 
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use commands::{sacct_jobs, squeue_jobs};

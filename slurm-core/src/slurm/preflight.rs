@@ -4,7 +4,7 @@ use super::commands;
 use super::context::Context;
 use super::credentials::{credential_machines, install_hint, CredentialsStatus};
 use super::facts::{Facts, PartitionInfo};
-use super::parse::{expand_nodelist, is_accounting_disabled};
+use super::parse::{expand_nodelist, is_accounting_disabled, parse_cluster_config};
 use super::scripts;
 use crate::backend::{CheckKind, PreflightReport};
 use crate::image::ImageRef;
@@ -27,7 +27,7 @@ enum Query {
     ConvertPartition(String),
     ResultsRoot,
     Datasets(Vec<String>),
-    ClusterName,
+    ClusterConfig,
 }
 
 /// Run every check for `spec` (or the backend's defaults) in one round trip.
@@ -72,9 +72,10 @@ pub(super) async fn preflight(
         }
     };
 
-    let mut queries = vec![Query::Tools, Query::Accounting];
+    let mut queries = vec![Query::Tools, Query::ClusterConfig, Query::Accounting];
     let mut commands = vec![
         scripts::MISSING_TOOLS.command(TOOLS.iter().copied()),
+        scripts::CLUSTER_CONFIG.command(Vec::<String>::new()),
         commands::sacct_answers(),
     ];
     for p in &partitions {
@@ -100,8 +101,6 @@ pub(super) async fn preflight(
     }
     queries.push(Query::ResultsRoot);
     commands.push(scripts::RESULTS_ROOT.command([config.results_root.clone().unwrap_or_default()]));
-    queries.push(Query::ClusterName);
-    commands.push(scripts::CLUSTER_NAME.command(Vec::<String>::new()));
     if !datasets.is_empty() {
         queries.push(Query::Datasets(datasets.clone()));
         commands.push(scripts::MISSING_PATHS.command(datasets.clone()));
@@ -319,9 +318,27 @@ fn learn(
                     learnt.results_root = parsed;
                 }
             }
-            Query::ClusterName => {
-                // Not a check: the key of the NCCL knob cache, learnt on the way.
-                learnt.cluster_name = Some(cluster_key(&out.stdout_text()));
+            Query::ClusterConfig => {
+                // The cluster's name is no check (the key of the NCCL knob cache, learnt
+                // on the way); its release is.
+                let config = parse_cluster_config(&out.stdout_text());
+                learnt.cluster_name = Some(cluster_key(&config.cluster_name.unwrap_or_default()));
+                learnt.release = Some(config.release);
+                match config.release.check() {
+                    Some(Ok(detail)) => {
+                        report.push(CheckKind::Scheduler, "slurm release", true, detail, "")
+                    }
+                    Some(Err((detail, remedy))) => {
+                        base_ok = false;
+                        report.push(CheckKind::Scheduler, "slurm release", false, detail, remedy);
+                    }
+                    None => report.push_degraded(
+                        CheckKind::Scheduler,
+                        "slurm release",
+                        "unknown: neither `scontrol show config` (SLURM_VERSION) nor `scontrol --version` answered; jobs run as on the oldest release slurm-run is tested against",
+                        "check that slurmctld answers (scontrol ping) and that scontrol is on PATH",
+                    ),
+                }
             }
             Query::Datasets(paths) => {
                 let missing: Vec<String> = out.stdout_text().lines().map(str::to_string).collect();
@@ -367,18 +384,21 @@ pub(super) async fn ensure_ready(ctx: &Context<'_>, spec: &JobSpec) -> Result<Re
 }
 
 /// The cluster's name (`ClusterName` of `scontrol show config`), the key of the NCCL
-/// knob cache: learnt by preflight, else asked once.
+/// knob cache: learnt by preflight, else asked once (with the cluster's releases).
 pub(super) async fn cluster_name(ctx: &Context<'_>) -> Result<String> {
     if let Some(name) = ctx.facts().cluster_name() {
         return Ok(name);
     }
-    let command = scripts::CLUSTER_NAME
+    let command = scripts::CLUSTER_CONFIG
         .command(Vec::<String>::new())
-        .display_as("scontrol show config (ClusterName)");
+        .display_as("scontrol show config (ClusterName, SLURM_VERSION)");
     let output = ctx.transport().run(&command).await?;
-    let name = cluster_key(&output.stdout_text());
-    ctx.facts()
-        .change(|facts| facts.cluster_name = Some(name.clone()));
+    let config = parse_cluster_config(&output.stdout_text());
+    let name = cluster_key(&config.cluster_name.unwrap_or_default());
+    ctx.facts().change(|facts| {
+        facts.cluster_name = Some(name.clone());
+        facts.release.get_or_insert(config.release);
+    });
     Ok(name)
 }
 

@@ -16,7 +16,8 @@
 //!
 //! SUSPENDED and STOPPED stay RUNNING (the scheduler owns the job and may resume
 //! it); SPECIAL_EXIT is a held requeue, so PENDING. The native state rides in
-//! the transition message.
+//! the transition message. Why a job waits (its reason) is read by the one table of
+//! reasons, `slurm/reasons.rs`.
 
 use std::fmt;
 

@@ -282,6 +282,16 @@ pub(super) fn staged_script(command: &Command) -> String {
     panic!("no batch script staged");
 }
 
+/// A new record of `spec` (SUBMITTING) in a job folder under `/shared/results`.
+pub(super) fn record_of(spec: &JobSpec) -> JobRecord {
+    let id = JobId::mint_for(spec);
+    let dir = RemotePath::parse("/shared/results")
+        .unwrap()
+        .join(id.as_str())
+        .unwrap();
+    JobRecord::new(id, spec, dir).unwrap()
+}
+
 /// A record a submit left SUBMITTING (its process died after sbatch, or it ended
 /// unsettled), `age` seconds old, with one counted attempt.
 pub(super) fn left_submitting(
@@ -289,13 +299,7 @@ pub(super) fn left_submitting(
     name: &str,
     age: i64,
 ) -> crate::record::JobRecord {
-    let spec = JobSpec::new(name, "true");
-    let id = JobId::mint_for(&spec);
-    let dir = RemotePath::parse("/shared/results")
-        .unwrap()
-        .join(id.as_str())
-        .unwrap();
-    let mut record = JobRecord::new(id, &spec, dir).unwrap();
+    let mut record = record_of(&JobSpec::new(name, "true"));
     record.submit_attempts = Some(1);
     record.submitted_at -= chrono::Duration::seconds(age);
     backend.store().open(&record).unwrap();

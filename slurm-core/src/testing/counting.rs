@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use crate::transport::{Command, Output, Transport};
+use crate::transport::{Command, ForwardTarget, Forwarding, Output, OutputSink, Transport};
 use crate::Result;
 
 /// Counts the commands (round trips) that reach the wrapped transport, and keeps their labels.
@@ -59,6 +59,21 @@ impl<T: Transport> Transport for CountingTransport<T> {
         self.inner.run(command).await
     }
     // The file operations go through `run` (the defaults), so they are counted too.
+
+    /// Counted like `run`.
+    async fn run_streamed(&self, command: &Command, sink: OutputSink) -> Result<i32> {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        self.labels
+            .lock()
+            .expect("labels lock")
+            .push(command.label());
+        self.inner.run_streamed(command, sink).await
+    }
+
+    /// Not a command: not counted.
+    async fn forward(&self, local_port: u16, target: &ForwardTarget) -> Result<Forwarding> {
+        self.inner.forward(local_port, target).await
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use crate::transport::{Command, Output, Transport};
+use crate::transport::{Command, ForwardTarget, Forwarding, Output, OutputSink, Transport};
 use crate::{Error, Result};
 
 /// A fault to inject into the next command whose label starts with a prefix.
@@ -87,6 +87,15 @@ impl<T: Transport> Transport for FaultTransport<T> {
                 Ok(output)
             }
         }
+    }
+
+    /// No faults are injected into streamed commands or forwards.
+    async fn run_streamed(&self, command: &Command, sink: OutputSink) -> Result<i32> {
+        self.inner.run_streamed(command, sink).await
+    }
+
+    async fn forward(&self, local_port: u16, target: &ForwardTarget) -> Result<Forwarding> {
+        self.inner.forward(local_port, target).await
     }
 }
 

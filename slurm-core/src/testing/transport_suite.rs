@@ -15,7 +15,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use crate::transport::{Command, Transport};
+use crate::transport::{Command, ForwardTarget, OutputChunk, Transport};
 use crate::ErrorKind;
 
 /// Strings that break naive quoting: the arguments of [`argv_fidelity`].
@@ -397,6 +397,80 @@ pub async fn concurrent_commands<T: Transport + ?Sized>(t: &T) {
     }
 }
 
+/// [`Transport::run_streamed`] hands on the same bytes, on the same streams, and the
+/// same status as [`Transport::run`] (stdin reaches it too).
+pub async fn streamed_output<T: Transport + ?Sized>(t: &T) {
+    let command = Command::new("bash")
+        .arg("-c")
+        .arg("cat; printf 'to-err' >&2; exit 5")
+        .stdin(b"from stdin\n".to_vec());
+    let (sink, mut chunks) = tokio::sync::mpsc::unbounded_channel();
+    let status = t.run_streamed(&command, sink).await.expect("run_streamed");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    while let Ok(chunk) = chunks.try_recv() {
+        match chunk {
+            OutputChunk::Stdout(bytes) => out.extend(bytes),
+            OutputChunk::Stderr(bytes) => err.extend(bytes),
+        }
+    }
+    assert_eq!(status, 5);
+    assert_eq!(out, b"from stdin\n");
+    assert_eq!(err, b"to-err");
+}
+
+/// [`Transport::forward`] either forwards (each connection to the local end reaches the
+/// target and back, twice; the port closes when the forward is dropped) or refuses
+/// with a configuration error saying the transport cannot forward. The target is a
+/// server on this machine's loopback, so the far side must reach it there (this host,
+/// the test bed).
+pub async fn forward_or_refuse<T: Transport + ?Sized>(t: &T) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = server.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = server.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4];
+                if s.read_exact(&mut buf).await.is_ok() {
+                    let _ = s.write_all(b"echo:").await;
+                    let _ = s.write_all(&buf).await;
+                }
+            });
+        }
+    });
+    let forward = match t.forward(0, &ForwardTarget::new("127.0.0.1", port)).await {
+        Ok(forward) => forward,
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+            assert!(e.to_string().contains("cannot forward ports"), "{e}");
+            return;
+        }
+    };
+    let local = forward.local();
+    assert!(local.ip().is_loopback(), "{local}");
+    for word in [b"ping", b"pong"] {
+        let mut c = tokio::net::TcpStream::connect(local)
+            .await
+            .expect("connect to the forward");
+        c.write_all(word).await.unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(30), c.read_to_end(&mut answer))
+            .await
+            .expect("an answer through the forward")
+            .unwrap();
+        assert_eq!(answer, [b"echo:".as_slice(), word].concat());
+    }
+    drop(forward);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while tokio::net::TcpStream::connect(local).await.is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "{local} still accepts after the forward was dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Every case in turn, for a transport that cannot be made once per case.
 pub async fn run_all<T: Transport + ?Sized>(t: &T) {
     argv_fidelity(t).await;
@@ -409,6 +483,8 @@ pub async fn run_all<T: Transport + ?Sized>(t: &T) {
     tail_of_large_file(t).await;
     timeouts(t).await;
     concurrent_commands(t).await;
+    streamed_output(t).await;
+    forward_or_refuse(t).await;
 }
 
 /// Poll `pgrep -f ^COMMAND_LINE$` through `transport` until nothing matches (a command
@@ -464,6 +540,8 @@ macro_rules! transport_conformance {
             tail_of_large_file
             timeouts
             concurrent_commands
+            streamed_output
+            forward_or_refuse
         );
     };
     (@cases $module:ident, $make:expr, $($case:ident)*) => {

@@ -1,11 +1,10 @@
 //! `LocalTransport`: commands on this host, started directly (no shell).
 
-use std::process::Stdio;
-
 use async_trait::async_trait;
-use tokio::io::AsyncWriteExt;
 
-use super::{Command, Output, Transport};
+use super::forward::listen_and_forward;
+use super::stream::{exit_code, spawn_piped, stream_process};
+use super::{Command, ForwardTarget, Forwarding, Output, OutputSink, Transport};
 use crate::{Error, Result};
 
 /// Runs commands on this host, for code that already runs on the login node.
@@ -25,29 +24,9 @@ impl LocalTransport {
 #[async_trait]
 impl Transport for LocalTransport {
     async fn run(&self, command: &Command) -> Result<Output> {
-        let mut child = tokio::process::Command::new(command.program())
-            .args(command.get_args())
-            .stdin(if command.stdin_bytes().is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| Error::io(format!("start `{}`", command.label()), e))?;
-        let stdin_task = match (child.stdin.take(), command.stdin_bytes()) {
-            (Some(mut pipe), Some(bytes)) => {
-                let bytes = bytes.to_vec();
-                Some(tokio::spawn(async move {
-                    // A command that exits without reading its input is not an error.
-                    let _ = pipe.write_all(&bytes).await;
-                    let _ = pipe.shutdown().await;
-                }))
-            }
-            _ => None,
-        };
+        let mut process = tokio::process::Command::new(command.program());
+        process.args(command.get_args());
+        let (child, stdin_task) = spawn_piped(&mut process, command)?;
         let deadline = command.effective_timeout();
         let waited = tokio::time::timeout(deadline, child.wait_with_output()).await;
         if let Some(task) = stdin_task {
@@ -67,13 +46,32 @@ impl Transport for LocalTransport {
             }),
         }
     }
-}
 
-fn exit_code(status: &std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+    async fn run_streamed(&self, command: &Command, sink: OutputSink) -> Result<i32> {
+        let mut process = tokio::process::Command::new(command.program());
+        process.args(command.get_args());
+        stream_process(process, command, sink).await
+    }
+
+    /// Plain TCP: each connection to the local port is joined to a connection to the
+    /// target made from this host.
+    async fn forward(&self, local_port: u16, target: &ForwardTarget) -> Result<Forwarding> {
+        let target = target.clone();
+        listen_and_forward(local_port, move |mut inbound| {
+            let target = target.clone();
+            async move {
+                let mut outbound =
+                    tokio::net::TcpStream::connect((target.host.as_str(), target.port))
+                        .await
+                        .map_err(|e| Error::io(format!("connect to {target}"), e))?;
+                tokio::io::copy_bidirectional(&mut inbound, &mut outbound)
+                    .await
+                    .map_err(|e| Error::io(format!("forward to {target}"), e))?;
+                Ok(())
+            }
+        })
+        .await
+    }
 }
 
 #[cfg(test)]

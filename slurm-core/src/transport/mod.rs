@@ -3,10 +3,12 @@
 //! and [`Script`], a fixed remote script with its exit statuses named once.
 
 mod command;
+mod forward;
 mod local;
 mod quote;
 pub mod round_trip;
 pub(crate) mod script;
+mod stream;
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,9 +18,12 @@ use async_trait::async_trait;
 use crate::{Error, Result};
 
 pub use command::{Command, Output};
+pub(crate) use forward::not_supported as forward_not_supported;
+pub use forward::{free_local_port, listen_and_forward, ForwardTarget, Forwarding};
 pub use local::LocalTransport;
 pub use quote::shell_quote;
 pub use script::Script;
+pub use stream::{stream_process, OutputChunk, OutputSink};
 
 /// Where commands run: this host, or a login node over SSH.
 ///
@@ -72,6 +77,30 @@ pub trait Transport: Send + Sync + fmt::Debug {
             output.check(&command).map(|o| o.stdout)
         }
     }
+
+    /// Run a command, sending its output to `sink` as it arrives, and return its exit
+    /// status: for commands that run a while (a step beside a running job). The default
+    /// runs it with [`Transport::run`] and hands on the whole output at the end; a
+    /// transport that can stream replaces it.
+    async fn run_streamed(&self, command: &Command, sink: OutputSink) -> Result<i32> {
+        let output = self.run(command).await?;
+        if !output.stdout.is_empty() {
+            let _ = sink.send(OutputChunk::Stdout(output.stdout));
+        }
+        if !output.stderr.is_empty() {
+            let _ = sink.send(OutputChunk::Stderr(output.stderr));
+        }
+        Ok(output.status)
+    }
+
+    /// Forward `127.0.0.1:local_port` on this machine (`0`: a free port) to `target` as
+    /// the far side reaches it, through the connection the transport already has (no
+    /// new login); the forward lasts as long as the returned [`Forwarding`]. The
+    /// default refuses: a transport that can forward replaces it.
+    async fn forward(&self, local_port: u16, target: &ForwardTarget) -> Result<Forwarding> {
+        let _ = (local_port, target);
+        Err(forward_not_supported(std::any::type_name::<Self>()))
+    }
 }
 
 /// The remote side of [`Transport::write_file`]: `$1` the path, `$2` the octal mode.
@@ -94,6 +123,12 @@ macro_rules! forward_transport {
             }
             async fn tail_file(&self, path: &str, lines: usize) -> Result<Vec<u8>> {
                 (**self).tail_file(path, lines).await
+            }
+            async fn run_streamed(&self, command: &Command, sink: OutputSink) -> Result<i32> {
+                (**self).run_streamed(command, sink).await
+            }
+            async fn forward(&self, local_port: u16, target: &ForwardTarget) -> Result<Forwarding> {
+                (**self).forward(local_port, target).await
             }
         }
     };

@@ -19,6 +19,8 @@ mod connect;
 #[cfg(test)]
 mod fake;
 mod shells;
+mod streams;
+mod tunnels;
 mod worker;
 
 use std::fmt;
@@ -30,7 +32,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use slurm_core::{Command, Error, Output, Result, Transport};
+use slurm_core::{
+    listen_and_forward, Command, Error, ForwardTarget, Forwarding, Output, OutputSink, Result,
+    Transport,
+};
 use tokio::sync::oneshot;
 
 use crate::config::Ssh2TransportBuilder;
@@ -49,6 +54,10 @@ type Done = Vec<(Job, Result<Output>)>;
 enum Msg {
     Job(Job),
     Connect(oneshot::Sender<Result<String>>),
+    /// A forwarded local connection to carry over a `direct-tcpip` channel.
+    Tunnel(tunnels::TunnelRequest),
+    /// A command to stream over an `exec` channel.
+    Stream(streams::StreamJob),
 }
 
 /// The async side's end of one session thread.
@@ -129,6 +138,14 @@ impl Ssh2Transport {
         }
         Ok(host)
     }
+
+    /// The session with the fewest commands under way: where new work goes.
+    fn least_loaded(&self) -> &WorkerHandle {
+        self.workers
+            .iter()
+            .min_by_key(|w| w.load.load(Ordering::Relaxed))
+            .expect("at least one session")
+    }
 }
 
 /// The answer of a command whose session thread went away before replying.
@@ -142,11 +159,7 @@ fn stopped() -> Error {
 #[async_trait]
 impl Transport for Ssh2Transport {
     async fn run(&self, command: &Command) -> Result<Output> {
-        let worker = self
-            .workers
-            .iter()
-            .min_by_key(|w| w.load.load(Ordering::Relaxed))
-            .expect("at least one session");
+        let worker = self.least_loaded();
         let (reply, answer) = oneshot::channel();
         let job = Job {
             command: command.clone(),
@@ -162,6 +175,63 @@ impl Transport for Ssh2Transport {
             });
         }
         answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// An `exec` channel of the least loaded session (its login shell runs the command
+    /// line), its stdout and stderr handed on as they arrive, run by that session's
+    /// thread. Not one of the framed shells: the command gets no orphan clean-up (it
+    /// ends when its channel does) and counts against the server's MaxSessions.
+    async fn run_streamed(&self, command: &Command, sink: OutputSink) -> Result<i32> {
+        let worker = self.least_loaded();
+        let (reply, answer) = oneshot::channel();
+        let timeout = command.effective_timeout();
+        let job = streams::StreamJob {
+            line: command.shell_line()?,
+            stdin: command.stdin_bytes().map(<[u8]>::to_vec),
+            sink,
+            label: command.label(),
+            timeout,
+            deadline: Instant::now() + timeout,
+            reply,
+        };
+        if !worker.send(Msg::Stream(job)) {
+            return Err(Error::Transport {
+                message: "the SSH session thread stopped".into(),
+                may_have_run: false,
+            });
+        }
+        answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// Each accepted connection becomes a `direct-tcpip` channel of one session (the
+    /// least loaded when the forward opened), run by that session's thread: no new
+    /// login, no process on the login node.
+    async fn forward(&self, local_port: u16, target: &ForwardTarget) -> Result<Forwarding> {
+        let worker = self.least_loaded();
+        let tx = worker.tx.clone();
+        let wake = worker
+            .wake
+            .try_clone()
+            .map_err(|e| Error::io("share a session's wake-up socket", e))?;
+        let target = target.clone();
+        // Tunnels hold a weak reference: they end once the forward (and this closure) is gone.
+        let open = Arc::new(());
+        listen_and_forward(local_port, move |stream| {
+            let request = stream.into_std().map(|stream| tunnels::TunnelRequest {
+                stream,
+                target: target.clone(),
+                open: Arc::downgrade(&open),
+            });
+            let sent = request
+                .map_err(|e| Error::io("take a forwarded connection", e))
+                .and_then(|request| {
+                    tx.send(Msg::Tunnel(request)).map_err(|_| stopped())?;
+                    let _ = (&wake).write(&[1]);
+                    Ok(())
+                });
+            async move { sent }
+        })
+        .await
     }
 }
 

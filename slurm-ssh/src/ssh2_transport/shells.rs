@@ -32,6 +32,9 @@ pub(crate) struct ShellPool<C> {
     /// Shells that failed to start in a row, and when the next may be opened.
     start_failures: u32,
     shell_backoff: Backoff,
+    /// Another channel of the session is being opened (a forwarded connection's): libssh2
+    /// opens one channel at a time per session, so no shell starts opening meanwhile.
+    pub(crate) open_elsewhere: bool,
 }
 
 /// A retired shell's channel being closed.
@@ -65,6 +68,7 @@ impl<C: SshChannel> ShellPool<C> {
             shell_failure: None,
             start_failures: 0,
             shell_backoff: Backoff::new(Instant::now()),
+            open_elsewhere: false,
         }
     }
 
@@ -126,6 +130,13 @@ impl<C: SshChannel> ShellPool<C> {
         progress |= self.retire_dead(queue, done);
         progress |= self.finish_closing();
         Ok(progress)
+    }
+
+    /// Whether a shell waits for its channel (whose open may be under way in libssh2).
+    pub(crate) fn opening(&self) -> bool {
+        self.shells
+            .iter()
+            .any(|s| s.dead.is_none() && matches!(s.stage, super::channel::Stage::Opening))
     }
 
     /// The server was heard from (its socket had data): no keepalive is unanswered.
@@ -208,7 +219,7 @@ impl<C: SshChannel> ShellPool<C> {
         done: &mut Done,
     ) -> Result<bool, ConnFailure> {
         let mut progress = false;
-        let mut opening_taken = false;
+        let mut opening_taken = self.open_elsewhere;
         let mut buf = vec![0u8; 64 * 1024];
         for shell in &mut self.shells {
             progress |= shell.drive(

@@ -17,6 +17,8 @@ use tokio::sync::oneshot;
 use super::backoff::Backoff;
 use super::channel::ConnFailure;
 use super::connect::{connect, Conn, ConnectFailure};
+use super::streams::Streams;
+use super::tunnels::Tunnels;
 use super::{Done, Job, Msg, WorkerHandle};
 use crate::config::Ssh2TransportBuilder;
 use crate::framing::Orphan;
@@ -61,6 +63,10 @@ struct Worker {
     last_failure: Option<ConnectFailure>,
     /// Process groups of commands a lost connection left running, and their host.
     orphans: Option<(String, Vec<Orphan>)>,
+    /// Forwarded connections: each a `direct-tcpip` channel of the connection.
+    tunnels: Tunnels,
+    /// Streamed commands: each an `exec` channel of the connection.
+    streams: Streams,
 }
 
 impl Worker {
@@ -81,6 +87,8 @@ impl Worker {
             backoff: Backoff::new(Instant::now()),
             last_failure: None,
             orphans: None,
+            tunnels: Tunnels::default(),
+            streams: Streams::default(),
         }
     }
 
@@ -95,6 +103,8 @@ impl Worker {
                 match self.rx.try_recv() {
                     Ok(Msg::Job(job)) => self.queue.push_back(job),
                     Ok(Msg::Connect(waiter)) => self.waiters.push(waiter),
+                    Ok(Msg::Tunnel(request)) => self.tunnels.add(request),
+                    Ok(Msg::Stream(job)) => self.streams.add(job),
                     Err(TryRecvError::Empty) => break,
                     Err(TryRecvError::Disconnected) => {
                         if let Some(conn) = self.conn.take() {
@@ -106,7 +116,10 @@ impl Worker {
             }
             let now = Instant::now();
             self.expire_queued(now);
-            let wanted = !self.queue.is_empty() || !self.waiters.is_empty();
+            let wanted = !self.queue.is_empty()
+                || !self.waiters.is_empty()
+                || !self.tunnels.is_empty()
+                || !self.streams.is_empty();
             if self.conn.is_none() && wanted && self.backoff.allows(now) {
                 self.connect();
                 continue;
@@ -121,11 +134,23 @@ impl Worker {
                 }
                 let mut done = Vec::new();
                 let max_channels = self.settings.max_channels;
+                // libssh2 opens one channel at a time per session: shells, forwarded
+                // connections and streamed commands take turns.
+                conn.shells.open_elsewhere =
+                    self.tunnels.open_pending() || self.streams.open_pending();
                 match conn
                     .shells
                     .step(&conn.session, &mut self.queue, max_channels, &mut done)
                 {
-                    Ok(p) => progress = p,
+                    Ok(p) => {
+                        let shells_opening = conn.shells.opening();
+                        progress = p | self
+                            .tunnels
+                            .step(&conn.session, shells_opening || self.streams.open_pending());
+                        progress |= self
+                            .streams
+                            .step(&conn.session, shells_opening || self.tunnels.open_pending());
+                    }
                     Err(reason) => {
                         let conn = self.conn.take().expect("connection present");
                         self.lost(conn, reason, &mut done);
@@ -153,6 +178,10 @@ impl Worker {
         // Commands left running remotely are killed by the next connection's first
         // shell, if it reaches the same host.
         self.orphans = Some((host, kills));
+        // Forwarded connections end with their channels (their local sockets close);
+        // streamed commands fail, saying whether they may have run.
+        self.tunnels = Tunnels::default();
+        self.streams.abandon(&reason.to_string());
         if lived < MIN_HEALTHY_LIFE {
             self.backoff.failed(Instant::now());
         }
@@ -211,6 +240,7 @@ impl Worker {
                 for waiter in self.waiters.drain(..) {
                     let _ = waiter.send(Err(failure.to_error()));
                 }
+                self.streams.fail_all(|| failure.to_error());
                 self.last_failure = Some(failure);
             }
         }
@@ -231,6 +261,9 @@ impl Worker {
             events: libc::POLLIN,
             revents: 0,
         }];
+        if let Some(deadline) = self.streams.next_deadline() {
+            until = until.min(deadline);
+        }
         if let Some(conn) = &self.conn {
             until = until.min(conn.shells.next_deadline());
             let mut events = libc::POLLIN;
@@ -245,6 +278,13 @@ impl Worker {
                 events,
                 revents: 0,
             });
+            for (fd, events) in self.tunnels.poll_fds() {
+                fds.push(libc::pollfd {
+                    fd,
+                    events,
+                    revents: 0,
+                });
+            }
         }
         let timeout = until
             .saturating_duration_since(now)

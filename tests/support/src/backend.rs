@@ -57,25 +57,11 @@ fn harness_with(folder: Option<&str>, wait: Duration) -> Harness {
     .expect("ssh2 transport");
     let transport: Stack = Arc::new(CountingTransport::new(FaultTransport::new(ssh)));
     let records = tempfile::tempdir().unwrap();
-    let mut builder = SlurmConfig::builder().with_env_from(testbed.lookup());
-    if let Some(folder) = folder {
-        builder = builder.with_results_root(format!(
-            "{}/{folder}",
-            testbed.get("SLURM_BASE_RESULTS_DIR")
-        ));
-    }
-    let config = builder
-        .with_state_dir(records.path())
-        .with_poll_interval(Duration::from_millis(500))
-        .with_reconcile_wait(wait)
-        .build()
-        .expect("test bed backend config");
-    let store = FileRecordStore::new(records.path()).expect("record store");
     let backend = SlurmBackend::new(
         Arc::clone(&transport),
         HandlebarsRenderer::new(),
-        store,
-        config,
+        FileRecordStore::new(records.path()).expect("record store"),
+        config(&testbed, folder, records.path(), wait),
     );
     Harness {
         backend,
@@ -83,6 +69,50 @@ fn harness_with(folder: Option<&str>, wait: Duration) -> Harness {
         testbed,
         _records: records,
     }
+}
+
+/// A SlurmBackend over any `transport` on the test bed (the built-in templates, a record
+/// folder of its own, which it returns), with its own results root under the test
+/// bed's when `folder` names one.
+pub fn backend_over<T: Transport + 'static>(
+    transport: T,
+    testbed: &Testbed,
+    folder: Option<&str>,
+) -> (
+    SlurmBackend<T, HandlebarsRenderer, FileRecordStore>,
+    tempfile::TempDir,
+) {
+    let records = tempfile::tempdir().unwrap();
+    let config = config(testbed, folder, records.path(), Duration::from_secs(15));
+    let store = FileRecordStore::new(records.path()).expect("record store");
+    (
+        SlurmBackend::new(transport, HandlebarsRenderer::new(), store, config),
+        records,
+    )
+}
+
+/// The test bed's configuration with records in `records`, a poll every 0.5 s, a
+/// reconcile wait of `wait`, and its own results root under the test bed's when
+/// `folder` names one.
+fn config(
+    testbed: &Testbed,
+    folder: Option<&str>,
+    records: &std::path::Path,
+    wait: Duration,
+) -> SlurmConfig {
+    let mut builder = SlurmConfig::builder().with_env_from(testbed.lookup());
+    if let Some(folder) = folder {
+        builder = builder.with_results_root(format!(
+            "{}/{folder}",
+            testbed.get("SLURM_BASE_RESULTS_DIR")
+        ));
+    }
+    builder
+        .with_state_dir(records)
+        .with_poll_interval(Duration::from_millis(500))
+        .with_reconcile_wait(wait)
+        .build()
+        .expect("test bed backend config")
 }
 
 /// A small job: one node, one GPU, one CPU, ten minutes.

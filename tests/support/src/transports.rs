@@ -5,7 +5,7 @@ use std::any::Any;
 use std::fmt;
 
 use async_trait::async_trait;
-use slurm_core::{Command, Output, Result, Transport};
+use slurm_core::{Command, ForwardTarget, Forwarding, Output, OutputSink, Result, Transport};
 use slurm_ssh::{
     HostSpec, OpenSshTransport, OpenSshTransportBuilder, Ssh2Transport, Ssh2TransportBuilder,
 };
@@ -90,5 +90,11 @@ impl<T: Transport> Transport for Held<T> {
     }
     async fn tail_file(&self, path: &str, lines: usize) -> Result<Vec<u8>> {
         self.transport.tail_file(path, lines).await
+    }
+    async fn run_streamed(&self, command: &Command, sink: OutputSink) -> Result<i32> {
+        self.transport.run_streamed(command, sink).await
+    }
+    async fn forward(&self, local_port: u16, target: &ForwardTarget) -> Result<Forwarding> {
+        self.transport.forward(local_port, target).await
     }
 }

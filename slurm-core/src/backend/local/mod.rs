@@ -176,6 +176,7 @@ impl LocalBackend {
     fn native_status(&self, record: JobRecord) -> JobStatus {
         let exits = self.inner.exits.lock().expect("exits lock");
         let native = |state: JobState, key: &Key| NativeStatus {
+            reason_note: None,
             state: state.to_string(),
             reason: (state == JobState::Pending).then(|| {
                 if record.after.is_empty() {
@@ -304,6 +305,14 @@ impl Backend for LocalBackend {
         let dir = self.inner.root.join(id.as_str());
         let results_dir = RemotePath::parse_for("results_dir", &dir.to_string_lossy())?;
         let mut record = JobRecord::new(id.clone(), &spec, results_dir)?;
+        // Code runs where it is (this machine): the same checks (dirty, size), no copy.
+        if let Some(code) = &spec.code {
+            let tree = crate::code::snapshot(code, crate::code::DEFAULT_CODE_LIMIT)?;
+            record.code_commit = tree.commit;
+            let dir = std::fs::canonicalize(&code.path)
+                .map_err(|e| Error::io(format!("resolve {}", code.path), e))?;
+            record.code_dir = Some(dir.to_string_lossy().into_owned());
+        }
         if let Some(plan) = &plan {
             record = record.with_tasks(plan.indices.iter());
         }
@@ -355,6 +364,7 @@ impl Backend for LocalBackend {
                 .env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", "29500")
                 .env("RESULTS_DIR", &dir)
+                .envs(record.code_dir.iter().map(|d| ("SLURM_RUN_CODE_DIR", d)))
                 .stdin(Stdio::null())
                 .stdout(out)
                 .stderr(err)

@@ -1,9 +1,12 @@
 //! Total parsers of what the SLURM tools print: `sbatch --parsable`, squeue and sacct in
-//! fixed formats, `scontrol show job`, job ids, and the scheduler's error messages.
+//! fixed formats, `scontrol show job` and `show config`, job ids, and the scheduler's
+//! error messages. Where releases print differently, each form is read (unit cases from
+//! the real output of each release's test bed, `tests/fixtures/slurm-<release>/`).
 //!
 //! Every parser is total: any input gives a value or a typed [`Error`](crate::Error),
 //! never a panic (see the property tests in this module).
 
+pub(crate) mod config;
 pub(crate) mod errors;
 pub(crate) mod id;
 pub(crate) mod nodelist;
@@ -12,14 +15,21 @@ pub(crate) mod sbatch;
 pub(crate) mod scontrol;
 pub(crate) mod squeue;
 
+pub(crate) use config::parse_cluster_config;
 pub(crate) use errors::{is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error};
 pub(crate) use id::SlurmIdField;
 pub use id::SlurmJobId;
 pub(crate) use nodelist::expand_nodelist;
-pub(crate) use sacct::{parse_sacct, resolve_newest_of, SacctRow, SACCT_FORMAT};
+pub(crate) use sacct::{
+    parse_sacct, resolve_newest_of, split_failed_nodes, SacctRow, SACCT_FORMAT,
+    SACCT_FORMAT_WITH_FAILED_NODE,
+};
 pub(crate) use sbatch::{parse_sbatch_parsable, SbatchOutcome};
 pub(crate) use scontrol::parse_scontrol_show_job;
 pub(crate) use squeue::{parse_squeue, SqueueRow, SQUEUE_FORMAT};
+
+#[cfg(test)]
+mod release_tests;
 
 #[cfg(test)]
 mod proptests {
@@ -44,6 +54,8 @@ mod proptests {
             let _ = SlurmIdField::parse(&s);
             let _ = SlurmJobId::parse(&s);
             let _ = recognise_scheduler_error(&s);
+            let _ = parse_cluster_config(&s);
+            let _ = crate::slurm::release::SlurmRelease::parse(&s);
         }
 
         #[test]

@@ -1,5 +1,7 @@
 //! sacct in a fixed parsable format (`--parsable2`, explicit fields): the format, the row parser, and picking the newest row of a requeued job.
 
+use std::collections::HashMap;
+
 use chrono::NaiveDateTime;
 
 use super::id::{SlurmIdField, SlurmJobId};
@@ -18,6 +20,36 @@ pub(crate) const SACCT_FIELDS: &[&str] = &[
 /// [`SACCT_FIELDS`] joined for `--format=`.
 pub(crate) const SACCT_FORMAT: &str =
     "JobID,JobIDRaw,State,ExitCode,Reason,Submit,Start,End,NodeList,JobName";
+
+/// [`SACCT_FORMAT`] and `FailedNode` (sacct from Slurm 23.02; 22.05 refuses the field):
+/// the node that caused a job's failure. It comes after JobName, at the end of the line,
+/// where a name holding the delimiter cannot hide it (node names hold no `|`).
+pub(crate) const SACCT_FORMAT_WITH_FAILED_NODE: &str =
+    "JobID,JobIDRaw,State,ExitCode,Reason,Submit,Start,End,NodeList,JobName,FailedNode";
+
+/// sacct output in [`SACCT_FORMAT_WITH_FAILED_NODE`] as output in [`SACCT_FORMAT`] (each
+/// line's last field cut off), and the `FailedNode` of every row that names one, by its
+/// JobID column (`328`, `12_3`).
+pub(crate) fn split_failed_nodes(stdout: &str) -> (String, HashMap<String, String>) {
+    let mut rows = String::with_capacity(stdout.len());
+    let mut failed = HashMap::new();
+    for line in stdout.lines() {
+        let line = line.trim_end_matches('\r');
+        let row = match line.rsplit_once('|') {
+            Some((row, node)) => {
+                let job = row.split('|').next().unwrap_or_default().trim();
+                if let Some(node) = optional(node) {
+                    failed.insert(job.to_string(), node);
+                }
+                row
+            }
+            None => line,
+        };
+        rows.push_str(row);
+        rows.push('\n');
+    }
+    (rows, failed)
+}
 
 /// One row of sacct: the job itself, or one of its steps or array tasks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,6 +240,74 @@ mod tests {
             resolve_newest(&rows, id(300)).unwrap().state.base,
             SlurmBaseState::Pending
         );
+    }
+
+    /// sacct of a job whose node went down under it (`--no-requeue`), as each release's
+    /// test bed printed it: the base format, then with `FailedNode` (22.05 refuses it).
+    const NODE_FAIL: [(&str, &str, &str); 3] = [
+        (
+            "22.05",
+            include_str!("../../../../tests/fixtures/slurm-22.05/sacct-node-fail"),
+            include_str!(
+                "../../../../tests/fixtures/slurm-22.05/sacct-node-fail-with-failed-node.stderr"
+            ),
+        ),
+        (
+            "24.11",
+            include_str!("../../../../tests/fixtures/slurm-24.11/sacct-node-fail"),
+            include_str!("../../../../tests/fixtures/slurm-24.11/sacct-node-fail-with-failed-node"),
+        ),
+        (
+            "26.05",
+            include_str!("../../../../tests/fixtures/slurm-26.05/sacct-node-fail"),
+            include_str!("../../../../tests/fixtures/slurm-26.05/sacct-node-fail-with-failed-node"),
+        ),
+    ];
+
+    #[test]
+    fn a_node_failure_reads_on_each_release_and_names_its_node_from_23_02() {
+        for (release, base, with_failed_node) in NODE_FAIL {
+            let rows = parse_sacct(base).unwrap();
+            let job = &rows[0];
+            assert_eq!(job.state.base, SlurmBaseState::NodeFail, "{release}");
+            assert_eq!(job.nodelist.as_deref(), Some("n2"), "{release}");
+            // NODE_FAIL got an exit code in 24.11 (1:0; 0:0 before).
+            let exit = if release == "22.05" { 0 } else { 1 };
+            assert_eq!(job.exit_code, Some(exit), "{release}");
+            if release == "22.05" {
+                assert!(
+                    with_failed_node.contains("Invalid field requested: \"FailedNode\""),
+                    "{with_failed_node}"
+                );
+                continue;
+            }
+            let (text, failed) = split_failed_nodes(with_failed_node);
+            let again = parse_sacct(&text).unwrap();
+            assert_eq!(again.len(), rows.len(), "{release}");
+            assert_eq!(again[0].state, job.state, "{release}");
+            assert_eq!(again[0].name, job.name, "{release}");
+            let id = job.id.to_string();
+            assert_eq!(failed.get(&id).map(String::as_str), Some("n2"), "{release}");
+            assert_eq!(failed.len(), 1, "only the job row names it: {failed:?}");
+        }
+    }
+
+    #[test]
+    fn the_failed_node_is_cut_off_the_end_even_after_a_name_with_bars() {
+        assert!(SACCT_FORMAT_WITH_FAILED_NODE.starts_with(SACCT_FORMAT));
+        assert!(SACCT_FORMAT_WITH_FAILED_NODE.ends_with(",JobName,FailedNode"));
+        let out = "\
+7|7|NODE_FAIL|1:0|None|2024-05-01T10:00:00|2024-05-01T10:00:05|2024-05-01T10:03:00|n[1-2]|a|b|n2
+7.batch|7.batch|CANCELLED|||2024-05-01T10:00:05|2024-05-01T10:00:05|2024-05-01T10:03:00|n1|batch|
+
+8|8|COMPLETED|0:0|None|2024-05-01T10:00:00|2024-05-01T10:00:05|2024-05-01T10:03:00|n1|c|None
+";
+        let (text, failed) = split_failed_nodes(out);
+        let rows = parse_sacct(&text).unwrap();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[0].name, "a|b");
+        assert_eq!(failed.len(), 1, "{failed:?}");
+        assert_eq!(failed["7"], "n2");
     }
 
     #[test]

@@ -22,7 +22,9 @@ mod tests;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use self::observe::{apply_followup, decide, from_scontrol, merge, Decision, Followup, TaskKey};
+use self::observe::{
+    apply_followup, decide, from_scontrol, merge_reading, Decision, Followup, TaskKey,
+};
 use super::commands;
 use super::context::Context;
 use super::job::{slurm_job, SlurmJob};
@@ -62,10 +64,15 @@ pub(super) async fn observe_jobs(ctx: &Context<'_>, records: Vec<JobRecord>) -> 
     // What the groups already hold (a poll of 10,000 jobs checks in constant time).
     let mut known_jobs: HashSet<SlurmJob> = HashSet::new();
     let mut known_keys: HashSet<Key> = HashSet::new();
+    // FailedNode (Slurm 23.02 on) names the node a node failure is pinned on.
+    let failed_node = ctx.facts().release().is_some_and(|r| r.has_failed_node());
     for record in &records {
         let mut own = Vec::new();
         if let (false, Some((cluster, job))) = (record.state.is_terminal(), slurm_job(record)?) {
-            let group = groups.entry(cluster.clone()).or_default();
+            let group = groups.entry(cluster.clone()).or_insert_with(|| Group {
+                failed_node,
+                ..Group::default()
+            });
             if known_jobs.insert((cluster.clone(), job)) {
                 group.jobs.push(job);
             }
@@ -342,7 +349,8 @@ async fn poll_groups(
     let parts = round_trip::split(&output, 2 * groups.len())?;
     let mut observations = HashMap::new();
     for ((cluster, group), pair) in groups.iter().zip(parts.chunks(2)) {
-        for (key, observation) in merge(&group.keys, &pair[0], &pair[1])? {
+        for (key, observation) in merge_reading(&group.keys, &pair[0], &pair[1], group.failed_node)?
+        {
             observations.insert((cluster.clone(), key), observation);
         }
     }

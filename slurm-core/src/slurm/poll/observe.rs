@@ -11,9 +11,10 @@ use crate::classify::{
 use crate::record::{JobRecord, Mark, TransitionSource};
 use crate::slurm::parse::{
     expand_nodelist, is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error,
-    parse_sacct, parse_scontrol_show_job, parse_squeue, resolve_newest_of, SacctRow, SlurmJobId,
-    SqueueRow,
+    parse_sacct, parse_scontrol_show_job, parse_squeue, resolve_newest_of, split_failed_nodes,
+    SacctRow, SlurmJobId, SqueueRow,
 };
+use crate::slurm::reasons::{reason_kind, ReasonKind};
 use crate::slurm::states::{map_state, SlurmBaseState, SlurmState};
 
 use super::resume::{decide_resumable, ResumeStep};
@@ -37,6 +38,8 @@ pub(super) struct Observation {
     pub(super) requeued_after: Option<String>,
     /// A step of the newest run that did not finish (`0 CANCELLED`, `batch FAILED`).
     pub(super) failed_step: Option<(String, SlurmState)>,
+    /// The node the scheduler pinned a failure on (sacct's `FailedNode`, 23.02 on).
+    pub(super) failed_node: Option<String>,
 }
 
 /// What a poll decided for one record: the mark, what the scheduler said, and what
@@ -78,11 +81,23 @@ impl Followup {
 
 /// What one cluster's squeue and sacct parts of a poll say of `keys` (jobs, or tasks of
 /// array jobs). `squeue` answers for every job; `sacct` only for those squeue could not
-/// settle (empty otherwise).
+/// settle (empty otherwise), in `SACCT_FORMAT`.
+#[cfg(test)]
 pub(super) fn merge(
     keys: &[TaskKey],
     squeue: &Output,
     sacct: &Output,
+) -> Result<HashMap<TaskKey, Observation>> {
+    merge_reading(keys, squeue, sacct, false)
+}
+
+/// [`merge`], with sacct's rows in `SACCT_FORMAT_WITH_FAILED_NODE` when `failed_node`:
+/// a job's `FailedNode` joins its observation.
+pub(super) fn merge_reading(
+    keys: &[TaskKey],
+    squeue: &Output,
+    sacct: &Output,
+    failed_node: bool,
 ) -> Result<HashMap<TaskKey, Observation>> {
     let squeue_rows = if squeue.success() {
         parse_squeue(&squeue.stdout_text())?
@@ -92,8 +107,12 @@ pub(super) fn merge(
     };
     // sacct ran and accounting is on: its silence about a job means lag.
     let accounting = sacct.success() && !is_accounting_disabled(&sacct.stderr_text());
+    let (sacct_text, failed_nodes) = match failed_node {
+        true => split_failed_nodes(&sacct.stdout_text()),
+        false => (sacct.stdout_text(), HashMap::new()),
+    };
     let sacct_rows = if accounting {
-        parse_sacct(&sacct.stdout_text())?
+        parse_sacct(&sacct_text)?
     } else {
         scheduler_failure("sacct", sacct)?;
         Vec::new()
@@ -134,6 +153,7 @@ pub(super) fn merge(
                 }),
                 // Steps confirm only a finished job; sacct decides those.
                 failed_step: None,
+                failed_node: None,
             }),
             // squeue answered and no longer lists the job, yet sacct says it is
             // pending or running: slurmdbd lags behind slurmctld, so that row is
@@ -176,7 +196,17 @@ pub(super) fn merge(
                 },
                 _ => observation,
             };
-            observations.insert(*key, observation);
+            let failed_node = match key.1 {
+                None => failed_nodes.get(&key.0.to_string()).cloned(),
+                Some(_) => None,
+            };
+            observations.insert(
+                *key,
+                Observation {
+                    failed_node,
+                    ..observation
+                },
+            );
         }
     }
     Ok(observations)
@@ -202,6 +232,7 @@ pub(super) fn from_scontrol(id: SlurmJobId, part: &Output) -> Result<Option<Obse
                 source: "scontrol",
                 requeued_after: None,
                 failed_step: None,
+                failed_node: job.get("FailedNode").and_then(optional_node),
             })
         })
         .next_back())
@@ -227,6 +258,7 @@ pub(super) fn decide(
     let native = NativeStatus {
         state: observed.state.raw.clone(),
         reason: observed.reason.clone(),
+        reason_note: reason_note(&observed).map(str::to_string),
         exit_code: observed.exit_code,
         nodes: observed.nodes.clone(),
         source: observed.source,
@@ -241,7 +273,7 @@ pub(super) fn decide(
     let never = observed
         .reason
         .as_deref()
-        .is_some_and(|r| r.contains("DependencyNeverSatisfied"));
+        .is_some_and(|r| reason_kind(r) == ReasonKind::NeverSatisfied);
     let mut cancel = false;
     let resumable = decide_resumable(
         record,
@@ -299,6 +331,12 @@ pub(super) fn decide(
         mark = mark.err_class(class);
         mark.node_fault = class == ErrorClass::Infra
             && is_node_fault(observed.state.base.ending(observed.exit_code), "");
+    }
+    if let (JobState::Error, Some(failed)) = (state, observed.failed_node.as_deref()) {
+        match expand_nodelist(failed) {
+            Ok(nodes) => mark = mark.failed_nodes(nodes),
+            Err(error) => tracing::warn!(%error, "unreadable FailedNode; not recorded"),
+        }
     }
     if let Some(nodes) = observed.nodes.as_deref() {
         match expand_nodelist(nodes) {
@@ -431,7 +469,13 @@ fn observe_sacct(rows: &[SacctRow], key: TaskKey) -> Option<Observation> {
         source: "sacct",
         requeued_after,
         failed_step,
+        failed_node: None,
     })
+}
+
+/// A node list field, `None` when empty or `(null)`.
+fn optional_node(text: &str) -> Option<String> {
+    crate::slurm::parse::squeue::optional(text)
 }
 
 /// The ways a run can end that make Slurm requeue a job with `--requeue`.
@@ -466,10 +510,26 @@ fn scheduler_failure(tool: &str, output: &Output) -> Result<()> {
     })
 }
 
+/// What a waiting job's reason means, where its name does not say it (a limit, a hold);
+/// an ended job's reason is read with its state, and a dependency that can never be
+/// met ends the job with its own message.
+fn reason_note(observed: &Observation) -> Option<&'static str> {
+    let kind = reason_kind(observed.reason.as_deref()?);
+    let waiting = !map_state(&observed.state).0.is_terminal();
+    match kind {
+        ReasonKind::NeverSatisfied => None,
+        _ if waiting => kind.note(),
+        _ => None,
+    }
+}
+
 fn describe(observed: &Observation) -> String {
     let mut text = format!("{} ({})", observed.state.raw, observed.source);
     if let Some(reason) = &observed.reason {
         text.push_str(&format!(", reason {reason}"));
+        if let Some(note) = reason_note(observed) {
+            text.push_str(&format!(" ({note})"));
+        }
     }
     if let Some(previous) = &observed.requeued_after {
         text.push_str(&format!(", requeued by Slurm after {previous}"));

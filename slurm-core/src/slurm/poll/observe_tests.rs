@@ -6,6 +6,15 @@ fn rows(text: &str) -> Vec<SacctRow> {
     parse_sacct(text).unwrap()
 }
 
+/// A tool's answer: `text` on stdout, exit status 0.
+fn out(text: &str) -> Output {
+    Output {
+        status: 0,
+        stdout: text.as_bytes().to_vec(),
+        stderr: Vec::new(),
+    }
+}
+
 /// A job cancelled while pending that squeue already shows CANCELLED (no nodes),
 /// before accounting has its row, stays PENDING: it never ran. The conformance case
 /// `cancel_a_pending_job` failed on this (its record read PENDING, RUNNING,
@@ -13,11 +22,6 @@ fn rows(text: &str) -> Vec<SacctRow> {
 #[test]
 fn a_job_ending_before_accounting_confirms_keeps_the_live_state_it_had() {
     let id: TaskKey = (SlurmJobId::new(9).unwrap(), None);
-    let out = |text: &str| Output {
-        status: 0,
-        stdout: text.as_bytes().to_vec(),
-        stderr: Vec::new(),
-    };
     let record = JobRecord::new(
         crate::record::JobId::parse("job-abcdef").unwrap(),
         &crate::spec::JobSpec::new("job", "true"),
@@ -233,6 +237,7 @@ fn a_status_json_that_cannot_be_read_is_no_verdict() {
         source: "sacct",
         requeued_after: None,
         failed_step: None,
+        failed_node: None,
     };
     let read = |status: i32, stdout: &str, stderr: &str| Output {
         status,
@@ -411,4 +416,115 @@ fn a_resumable_records_requeues_and_ends_are_decided_by_what_its_script_said() {
         (d.mark.state, d.mark.err_class),
         (JobState::Error, Some(ErrorClass::Infra))
     );
+}
+/// A two-node job one of whose nodes went down, as 24.11 and 26.05 print it: sacct's
+/// `FailedNode` names the node; the decision pins the failure on it, so a retry avoids
+/// that node only. Read without the field (22.05 has none), the retry must avoid both.
+#[test]
+fn a_node_failure_is_pinned_on_the_node_sacct_names_from_23_02() {
+    let spec = crate::spec::JobSpec::new("two", "true");
+    let mut record = JobRecord::new(
+        crate::record::JobId::parse("two-abcdef").unwrap(),
+        &spec,
+        crate::storage::RemotePath::parse("/r/two-abcdef").unwrap(),
+    )
+    .unwrap();
+    record.state = JobState::Running;
+    record.nodes = vec!["n1".into(), "n2".into()];
+    for (release, sacct) in [
+        (
+            "24.11",
+            include_str!("../../../../tests/fixtures/slurm-24.11/sacct-node-fail-with-failed-node"),
+        ),
+        (
+            "26.05",
+            include_str!("../../../../tests/fixtures/slurm-26.05/sacct-node-fail-with-failed-node"),
+        ),
+    ] {
+        // The fixture's job ran on n2 alone; here it held both nodes.
+        let sacct = sacct.replacen("|n2|fixture-node-fail|", "|n[1-2]|fixture-node-fail|", 1);
+        let job = sacct.split('|').next().unwrap().to_string();
+        let id: TaskKey = (SlurmJobId::new(job.parse().unwrap()).unwrap(), None);
+        let observed = merge_reading(&[id], &out(""), &out(&sacct), true)
+            .unwrap()
+            .remove(&id);
+        assert_eq!(
+            observed.as_ref().and_then(|o| o.failed_node.as_deref()),
+            Some("n2"),
+            "{release}"
+        );
+        let decision = decide(&record, JobState::Running, observed);
+        assert_eq!(decision.mark.state, JobState::Error, "{release}");
+        assert!(decision.mark.node_fault, "{release}");
+        assert_eq!(
+            decision.mark.failed_nodes,
+            vec!["n2".to_string()],
+            "{release}"
+        );
+        let mut ended = record.clone();
+        ended.apply_mark(decision.mark, None).unwrap();
+        assert_eq!(ended.nodes, vec!["n1".to_string(), "n2".to_string()]);
+        assert_eq!(
+            ended.nodes_to_exclude(),
+            vec!["n2".to_string()],
+            "{release}"
+        );
+    }
+    // 22.05: no FailedNode; the failure is the whole job's, so both nodes are avoided.
+    let sacct = include_str!("../../../../tests/fixtures/slurm-22.05/sacct-node-fail").replacen(
+        "|n2|fixture-node-fail",
+        "|n[1-2]|fixture-node-fail",
+        1,
+    );
+    let job = sacct.split('|').next().unwrap().to_string();
+    let id_22: TaskKey = (SlurmJobId::new(job.parse().unwrap()).unwrap(), None);
+    let observed = merge(&[id_22], &out(""), &out(&sacct))
+        .unwrap()
+        .remove(&id_22);
+    let decision = decide(&record, JobState::Running, observed);
+    assert!(decision.mark.failed_nodes.is_empty());
+    let mut ended = record.clone();
+    ended.apply_mark(decision.mark, None).unwrap();
+    assert_eq!(
+        ended.nodes_to_exclude(),
+        vec!["n1".to_string(), "n2".to_string()]
+    );
+}
+
+/// What a waiting job's reason means reaches its record, where the name does not say
+/// it: a hold (from each release's squeue), a limit, a job that cannot start.
+#[test]
+fn a_waiting_jobs_message_says_what_its_reason_means() {
+    let record = JobRecord::new(
+        crate::record::JobId::parse("held-abcdef").unwrap(),
+        &crate::spec::JobSpec::new("held", "true"),
+        crate::storage::RemotePath::parse("/r/held-abcdef").unwrap(),
+    )
+    .unwrap();
+    let message = |squeue: &str| {
+        let job = squeue.split(['|', '_']).next().unwrap().to_string();
+        let id: TaskKey = (SlurmJobId::new(job.parse().unwrap()).unwrap(), None);
+        let observed = merge(&[id], &out(squeue), &out("")).unwrap().remove(&id);
+        let decision = decide(&record, JobState::Submitting, observed);
+        assert_eq!(decision.mark.state, JobState::Pending, "{squeue}");
+        decision.mark.message.unwrap()
+    };
+    for squeue in [
+        include_str!("../../../../tests/fixtures/slurm-22.05/squeue-held"),
+        include_str!("../../../../tests/fixtures/slurm-24.11/squeue-held"),
+        include_str!("../../../../tests/fixtures/slurm-26.05/squeue-held"),
+    ] {
+        let text = message(squeue);
+        assert!(text.contains("reason JobHeldUser (held:"), "{text}");
+        assert!(text.contains("scontrol release"), "{text}");
+    }
+    let limit = message("40|PENDING|QOSGrpJobsLimit||held-abcdef\n");
+    assert!(
+        limit.contains("a limit of its account, QOS or user"),
+        "{limit}"
+    );
+    let never = message("41|PENDING|QOSMaxWallDurationPerJobLimit||held-abcdef\n");
+    assert!(never.contains("cannot start as submitted"), "{never}");
+    let queued = message("42|PENDING|Resources||held-abcdef\n");
+    assert!(queued.ends_with("reason Resources"), "{queued}");
 }

@@ -30,6 +30,9 @@ pub(crate) struct Group {
     pub(super) running: Vec<TaskKey>,
     /// Array tasks not ended: one squeue no longer lists sends its array to sacct.
     pub(super) expected: Vec<TaskKey>,
+    /// Whether sacct is asked for `FailedNode` too (the login node's client is Slurm
+    /// 23.02 or newer).
+    pub(super) failed_node: bool,
 }
 
 #[cfg(any(test, feature = "testing"))]
@@ -81,7 +84,7 @@ pub(super) fn poll_command_deciding(
         if mine {
             squeue = squeue.arg("--me");
         }
-        let sacct = commands::sacct_rows(cluster.as_deref())?;
+        let sacct = commands::sacct_rows(cluster.as_deref(), group.failed_node)?;
         if k > 0 {
             params.push("--slurm-run-group--".to_string());
         }

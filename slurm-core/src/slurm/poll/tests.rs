@@ -18,6 +18,7 @@ fn jobs(all: &[u64], running: &[u64]) -> Group {
         keys: ids(all).into_iter().map(|j| (j, None)).collect(),
         running: ids(running).into_iter().map(|j| (j, None)).collect(),
         expected: Vec::new(),
+        failed_node: false,
     }
 }
 
@@ -143,6 +144,7 @@ async fn an_array_costs_one_squeue_until_a_task_ends_or_vanishes() {
         keys: expected.iter().map(|t| task(*t)).collect(),
         running: running.into_iter().map(task).collect(),
         expected: expected.into_iter().map(task).collect(),
+        failed_node: false,
     };
     // Two running, the rest in the pending range: squeue settles all.
     let (parts, _, sacct) = poll_group_locally(
@@ -233,4 +235,23 @@ async fn few_jobs_are_named_to_squeue_and_many_are_kept_from_the_users_own() {
         Some("2"),
         "only the unlisted job needs sacct"
     );
+}
+
+#[test]
+fn sacct_is_asked_for_failed_node_only_where_the_client_has_it() {
+    use crate::slurm::parse::{SACCT_FORMAT, SACCT_FORMAT_WITH_FAILED_NODE};
+    let formats = |failed_node: bool| {
+        let group = Group {
+            failed_node,
+            ..jobs(&[7], &[])
+        };
+        let poll = poll_command(&[(None, group)].into()).unwrap();
+        poll.get_args()
+            .iter()
+            .filter_map(|a| a.strip_prefix("--format=").map(str::to_string))
+            .collect::<Vec<_>>()
+    };
+    assert!(formats(true).contains(&SACCT_FORMAT_WITH_FAILED_NODE.to_string()));
+    assert!(formats(false).contains(&SACCT_FORMAT.to_string()));
+    assert!(!formats(false).contains(&SACCT_FORMAT_WITH_FAILED_NODE.to_string()));
 }

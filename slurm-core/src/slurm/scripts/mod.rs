@@ -73,6 +73,30 @@ exit_statuses! {
     }
 }
 
+exit_statuses! {
+    /// How receiving a code tree ([`CODE_PUT`]) fails.
+    pub(crate) enum CodePutExit {
+        /// An object's content does not match its name (SHA-256): nothing of it is kept.
+        ChecksumMismatch = 65 => "EXIT_CHECKSUM_MISMATCH",
+        /// The archive did not unpack (or the last one had no manifest).
+        UnpackFailed = 69 => "EXIT_UNPACK_FAILED",
+        /// An object the manifest names is not on the cluster.
+        ObjectMissing = 76 => "EXIT_OBJECT_MISSING",
+        /// The code store under the results root cannot be written.
+        StoreUnwritable = 77 => "EXIT_STORE_UNWRITABLE",
+    }
+}
+
+/// Which objects of a code tree the cluster lacks (names on stdin), or that the tree
+/// is already whole.
+pub(crate) const CODE_MISSING: Script =
+    Script::new("code-missing", include_str!("code_missing.sh"));
+
+/// Receive a code tree's objects (checked against their SHA-256 names) and make the
+/// tree from its manifest, read-only.
+pub(crate) const CODE_PUT: Script =
+    Script::new("code-put", include_str!("code_put.sh")).with_exits(CodePutExit::VARS);
+
 /// Check the datasets and the image, unpack the staged job folder from stdin, verify
 /// its checksums, claim the attempt's folder, `sbatch --parsable` (its answer kept in
 /// that folder): a steady-state submit in one round trip.
@@ -139,9 +163,10 @@ pub(crate) const RESULTS_ROOT: Script =
 /// Whether enroot is on PATH, and which credential machines have no line.
 pub(crate) const ENROOT: Script = Script::new("enroot", include_str!("enroot.sh"));
 
-/// The cluster's `ClusterName`.
-pub(crate) const CLUSTER_NAME: Script =
-    Script::new("cluster-name", include_str!("cluster_name.sh"));
+/// The cluster's `ClusterName`, its controller's release and the login node's client's
+/// (read by [`parse_cluster_config`](crate::slurm::parse::parse_cluster_config)).
+pub(crate) const CLUSTER_CONFIG: Script =
+    Script::new("cluster-config", include_str!("cluster_config.sh"));
 
 /// The paths that do not exist.
 pub(crate) const MISSING_PATHS: Script =
@@ -149,10 +174,12 @@ pub(crate) const MISSING_PATHS: Script =
 
 /// Every script of the SLURM backend.
 #[cfg(any(test, feature = "testing"))]
-pub(crate) fn all() -> [Script; 16] {
+pub(crate) fn all() -> [Script; 18] {
     [
         CONTINUE_FRESH,
         CONTINUE_SEGMENT,
+        CODE_MISSING,
+        CODE_PUT,
         SUBMIT,
         CONVERT_IMAGE,
         CHECK_SQSH,
@@ -165,7 +192,7 @@ pub(crate) fn all() -> [Script; 16] {
         MISSING_TOOLS,
         RESULTS_ROOT,
         ENROOT,
-        CLUSTER_NAME,
+        CLUSTER_CONFIG,
         MISSING_PATHS,
     ]
 }

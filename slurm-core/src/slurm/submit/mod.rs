@@ -22,14 +22,18 @@
 //! | `attempt.rs` | the attempts, sbatch's answers, the conversion, the settle of a lost answer |
 
 mod attempt;
+mod code;
 mod plan;
 mod script;
 mod stage;
 
 #[cfg(test)]
+mod code_tests;
+#[cfg(test)]
 mod tests;
 
 use self::attempt::{attempt, Failed};
+use self::code::{send_code, StagedCode};
 use self::plan::{resources_of, SubmitPlan};
 use self::script::render;
 use self::stage::stage;
@@ -43,6 +47,7 @@ use super::sidecars::forget;
 use super::status::status_many;
 use super::SlurmSubmitOptions;
 use crate::backend::SubmitOptions;
+use crate::code::{snapshot, CodeTree};
 use crate::dependency::{check_before_submit, Dependency};
 use crate::nccl::ProbeOptions;
 use crate::record::{JobRecord, Mark, TransitionSource};
@@ -51,6 +56,9 @@ use crate::retry::{claim_or_follow, prior, Prior};
 use crate::spec::{JobSpec, Resources};
 use crate::Result;
 
+pub(crate) use self::code::CodeProgress;
+pub use self::code::CodeSent;
+pub(super) use self::script::job_view;
 #[cfg(test)]
 pub(crate) use self::stage::build_payload;
 
@@ -70,6 +78,9 @@ pub(super) async fn submit(
         other => other.previous().cloned(),
     };
     let mut waiting = check_before_submit(ctx.store(), &spec.after)?;
+    // The code tree, read now (a dirty or oversized tree is refused before anything
+    // is asked of the cluster); a retry runs the tree its first attempt ran.
+    let code = code_of(ctx, &spec, previous.as_ref()).await?;
 
     // 2. Plan.
     let root = ensure_ready(ctx, &spec).await?;
@@ -84,6 +95,11 @@ pub(super) async fn submit(
     if let Some(conversion) = plan.conversion() {
         gate_conversion(ctx, conversion).await?;
     }
+    plan.code = match code {
+        Some(Code::Tree(tree)) => Some(send_code(ctx, &tree, &plan.root).await?),
+        Some(Code::Kept(kept)) => Some(kept),
+        None => None,
+    };
 
     // 3. NCCL: the cluster's knobs, or a probe the job waits for (on the scheduler:
     // this submit never waits for it).
@@ -115,6 +131,36 @@ pub(super) async fn submit(
         drop_probe(ctx, probe).await;
     }
     submitted.map_err(Sent::into_error)
+}
+
+/// A submit's code: a tree to send, or the one the retried record ran.
+enum Code {
+    Tree(CodeTree),
+    Kept(StagedCode),
+}
+
+/// The code of `spec`, if it has some: the tree the record it retries ran, else the
+/// directory read now (off the runtime's threads: it hashes every file).
+async fn code_of(
+    ctx: &Context<'_>,
+    spec: &JobSpec,
+    previous: Option<&JobRecord>,
+) -> Result<Option<Code>> {
+    let Some(code) = spec.code.clone() else {
+        return Ok(None);
+    };
+    if let Some(dir) = previous.and_then(|p| p.code_dir.as_deref()) {
+        return Ok(Some(Code::Kept(StagedCode {
+            dir: crate::storage::RemotePath::parse_for("code tree", dir)?,
+            commit: previous.and_then(|p| p.code_commit.clone()),
+            note: "the code tree of the attempt it retries".into(),
+        })));
+    }
+    let limit = ctx.config().code_limit;
+    let tree = tokio::task::spawn_blocking(move || snapshot(&code, limit))
+        .await
+        .map_err(|e| crate::Error::io("read the code tree", std::io::Error::other(e)))??;
+    Ok(Some(Code::Tree(tree)))
 }
 
 /// How a submit of a plan failed.

@@ -43,6 +43,10 @@ pub(crate) struct SubmitPlan {
     pub(crate) probe: Option<JobRecord>,
     /// The `--dependency` value: the parents still running, and the probe.
     pub(crate) dependency: Option<String>,
+    /// The job's code tree, once on the cluster.
+    pub(crate) code: Option<super::code::StagedCode>,
+    /// The cluster's Slurm release (slurmctld's), noted in the record.
+    pub(crate) release: Option<String>,
 }
 
 /// `spec`'s resources with the backend's defaults and the limits of `partitions`.
@@ -110,6 +114,11 @@ impl SubmitPlan {
             knobs: KnobSet::new(),
             probe: None,
             dependency: None,
+            code: None,
+            release: facts
+                .release()
+                .and_then(|r| r.running())
+                .map(|r| r.to_string()),
         })
     }
 

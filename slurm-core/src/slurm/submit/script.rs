@@ -11,6 +11,39 @@ use crate::Result;
 
 use super::plan::SubmitPlan;
 
+/// Where the job finds its code tree (`code:` in the spec).
+pub(crate) const CODE_DIR_VAR: &str = "SLURM_RUN_CODE_DIR";
+
+/// How a job's steps see its folder: inside a container (`in_container`) the job folder
+/// is mounted (at the same path unless configured) and is the working directory, beside
+/// the configured and the spec's mounts; without one, the folder itself and no mounts.
+/// The batch script's steps and a step beside a running job (exec) see the same.
+pub(crate) fn job_view(
+    job_dir: &crate::storage::RemotePath,
+    in_container: bool,
+    config: &SlurmConfig,
+    spec: &crate::spec::JobSpec,
+    code_dir: Option<&crate::storage::RemotePath>,
+) -> Result<(String, Vec<String>)> {
+    let results_dir_in_job = match (in_container, &config.container_results_dir) {
+        (true, Some(dir)) => dir.clone(),
+        _ => job_dir.as_str().to_string(),
+    };
+    let mut mounts: Vec<String> = Vec::new();
+    if in_container {
+        mounts.push(format!("{}:{results_dir_in_job}", job_dir.as_str()));
+        mounts.extend(config.container_mounts.iter().cloned());
+        for mount in spec.mount_specs()? {
+            mounts.push(mount.to_pyxis());
+        }
+        // The code tree, at the same path, read-only.
+        if let Some(dir) = code_dir {
+            mounts.push(format!("{dir}:{dir}:ro"));
+        }
+    }
+    Ok((results_dir_in_job, mounts))
+}
+
 /// The template's view of `plan`. The cluster's NCCL knobs come after the spec's own
 /// extra env (a name the spec sets in `env` or `extra_env` keeps the spec's value).
 pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<ScriptContext> {
@@ -18,20 +51,8 @@ pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<
     let resources = &plan.resources;
     let job_dir = &plan.job_dir;
     let image = plan.image.as_ref().map(|i| i.container_image.clone());
-    // Inside a container the job folder is mounted (at the same path unless
-    // configured) and is the working directory.
-    let results_dir_in_job = match (&image, &config.container_results_dir) {
-        (Some(_), Some(dir)) => dir.clone(),
-        _ => job_dir.as_str().to_string(),
-    };
-    let mut mounts: Vec<String> = Vec::new();
-    if image.is_some() {
-        mounts.push(format!("{}:{results_dir_in_job}", job_dir.as_str()));
-        mounts.extend(config.container_mounts.iter().cloned());
-        for mount in spec.mount_specs()? {
-            mounts.push(mount.to_pyxis());
-        }
-    }
+    let code_dir = plan.code.as_ref().map(|c| &c.dir);
+    let (results_dir_in_job, mounts) = job_view(job_dir, image.is_some(), config, spec, code_dir)?;
     let resume = match &spec.resume {
         Some(resume) => Some(ResumeContext {
             signal: resume.signal.name().to_string(),
@@ -81,7 +102,15 @@ pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<
             true => Some(sidecar(job_dir, &plan.id)?.as_str().to_string()),
             false => None,
         },
-        env: spec.env.iter().map(env_var).collect(),
+        env: spec
+            .env
+            .iter()
+            .map(env_var)
+            .chain(code_dir.map(|dir| EnvVar {
+                name: CODE_DIR_VAR.to_string(),
+                value: dir.as_str().to_string(),
+            }))
+            .collect(),
         extra_env: spec
             .extra_env
             .iter()

@@ -69,6 +69,11 @@ pub(crate) fn stage(plan: &SubmitPlan, script: String, secrets: &SecretRegistry)
         record = record.retrying(previous);
     }
     record.excluded_nodes = plan.exclude.clone();
+    if let Some(code) = &plan.code {
+        record.code_commit = code.commit.clone();
+        record.code_dir = Some(code.dir.as_str().to_string());
+    }
+    record.scheduler_release = plan.release.clone();
     record.submit_attempts = Some(1);
     record.secrets_staged = !secrets.is_empty();
     let mut note = String::new();
@@ -82,6 +87,9 @@ pub(crate) fn stage(plan: &SubmitPlan, script: String, secrets: &SecretRegistry)
                 .as_ref()
                 .map_or("?", |r| r.native_id.as_str())
         );
+    }
+    if let Some(code) = &plan.code {
+        note.push_str(&format!("; {}", code.note));
     }
     // The submit script checks a .sqsh image whole before sbatch (a registry image the
     // spec allows reaches Pyxis unchecked).
