@@ -50,6 +50,7 @@ fn context() -> ScriptContext {
         roles: Vec::new(),
         heterogeneous: false,
         roles_dir: None,
+        resume: None,
     }
 }
 

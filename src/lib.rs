@@ -72,8 +72,8 @@ pub use slurm_core::{
     SETTLE_AFTER,
 };
 pub use slurm_core::{
-    ArraySpec, Dependency, DependencyCondition, JobSpec, NcclProbe, RoleSpec, Scalar, Sweep,
-    TaskSet, WallTime,
+    ArraySpec, Dependency, DependencyCondition, JobSpec, NcclProbe, ResumeSignal, ResumeSpec,
+    RoleSpec, Scalar, Sweep, TaskSet, WallTime, RESTART_COUNT_VAR, RESUME_FROM_VAR,
 };
 pub use slurm_core::{LogOptions, LogStream, RetryPolicy, SubmitOptions, WatchOptions};
 // Into a running job: a port forward, a command beside it, the node they reach.
@@ -83,7 +83,7 @@ pub use slurm_core::{
 // What comes out: records, their states, the answers.
 pub use slurm_core::{
     JobId, JobRecord, JobState, JobStatus, NativeStatus, PreflightCheck, PreflightReport,
-    RecordFilter, Unsettled, UnsettledKind, WatchEvent,
+    RecordFilter, Segment, SegmentEnd, Unsettled, UnsettledKind, WatchEvent,
 };
 
 /// The names a program embedding slurm-run usually needs: `use slurm_run::prelude::*;`.

@@ -23,6 +23,8 @@ TB_REGISTRY_PORT=$((15000 + TB_PORT_OFFSET))
 TB_NODES=(n1 n2)
 TB_GPU_PARTITION=gpu
 TB_CPU_PARTITION=cpu_long
+# A partition on the same nodes whose jobs a job of the others preempts (requeued).
+TB_PREEMPT_PARTITION=preemptible
 TB_SHARED="$TB_DIR/shared"
 TB_RESULTS="$TB_SHARED/results"
 TB_CONF="$TB_DIR/etc/slurm.conf"

@@ -3,6 +3,7 @@
 use serde_json::{json, Value};
 use slurm_run::prelude::{Error, JobRecord, LogStream};
 use slurm_run::CredentialsStatus;
+use slurm_run::Segment;
 use slurm_run::{NativeStatus, PreflightCheck};
 
 use crate::exit::error_field;
@@ -18,6 +19,7 @@ pub(crate) fn job(record: &JobRecord, native: Option<&NativeStatus>) -> Value {
         "retry_of": record.retry_of(),
         "name": record.name(),
         "attempt": record.attempt(),
+        "restarts": record.restarts(),
         "err_class": record.err_class(),
         "cluster": record.backend_ref().as_ref().and_then(|r| r.cluster.clone()),
         "slurm_release": record.scheduler_release(),
@@ -29,9 +31,22 @@ pub(crate) fn job(record: &JobRecord, native: Option<&NativeStatus>) -> Value {
         "message": record.history().last().and_then(|t| t.message()),
         "unsettled": unsettled_note(record),
         "candidates": record.candidates().iter().map(|r| r.native_id.clone()).collect::<Vec<_>>(),
+        "segments": record.segments().iter().map(segment).collect::<Vec<_>>(),
         "code_commit": record.code_commit(),
         "submitted_at": record.submitted_at(),
         "updated_at": record.updated_at(),
+    })
+}
+
+/// One segment of a resumable run: its SLURM job, nodes, start, end and how it ended.
+fn segment(segment: &Segment) -> Value {
+    json!({
+        "slurm_job_id": segment.job(),
+        "nodes": segment.nodes(),
+        "started_at": segment.started_at(),
+        "ended_at": segment.ended_at(),
+        "ended": segment.ended().map(|e| e.as_str()),
+        "checkpoint": segment.checkpoint(),
     })
 }
 

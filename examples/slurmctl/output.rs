@@ -84,6 +84,12 @@ impl Out {
         for status in statuses.iter().filter(|s| s.record().is_multi_role()) {
             self.lines(text::roles(self.style, status.record()));
         }
+        for status in statuses
+            .iter()
+            .filter(|s| !s.record().segments().is_empty())
+        {
+            self.lines(text::segments(self.style, status.record()));
+        }
     }
 
     /// Jobs: JSON Lines, or an aligned table.

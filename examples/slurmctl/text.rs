@@ -169,6 +169,45 @@ pub(crate) fn roles(style: Style, record: &JobRecord) -> Vec<String> {
     lines
 }
 
+/// A resumable run's segments: `ID segments (N restarts):`, then one line per segment
+/// with its SLURM job, nodes, start, end and how it ended.
+pub(crate) fn segments(style: Style, record: &JobRecord) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{} segments ({} restart{}):",
+        record.id(),
+        record.restarts(),
+        if record.restarts() == 1 { "" } else { "s" }
+    )];
+    let time = |at: chrono::DateTime<chrono::Utc>| {
+        at.with_timezone(&chrono::Local)
+            .format("%H:%M:%S")
+            .to_string()
+    };
+    for (n, segment) in record.segments().iter().enumerate() {
+        let mut line = format!(
+            "  {:>3}  slurm {}  {}  {} - {}",
+            n + 1,
+            segment.job(),
+            if segment.nodes().is_empty() {
+                "-".to_string()
+            } else {
+                segment.nodes().join(",")
+            },
+            time(segment.started_at()),
+            segment.ended_at().map_or_else(|| "now".to_string(), time),
+        );
+        match segment.ended() {
+            Some(end) => line.push_str(&format!("  {}", style.bold(end.as_str()))),
+            None => line.push_str("  running"),
+        }
+        if let Some(checkpoint) = segment.checkpoint() {
+            line.push_str(&format!("  (left {checkpoint})"));
+        }
+        lines.push(line);
+    }
+    lines
+}
+
 /// The indices of a range list printed by `JobRecord::task_groups` (`0-3,8`).
 fn indices_of(list: &str) -> impl Iterator<Item = u32> {
     TaskSet::parse("tasks", list)

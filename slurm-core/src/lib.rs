@@ -108,15 +108,16 @@ pub use error::{CheckKind, Error, ErrorKind, Result};
 pub use dependency::{Dependency, DependencyCondition, DependencyVerdict};
 pub use spec::{
     role_env_name, role_host_var, role_hosts_var, validate_sbatch_line, ArraySpec, CodeSpec,
-    CompletionCheck, JobSpec, Limits, NcclProbe, Resources, RoleSpec, Scalar, SpecDefaults, Sweep,
-    TaskSet, WallTime, ROLE_RANK_VAR, ROLE_VAR,
+    CompletionCheck, JobSpec, Limits, NcclProbe, Resources, ResumeSignal, ResumeSpec, RoleSpec,
+    Scalar, SpecDefaults, Sweep, TaskSet, WallTime, RESTART_COUNT_VAR, RESUME_FROM_VAR,
+    ROLE_RANK_VAR, ROLE_VAR,
 };
 pub use storage::RemotePath;
 
 // Records.
 pub use record::{
-    BackendRef, JobId, JobRecord, TaskRecord, Transition, TransitionSource, Unsettled,
-    UnsettledKind,
+    BackendRef, JobId, JobRecord, Segment, SegmentEnd, SegmentNote, TaskRecord, Transition,
+    TransitionSource, Unsettled, UnsettledKind,
 };
 pub use state::JobState;
 
@@ -137,7 +138,7 @@ pub use transport::{
 pub use redact::{is_secret_name, SecretRegistry, MIN_SECRET_LEN, REDACTED};
 pub use render::{
     validate_safe_name, validate_shell_name, ArrayContext, EnvVar, LintFinding, Renderer,
-    RoleContext, ScriptContext, TemplateKind, MAX_NAME_LEN,
+    ResumeContext, RoleContext, ScriptContext, TemplateKind, MAX_NAME_LEN,
 };
 
 // The RecordStore seam: where records live.

@@ -135,6 +135,36 @@ pub struct ScriptContext {
     /// The folder, in the job folder, where each role's exit status is written as it
     /// ends (`<role>.exit`) and the first role to fail is named (`first-failure`).
     pub roles_dir: Option<String>,
+    /// The run continues across wall times and preemptions (`--signal`, the trap, the
+    /// requeue within the budget), when the spec asks for it.
+    pub resume: Option<ResumeContext>,
+}
+
+/// What a resumable job's script needs: the signal before the wall, the budget, where
+/// its checkpoints and segments are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ResumeContext {
+    /// The signal's name without `SIG` (`USR2`): `#SBATCH --signal=B:<signal>@<warn>`.
+    pub signal: String,
+    /// The signal's number (`12`): a command killed by it exits 128 + it.
+    pub signal_number: u8,
+    /// How many seconds before the wall the signal comes.
+    pub warn_before_secs: u64,
+    /// The wall time in seconds (a signal well before `wall - warn` is a preemption's).
+    pub wall_secs: u64,
+    /// How many times the run may be continued. `SLURM_RUN_RESTART_COUNT` is Slurm's own
+    /// count plus `SLURM_RUN_RESTART_BASE` (set by the library on a run continued as a
+    /// fresh job: the restarts before it).
+    pub max_restarts: u32,
+    /// A glob under the job folder whose newest non-empty match is `SLURM_RUN_RESUME_FROM`.
+    pub checkpoints: Option<String>,
+    /// The file (in the job folder) the script appends one line to per segment that
+    /// ends by the wall or a preemption: `<restart count>\t<how>\t<checkpoint>`.
+    pub segments_file: String,
+    /// The exit status of a job whose budget is used up.
+    pub budget_exit: u8,
+    /// The exit status of a job whose requeue Slurm refused.
+    pub refused_exit: u8,
 }
 
 /// One role of a multi-role job, as the template sees it.

@@ -22,7 +22,9 @@
 //! (`{arch: ..., action: ...}`), `completion_check` (`exit_code` or
 //! `status_json`), `allow_registry_image`, `force_reconvert_latest` (convert a
 //! `:latest` image again on this submit), `nccl_probe` (`auto`, `always` or `never`:
-//! whether a multi-GPU job is preceded by the NCCL probe), and for pipelines and sweeps `after`
+//! whether a multi-GPU job is preceded by the NCCL probe), `resume` (`{max_restarts:
+//! 10, signal: USR2, warn_before: "00:02:00", checkpoints: "ckpt/*.pt"}`: a run longer
+//! than the wall, continued segment after segment; see [`ResumeSpec`]), and for pipelines and sweeps `after`
 //! (`[train-a1b2c3, prep-00ff11:any]`: records to wait for), `array`
 //! (`{size: 8, max_parallel: 2}` or `{indices: "0-3,8"}`) and `sweep` (`{LR: [0.1,
 //! 0.01], BATCH: [32, 64]}`, a grid, or a list of points). Unknown keys are an error.
@@ -54,6 +56,7 @@ use crate::{Error, Result};
 mod array;
 mod code;
 mod probe;
+mod resume;
 mod roles;
 mod validate;
 mod wall_time;
@@ -64,6 +67,8 @@ pub(crate) use array::{ArrayPlan, MAX_TASKS};
 pub use array::{ArraySpec, Scalar, Sweep, TaskSet};
 pub use code::CodeSpec;
 pub use probe::NcclProbe;
+pub use resume::{ResumeSignal, ResumeSpec, RESTART_COUNT_VAR, RESUME_FROM_VAR};
+pub(crate) use resume::{BUDGET_USED_UP_EXIT, REQUEUE_REFUSED_EXIT};
 pub(crate) use roles::ResolvedRole;
 pub use roles::{role_env_name, role_host_var, role_hosts_var, RoleSpec, ROLE_RANK_VAR, ROLE_VAR};
 pub(crate) use validate::normalise_sbatch_line;
@@ -185,6 +190,9 @@ pub struct JobSpec {
     /// single job.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub roles: BTreeMap<String, RoleSpec>,
+    /// Continue the run across wall times and preemptions (see [`ResumeSpec`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<ResumeSpec>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -325,6 +333,7 @@ impl JobSpec {
             sweep: None,
             nccl_probe: None,
             roles: BTreeMap::new(),
+            resume: None,
         }
     }
 
@@ -374,6 +383,12 @@ impl JobSpec {
     pub fn validate(&self) -> Result<()> {
         validate_safe_name("name", &self.name)?;
         self.validate_roles()?;
+        if self.is_multi_role() && self.resume.is_some() {
+            return Err(Error::invalid(
+                "resume",
+                "a multi-role job cannot be continued across wall times yet (the multirole template has no signal trap or requeue); remove the resume block, or run the long-running role as a job of its own with resume",
+            ));
+        }
         if self.command.is_empty() && !self.is_multi_role() {
             // As serde said it before `command` had a default (a multi-role job has none).
             return Err(Error::invalid(
@@ -488,6 +503,21 @@ impl JobSpec {
             }
         }
         self.array_plan()?;
+        if let Some(resume) = &self.resume {
+            resume.validate()?;
+            if self.requeue == Some(false) {
+                return Err(Error::invalid(
+                    "requeue",
+                    "false, but the spec has a resume block, which continues the run by requeueing it; remove `requeue: false` or the resume block",
+                ));
+            }
+            if self.array.is_some() || self.sweep.is_some() {
+                return Err(Error::invalid(
+                    "resume",
+                    "an array or sweep cannot be resumed yet (each task would need its own segments); remove the resume block or run the tasks as single jobs",
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -726,6 +756,9 @@ impl JobSpec {
                 ));
             }
         }
+        if let Some(resume) = &self.resume {
+            resume.check_wall(wall)?;
+        }
         let child_timeout_secs = match self.child_timeout {
             Some(ct) => {
                 if ct.as_secs() == 0 {
@@ -767,7 +800,8 @@ impl JobSpec {
             child_timeout_secs,
             partition,
             account,
-            requeue: self.requeue.unwrap_or(defaults.requeue),
+            // A resumable job continues by requeueing itself.
+            requeue: self.resume.is_some() || self.requeue.unwrap_or(defaults.requeue),
         })
     }
 }

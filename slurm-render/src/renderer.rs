@@ -24,6 +24,8 @@ pub(crate) const MULTINODE_TEMPLATE: &str = include_str!("../templates/multinode
 /// The built-in `multirole` template (a multi-role job: a heterogeneous job's
 /// components and steps beside them).
 pub(crate) const MULTIROLE_TEMPLATE: &str = include_str!("../templates/multirole.sbatch.hbs");
+/// The resume partial (`{{> resume}}`): a resumable job's signal trap, wait and requeue.
+pub(crate) const RESUME_PARTIAL: &str = include_str!("../templates/resume.sh.hbs");
 
 /// The file name suffix of a template in a user template directory: `<kind>.sbatch.hbs`.
 pub(crate) const TEMPLATE_SUFFIX: &str = ".sbatch.hbs";
@@ -52,6 +54,8 @@ pub struct HandlebarsRenderer {
     origins: [Option<PathBuf>; 3],
     /// Whether each template can run an NCCL probe's ladder (it defines `slurm_run_step`).
     runs_probes: [bool; 3],
+    /// Whether each template can continue a resumable run (it calls `slurm_run_continue`).
+    runs_resume: [bool; 3],
 }
 
 impl HandlebarsRenderer {
@@ -67,6 +71,7 @@ impl HandlebarsRenderer {
             registry,
             origins: [None, None, None],
             runs_probes: [true, true, false],
+            runs_resume: [true, true, false],
         }
     }
 
@@ -104,6 +109,7 @@ impl HandlebarsRenderer {
                     ))
                 })?;
             renderer.runs_probes[slot] = source.contains("slurm_run_step");
+            renderer.runs_resume[slot] = source.contains("slurm_run_continue");
             renderer.origins[slot] = Some(path);
         }
         if renderer.origins.iter().all(Option::is_none) {
@@ -153,6 +159,14 @@ impl Renderer for HandlebarsRenderer {
                 .map_or_else(|| "built-in".to_string(), |p| p.display().to_string());
             return Err(Error::Render(format!(
                 "template {kind} ({origin}) cannot run the NCCL probe's ladder (it defines no slurm_run_step); copy the `probe` branch of the built-in template into it, or submit with nccl_probe: never"
+            )));
+        }
+        if context.resume.is_some() && !self.runs_resume[slot(kind)] {
+            let origin = self
+                .template_origin(kind)
+                .map_or_else(|| "built-in".to_string(), |p| p.display().to_string());
+            return Err(Error::Render(format!(
+                "template {kind} ({origin}) cannot continue a resumable run (it never calls slurm_run_continue); copy the `resume` branches of the built-in template into it (`{{{{> resume}}}}`, slurm_run_wait, slurm_run_continue), or remove the spec's resume block"
             )));
         }
         self.registry.render(kind.name(), context).map_err(|e| {
@@ -210,6 +224,9 @@ fn new_registry() -> Handlebars<'static> {
     // A script is not HTML: a plain `{{value}}` is shell-quoted instead. Contexts are
     // validated before rendering, so no value holds a NUL byte (the only failure).
     registry.register_escape_fn(|s| shell_quote(s).unwrap_or_else(|_| "''".to_string()));
+    registry
+        .register_partial("resume", RESUME_PARTIAL)
+        .expect("the resume partial parses (checked by the tests)");
     registry.register_helper("sh", Box::new(ShHelper));
     registry.register_helper("sbatch", Box::new(SbatchHelper { whole_line: false }));
     registry.register_helper("sbatch_line", Box::new(SbatchHelper { whole_line: true }));

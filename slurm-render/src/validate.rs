@@ -99,6 +99,9 @@ pub(crate) fn validate_context(kind: TemplateKind, context: &ScriptContext) -> R
     if let Some(knobs_file) = &c.knobs_file {
         check_path("knobs_file", knobs_file)?;
     }
+    if let Some(resume) = &c.resume {
+        check_resume(c, resume)?;
+    }
     if c.probe && c.array.is_some() {
         return Err(Error::invalid(
             "array",
@@ -399,6 +402,47 @@ pub(crate) fn wall_seconds(time: &str) -> Option<u64> {
             (Some(_), Some(_)) => Some(a * 3_600 + n(6)? * 60 + n(7)?),
         }
     }
+}
+
+/// A resumable job's context: a signal name `kill -s` and `--signal` take, a warning
+/// inside the wall, a budget, an absolute segments file and a one-line glob.
+fn check_resume(c: &ScriptContext, resume: &slurm_core::ResumeContext) -> Result<()> {
+    if resume.signal.is_empty()
+        || !resume
+            .signal
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+    {
+        return Err(Error::invalid(
+            "resume.signal",
+            "must be a signal name without SIG, such as USR2",
+        ));
+    }
+    if resume.warn_before_secs == 0 || resume.warn_before_secs >= resume.wall_secs {
+        return Err(Error::invalid(
+            "resume.warn_before_secs",
+            "must be at least one second and below the wall time",
+        ));
+    }
+    if resume.max_restarts == 0 {
+        return Err(Error::invalid("resume.max_restarts", "must be at least 1"));
+    }
+    check_path("resume.segments_file", &resume.segments_file)?;
+    if let Some(glob) = &resume.checkpoints {
+        if glob.is_empty() || glob.chars().any(char::is_control) || glob.starts_with('/') {
+            return Err(Error::invalid(
+                "resume.checkpoints",
+                "must be a one-line glob relative to the job folder, e.g. ckpt/*.pt",
+            ));
+        }
+    }
+    if c.array.is_some() || c.probe {
+        return Err(Error::invalid(
+            "resume",
+            "an array or an NCCL probe is not resumed; drop the resume block",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -185,6 +185,7 @@ fn after_probe() -> ScriptContext {
     ScriptContext {
         dependency: Some("afterok:41".into()),
         knobs_file: Some("/lustre/users/me/results/nccl-probe-00aa11/nccl/knobs.env".into()),
+        resume: None,
         ..two_nodes_exclusive()
     }
 }
@@ -270,6 +271,7 @@ fn the_probe_script_runs_its_ladder_and_the_job_reads_the_knobs() {
         image: None,
         container_mounts: Vec::new(),
         knobs_file: Some(format!("{root}/probe/nccl/knobs.env")),
+        resume: None,
         command: "echo \"ib=$NCCL_IB_DISABLE p2p=$NCCL_P2P_DISABLE if=$NCCL_SOCKET_IFNAME\"".into(),
         ..after_probe()
     };

@@ -21,6 +21,7 @@ mod probe;
 mod records;
 mod releases;
 mod render;
+mod resume;
 mod roles;
 mod scripts;
 mod slurmctl;

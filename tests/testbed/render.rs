@@ -250,6 +250,7 @@ fn submit_job(
         roles: Vec::new(),
         heterogeneous: false,
         roles_dir: None,
+        resume: None,
     };
     let renderer = HandlebarsRenderer::new();
     let script = renderer.render(kind, &context).expect("renders");

@@ -13,13 +13,14 @@ use crate::state::JobState;
 use crate::storage::RemotePath;
 use crate::{Error, Result};
 
-use super::{BackendRef, JobId, TaskRecord, Transition, TransitionSource, Unsettled};
+use super::{BackendRef, JobId, Segment, TaskRecord, Transition, TransitionSource, Unsettled};
 
 /// The record format written by this version. Version 2 added the array tasks, the
 /// dependencies, the nodes and the node exclusions; version 3 made `unsettled` typed
 /// ([`Unsettled`]); version 4 added the scheduler's release and the nodes it named as
-/// a failure's cause; older records read as they are (without those).
-pub(crate) const SCHEMA_VERSION: u32 = 4;
+/// a failure's cause; version 5 a resumable run's segments and restart count; older
+/// records read as they are (without those).
+pub(crate) const SCHEMA_VERSION: u32 = 5;
 
 /// A job as slurm-run remembers it: what was submitted, where it runs, every state it
 /// entered. Read it through its accessors, one per field (a record changes only
@@ -84,6 +85,10 @@ pub struct JobRecord {
     pub(crate) unsettled: Option<Unsettled>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) retried_as: Option<JobId>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) segments: Vec<Segment>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) restarts: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) code_commit: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -280,6 +285,19 @@ impl JobRecord {
         self.retried_as.as_ref()
     }
 
+    /// A resumable run's segments, oldest first: each time the job ran, with its
+    /// scheduler job, nodes, start, end and how it ended. Empty for other records.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// How many times a resumable run was continued (after the wall, a preemption or
+    /// a node failure): what its command saw as `SLURM_RUN_RESTART_COUNT` in the
+    /// latest segment.
+    pub fn restarts(&self) -> u32 {
+        self.restarts
+    }
+
     /// The git commit of the job's code tree (`code:` in the spec), when it came from a
     /// git work tree; `-dirty` after it when uncommitted changes were sent
     /// (`allow_dirty: true`).
@@ -296,6 +314,10 @@ impl JobRecord {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl JobRecord {
@@ -346,6 +368,8 @@ impl JobRecord {
             candidates: Vec::new(),
             unsettled: None,
             retried_as: None,
+            segments: Vec::new(),
+            restarts: 0,
             code_commit: None,
             code_dir: None,
         })

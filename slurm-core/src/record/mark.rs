@@ -12,7 +12,7 @@ use crate::state::{JobState, TransitionOutcome};
 use crate::{Error, Result};
 
 use super::tasks::{self, derive_state, role_summary, summary, TaskMark, TaskRecord};
-use super::{BackendRef, JobRecord, Transition, TransitionSource};
+use super::{BackendRef, JobRecord, SegmentNote, Transition, TransitionSource};
 
 /// A state change asked of a store: validated by the state machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +41,9 @@ pub struct Mark {
     /// from them; a mark without roles on a multi-role job applies its state to every
     /// role not ended).
     pub roles: BTreeMap<String, TaskMark>,
+    /// How the segment of a resumable run that ends with this mark ended, when the
+    /// backend knows (see [`JobRecord::segments`]).
+    pub segment: Option<SegmentNote>,
 }
 
 impl Mark {
@@ -57,7 +60,14 @@ impl Mark {
             failed_nodes: Vec::new(),
             tasks: BTreeMap::new(),
             roles: BTreeMap::new(),
+            segment: None,
         }
+    }
+
+    /// With how the segment that ends with this mark ended.
+    pub fn segment(mut self, note: SegmentNote) -> Self {
+        self.segment = Some(note);
+        self
     }
 
     /// With the nodes the job runs or ran on.
@@ -133,6 +143,7 @@ impl JobRecord {
         let now = Utc::now();
         match outcome {
             TransitionOutcome::Apply => {
+                let previous = self.state;
                 if self.state == JobState::Submitting {
                     // The submit is settled now (or ended): no note of why it was not.
                     self.unsettled = None;
@@ -165,6 +176,7 @@ impl JobRecord {
                     source: mark.source,
                     message,
                 });
+                self.note_segment(previous, mark.segment, now);
                 self.updated_at = now;
                 Ok(true)
             }

@@ -64,7 +64,7 @@ fn new_records_hold_no_secret_values() {
     assert_eq!(r.spec_digest, sample_spec().digest());
     let json = serde_json::to_string(&r).unwrap();
     assert!(json.contains("\"state\":\"SUBMITTING\""));
-    assert!(json.contains("\"schema_version\":4"));
+    assert!(json.contains("\"schema_version\":5"));
     let retry = record(JobId::parse("hello-000002").unwrap()).retrying(&r);
     assert_eq!((retry.attempt, retry.retry_of.as_ref()), (2, Some(&r.id)));
 }

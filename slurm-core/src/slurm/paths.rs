@@ -49,6 +49,12 @@ pub(super) fn sidecar(job_dir: &RemotePath, id: &JobId) -> Result<RemotePath> {
     job_dir.join("env")?.join(&format!("job_{id}.env"))
 }
 
+/// The file a resumable job's script appends a line to per segment it continues
+/// (`<restart count>\t<how>\t<checkpoint>`).
+pub(super) fn resume_segments(job_dir: &RemotePath) -> Result<RemotePath> {
+    job_dir.join("resume")?.join("segments.tsv")
+}
+
 /// The sweep file an array's batch script sources.
 pub(super) fn sweep_file(job_dir: &RemotePath) -> Result<RemotePath> {
     job_dir.join("sweep")?.join("params.sh")

@@ -10,7 +10,8 @@
 //! | FAILED | ERROR | none: classify from the logs ([`classify_failure`](crate::classify::classify_failure)) |
 //! | TIMEOUT, OUT_OF_MEMORY, DEADLINE | ERROR | program (never retried) |
 //! | NODE_FAIL, BOOT_FAIL | ERROR | infra |
-//! | CANCELLED, PREEMPTED, REVOKED | CANCELED | |
+//! | PREEMPTED (ended for good: the cluster cancels preempted jobs) | ERROR | infra (a watch's retry policy continues it as a linked attempt) |
+//! | CANCELLED, REVOKED | CANCELED | |
 //! | not found, or a state this version does not know | UNKNOWN | |
 //!
 //! SUSPENDED and STOPPED stay RUNNING (the scheduler owns the job and may resume
@@ -139,8 +140,8 @@ const NAMES: &[NameRow] = &[
         "PREEMPTED",
         "PR",
         || SlurmBaseState::Preempted,
-        Canceled,
-        None,
+        Failed,
+        Some(Infra),
     ),
     (
         "BOOT_FAIL",
@@ -399,7 +400,7 @@ mod tests {
             ("NODE_FAIL", J::Error, Some(Infra)),
             ("BOOT_FAIL", J::Error, Some(Infra)),
             ("CANCELLED", J::Canceled, None),
-            ("PREEMPTED", J::Canceled, None),
+            ("PREEMPTED", J::Error, Some(Infra)),
             ("REVOKED", J::Canceled, None),
             ("SOME_NEW_STATE", J::Unknown, None),
         ];

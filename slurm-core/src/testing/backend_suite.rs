@@ -49,6 +49,14 @@ use crate::spec::{ArraySpec, JobSpec, Scalar, Sweep, TaskSet, WallTime};
 use crate::state::JobState;
 use crate::{ErrorKind, Result};
 
+mod resume;
+
+pub use resume::{
+    a_cancel_after_a_continuation_stops_the_run, a_failure_inside_a_segment_is_not_continued,
+    a_run_of_three_segments_completes_with_its_work_continuous,
+    a_run_over_its_budget_ends_error_naming_it,
+};
+
 /// What the suite needs to know of a backend: the backend, and how to write a small job
 /// and a job that fills it.
 #[async_trait]
@@ -72,6 +80,19 @@ pub trait BackendFixture: Send + Sync {
 
     /// How long a small job may take from submit to its end, queue time included.
     fn deadline(&self) -> Duration {
+        Duration::from_secs(90)
+    }
+
+    /// One step of the resume cases' counting command: a second on a backend whose
+    /// one-minute wall lasts a minute; shorter where time runs faster
+    /// ([`LocalBackend::with_time_scale`](crate::LocalBackend::with_time_scale)).
+    fn resume_step(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    /// How long one segment of the resume cases may take: the one-minute wall and the
+    /// time between segments.
+    fn resume_segment(&self) -> Duration {
         Duration::from_secs(90)
     }
 
@@ -113,6 +134,35 @@ pub async fn wait_until<F: BackendFixture + ?Sized>(
 /// Poll `id` until it is terminal.
 pub async fn wait_terminal<F: BackendFixture + ?Sized>(fixture: &F, id: &JobId) -> JobStatus {
     wait_until(fixture, id, "terminal", |s| s.state().is_terminal()).await
+}
+
+/// Poll `id` until it is terminal, or panic after `limit` (for runs longer than a
+/// small job: the resume cases).
+pub async fn wait_terminal_within<F: BackendFixture + ?Sized>(
+    fixture: &F,
+    id: &JobId,
+    limit: Duration,
+) -> JobStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        match fixture.backend().status(id).await {
+            Ok(status) if status.state().is_terminal() => return status,
+            Ok(status) => assert!(
+                Instant::now() < deadline,
+                "{id} never ended within {limit:?}; last {status:?}"
+            ),
+            Err(error) if error.is_transient() => {
+                assert!(Instant::now() < deadline, "{id}: {error}")
+            }
+            Err(error) => panic!("status of {id}: {error}"),
+        }
+        tokio::time::sleep(fixture.poll_interval()).await;
+    }
+}
+
+/// Submit `spec` as one of the running case's jobs (cancelled if the case fails).
+pub async fn submit_case_job<F: BackendFixture + ?Sized>(fixture: &F, spec: &JobSpec) -> JobRecord {
+    submit(fixture, spec).await
 }
 
 tokio::task_local! {

@@ -132,6 +132,13 @@ macro_rules! backend_conformance {
             case!(backend_suite, a_sweep_runs_each_task_with_its_values);
             case!(backend_suite, tasks_of_an_array_are_cancelled);
             case!(backend_suite, a_failed_task_is_retried_alone);
+            case!(
+                backend_suite,
+                a_run_of_three_segments_completes_with_its_work_continuous
+            );
+            case!(backend_suite, a_run_over_its_budget_ends_error_naming_it);
+            case!(backend_suite, a_cancel_after_a_continuation_stops_the_run);
+            case!(backend_suite, a_failure_inside_a_segment_is_not_continued);
             case!(role_cases, roles_find_each_other_by_the_exported_hosts);
             case!(role_cases, one_role_failing_ends_the_job_naming_it);
             case!(role_cases, cancel_stops_every_role);

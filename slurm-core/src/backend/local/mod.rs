@@ -2,6 +2,7 @@
 //! this machine, with the same records, states, logs, cancel and watch as a cluster;
 //! for testing orchestrators without one (as object_store ships `InMemory`).
 
+mod resume;
 mod roles;
 mod slots;
 
@@ -20,6 +21,7 @@ use futures::stream::{self, BoxStream, StreamExt};
 use tokio::process::Command;
 use tokio::sync::oneshot;
 
+use resume::LocalResume;
 use slots::{CancelRequest, Key, Launch, Processes, Queue};
 
 use crate::backend::{
@@ -86,6 +88,8 @@ struct Inner {
     /// Records whose end a status call already reported: a dependant of one that can
     /// never meet its condition ends at the next status (a watch may retry it first).
     ended_seen: Mutex<HashSet<JobId>>,
+    /// Wall times, child timeouts and resume warnings run this many times faster.
+    time_scale: u32,
 }
 
 impl fmt::Debug for LocalBackend {
@@ -114,6 +118,7 @@ impl LocalBackend {
                 exits: Mutex::new(HashMap::new()),
                 secrets: Mutex::new(SecretRegistry::new()),
                 ended_seen: Mutex::new(HashSet::new()),
+                time_scale: 1,
             }),
         })
     }
@@ -123,6 +128,16 @@ impl LocalBackend {
     pub fn with_max_running(mut self, max_running: usize) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.max_running = max_running.max(1);
+        }
+        self
+    }
+
+    /// Run every wall time, child timeout and resume warning `scale` times faster (a
+    /// one-minute wall lasts 60/`scale` seconds): for tests and demos of long runs.
+    /// Only before the first submit: a backend already shared is returned unchanged.
+    pub fn with_time_scale(mut self, scale: u32) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.time_scale = scale.max(1);
         }
         self
     }
@@ -419,6 +434,8 @@ impl Backend for LocalBackend {
                 registry.register(name, value);
             }
         }
+        let scale = self.inner.time_scale;
+        let scaled = |secs: u64| Duration::from_millis(secs * 1000 / u64::from(scale));
         let mut queued = Vec::new();
         for (task, processes) in launches {
             let (cancel_tx, cancel_rx) = oneshot::channel();
@@ -432,8 +449,16 @@ impl Backend for LocalBackend {
                 task,
                 processes,
                 cancel: cancel_rx,
-                limit: Duration::from_secs(resources.child_timeout_secs),
+                limit: scaled(resources.child_timeout_secs),
                 max_parallel: plan.as_ref().and_then(|p| p.max_parallel),
+                resume: spec.resume.as_ref().map(|resume| {
+                    LocalResume::new(
+                        resume,
+                        &dir,
+                        scaled(resources.wall.as_secs()),
+                        scaled(resume.warn_before.as_secs()),
+                    )
+                }),
             });
         }
         self.inner.store.mark(
@@ -656,13 +681,23 @@ pub(crate) mod tests {
         fn deadline(&self) -> Duration {
             Duration::from_secs(30)
         }
+        fn resume_step(&self) -> Duration {
+            Duration::from_millis(1000 / u64::from(TIME_SCALE))
+        }
+        fn resume_segment(&self) -> Duration {
+            Duration::from_secs(90 / u64::from(TIME_SCALE))
+        }
     }
+
+    /// How much faster walls run in the conformance cases (a one-minute wall: 6 s).
+    const TIME_SCALE: u32 = 10;
 
     pub(crate) fn local() -> Local {
         let root = tempfile::tempdir().unwrap();
         let backend = LocalBackend::new(root.path(), MemoryRecordStore::new())
             .unwrap()
-            .with_max_running(1);
+            .with_max_running(1)
+            .with_time_scale(TIME_SCALE);
         Local {
             backend,
             _root: root,

@@ -4,11 +4,13 @@
 //! are marked when they end.
 
 use std::collections::{HashMap, VecDeque};
+use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
 use tokio::process::{Child, Command};
 use tokio::sync::oneshot;
 
+use super::resume::LocalResume;
 use super::{last_lines, LocalBackend};
 use crate::backend::LogStream;
 use crate::classify::{
@@ -42,6 +44,8 @@ pub(super) struct Launch {
     pub(super) limit: Duration,
     /// The array's maximum in parallel.
     pub(super) max_parallel: Option<u32>,
+    /// A resumable run's signal, budget and checkpoints.
+    pub(super) resume: Option<LocalResume>,
 }
 
 /// What a launch starts: one process (a job, an array task), or one per role of a
@@ -57,6 +61,8 @@ pub(super) enum Outcome {
     Canceled(Option<CancelRequest>),
     TimedOut,
     Lost(String),
+    /// A resumable run's segment ended by the wall with no restart left: the message.
+    BudgetUsedUp(String),
 }
 
 impl LocalBackend {
@@ -202,6 +208,7 @@ impl LocalBackend {
             processes,
             mut cancel,
             limit,
+            mut resume,
             ..
         } = launch;
         let key = (id, task);
@@ -213,52 +220,114 @@ impl LocalBackend {
             Processes::One(command) => command,
             Processes::Roles(roles) => return self.start_roles(key, roles, cancel, limit),
         };
-        match command.spawn() {
+        if let Some(resume) = &mut resume {
+            resume.prepare(&mut command);
+        }
+        match self.spawn_marked(&key, &mut command) {
             Ok(child) => {
-                let message = format!("started as pid {}", child.id().unwrap_or_default());
-                let mut mark = Mark::new(JobState::Running, TransitionSource::Poll);
-                match key.1 {
-                    Some(task) => {
-                        let mut task_mark = TaskMark::new(JobState::Running);
-                        task_mark.message = Some(message);
-                        task_mark.nodes = Some(vec!["localhost".to_string()]);
-                        mark = mark.task(task, task_mark);
-                    }
-                    None => mark = mark.message(message).nodes(vec!["localhost".to_string()]),
-                }
-                if let Err(error) = self.inner.store.mark(&key.0, mark) {
-                    tracing::warn!(job = %key.0, %error, "cannot record the start of a local job");
-                }
-                tokio::spawn(self.clone().supervise(key, child, cancel, limit));
+                let segment = Segment {
+                    key,
+                    child,
+                    command,
+                    limit,
+                    resume,
+                };
+                tokio::spawn(self.clone().supervise(segment, cancel));
                 true
             }
-            Err(e) => {
-                self.finish(&key, Outcome::Lost(format!("bash did not start: {e}")));
+            Err(why) => {
+                self.finish(&key, Outcome::Lost(why));
                 false
             }
         }
     }
 
-    /// Wait for the job's process, a cancel or the wall time; then mark the record.
-    async fn supervise(
-        self,
-        key: Key,
-        mut child: Child,
-        mut cancel: oneshot::Receiver<CancelRequest>,
-        limit: Duration,
-    ) {
-        let outcome = tokio::select! {
-            status = child.wait() => match status {
-                Ok(status) => Outcome::Exited(status.code()),
-                Err(e) => Outcome::Lost(e.to_string()),
-            },
-            request = &mut cancel => {
-                kill_group(&mut child).await;
-                Outcome::Canceled(request.ok())
+    /// Spawn `command` for `key` and mark the record RUNNING.
+    fn spawn_marked(&self, key: &Key, command: &mut Command) -> Result<Child, String> {
+        let child = command
+            .spawn()
+            .map_err(|e| format!("bash did not start: {e}"))?;
+        let message = format!("started as pid {}", child.id().unwrap_or_default());
+        let mut mark = Mark::new(JobState::Running, TransitionSource::Poll);
+        match key.1 {
+            Some(task) => {
+                let mut task_mark = TaskMark::new(JobState::Running);
+                task_mark.message = Some(message);
+                task_mark.nodes = Some(vec!["localhost".to_string()]);
+                mark = mark.task(task, task_mark);
             }
-            _ = tokio::time::sleep(limit) => {
-                kill_group(&mut child).await;
-                Outcome::TimedOut
+            None => mark = mark.message(message).nodes(vec!["localhost".to_string()]),
+        }
+        if let Err(error) = self.inner.store.mark(&key.0, mark) {
+            tracing::warn!(job = %key.0, %error, "cannot record the start of a local job");
+        }
+        Ok(child)
+    }
+
+    /// Wait for the job's process, a cancel or the wall time (a resumable run: the
+    /// signal before it, and a continued segment when the command ended by the signal
+    /// or the child timeout, within the budget); then mark the record.
+    async fn supervise(self, segment: Segment, mut cancel: oneshot::Receiver<CancelRequest>) {
+        let Segment {
+            key,
+            mut child,
+            mut command,
+            limit,
+            mut resume,
+        } = segment;
+        let outcome = loop {
+            let started = tokio::time::Instant::now();
+            let warn_at = started + resume.as_ref().map_or(limit, |r| r.warn_after);
+            let mut signalled = false;
+            let mut killed_by = None;
+            let ended = loop {
+                tokio::select! {
+                    status = child.wait() => break match status {
+                        Ok(status) => {
+                            killed_by = status.signal();
+                            Outcome::Exited(status.code())
+                        }
+                        Err(e) => Outcome::Lost(e.to_string()),
+                    },
+                    request = &mut cancel => {
+                        kill_group(&mut child).await;
+                        break Outcome::Canceled(request.ok());
+                    }
+                    _ = tokio::time::sleep_until(warn_at), if resume.is_some() && !signalled => {
+                        signalled = true;
+                        if let Some(resume) = &resume {
+                            signal_group(&child, resume.signal);
+                        }
+                    }
+                    _ = tokio::time::sleep_until(started + limit) => {
+                        kill_group(&mut child).await;
+                        break Outcome::TimedOut;
+                    }
+                }
+            };
+            let Some(run) = resume.as_mut() else {
+                break ended;
+            };
+            let by_signal = signalled
+                && match ended {
+                    Outcome::Exited(Some(code)) => code == 0 || code == 128 + run.signal,
+                    Outcome::Exited(None) => killed_by == Some(run.signal),
+                    _ => false,
+                };
+            if !(by_signal || matches!(ended, Outcome::TimedOut)) {
+                break ended;
+            }
+            if run.restarts >= run.max_restarts {
+                break Outcome::BudgetUsedUp(run.budget_message());
+            }
+            run.restarts += 1;
+            if let Err(error) = self.inner.store.mark(&key.0, run.continued_mark()) {
+                tracing::warn!(job = %key.0, %error, "cannot record a continued segment");
+            }
+            run.prepare(&mut command);
+            match self.spawn_marked(&key, &mut command) {
+                Ok(next) => child = next,
+                Err(why) => break Outcome::Lost(why),
             }
         };
         self.finish(&key, outcome);
@@ -316,6 +385,9 @@ impl LocalBackend {
             Outcome::Lost(why) => Mark::new(JobState::Error, TransitionSource::Poll)
                 .message(format!("lost the process: {why}"))
                 .err_class(ErrorClass::Infra),
+            Outcome::BudgetUsedUp(why) => Mark::new(JobState::Error, TransitionSource::Poll)
+                .message(why.clone())
+                .err_class(ErrorClass::Program),
         };
         let mark = match task {
             // A task's end is a task mark; the array's state follows from its tasks.
@@ -338,6 +410,26 @@ impl LocalBackend {
         self.inner.cancels.lock().expect("cancels lock").remove(key);
         if let Outcome::Canceled(Some(done)) = outcome {
             let _ = done.send(());
+        }
+    }
+}
+
+/// A running job's process and what it takes to run its next segment.
+struct Segment {
+    key: Key,
+    child: Child,
+    command: Command,
+    limit: Duration,
+    resume: Option<LocalResume>,
+}
+
+/// Send `signal` to the job's whole process group (the warning before the wall).
+fn signal_group(child: &Child, signal: i32) {
+    if let Some(pid) = child.id() {
+        // SAFETY: kill(2) with a negative pid signals the process group the child leads
+        // (it was spawned with process_group(0)); it touches no memory of ours.
+        unsafe {
+            libc::kill(-(pid as libc::pid_t), signal);
         }
     }
 }

@@ -15,6 +15,7 @@
 
 mod observe;
 mod request;
+mod resume;
 mod roles;
 
 #[cfg(test)]
@@ -28,8 +29,8 @@ use self::observe::{
 use super::commands;
 use super::context::Context;
 use super::job::{slurm_job, SlurmJob};
-use super::paths::{log_folder, status_json};
-use super::scripts::TAIL_LOGS;
+use super::paths::{log_folder, resume_segments, staged_script, status_json};
+use super::scripts::{CONTINUE_FRESH, CONTINUE_SEGMENT, TAIL_LOGS};
 use crate::backend::JobStatus;
 use crate::classify::LOG_TAIL_LINES;
 use crate::record::{JobRecord, Mark, TaskMark, TransitionSource};
@@ -188,7 +189,7 @@ impl Observed {
     pub(super) fn ends(&self, index: usize) -> bool {
         self.decisions[index]
             .iter()
-            .any(|(_, d)| d.mark.state.is_terminal() || d.followup != Followup::None)
+            .any(|(_, d)| d.mark.state.is_terminal() || d.followup.ends_job())
     }
 
     /// Replace the record of `record.id` by `record` (changed in the store meanwhile,
@@ -226,6 +227,23 @@ impl Observed {
                         let path = status_json(record, *task)?;
                         commands.push(Command::new("cat").arg("--").arg(path.as_str()));
                     }
+                    Followup::Continue => {
+                        let segments = resume_segments(&record.results_dir)?;
+                        commands.push(
+                            CONTINUE_SEGMENT
+                                .command([job.to_string(), segments.as_str().to_string()]),
+                        );
+                    }
+                    Followup::ContinueFresh => {
+                        let dir = &record.results_dir;
+                        commands.push(CONTINUE_FRESH.command([
+                            dir.as_str().to_string(),
+                            format!("{}/{}", dir.as_str(), staged_script(&record.id)),
+                            resume_segments(dir)?.as_str().to_string(),
+                            job.to_string(),
+                            record.restarts.saturating_add(1).to_string(),
+                        ]));
+                    }
                 }
                 owners.push((index, position));
             }
@@ -246,7 +264,25 @@ impl Observed {
         let mut parts = run_joined(ctx, &commands).await?;
         let owned = owners.len();
         for ((index, position), part) in owners.into_iter().zip(&parts) {
-            apply_followup(&mut self.decisions[index][position].1, part);
+            let decision = &mut self.decisions[index][position].1;
+            match decision.followup {
+                Followup::Continue => {
+                    let requeued_after = decision
+                        .observed
+                        .as_ref()
+                        .and_then(|o| o.requeued_after.clone());
+                    resume::apply_continue(
+                        &self.records[index],
+                        &mut decision.mark,
+                        requeued_after.as_deref(),
+                        part,
+                    )
+                }
+                Followup::ContinueFresh => {
+                    resume::apply_continue_fresh(&self.records[index], &mut decision.mark, part)
+                }
+                _ => apply_followup(decision, part),
+            }
         }
         for (index, part) in role_owners.into_iter().zip(&parts[owned..]) {
             self.role_ends[index] = Some(roles::read_role_ends(part));

@@ -16,6 +16,8 @@ use crate::slurm::parse::{
 };
 use crate::slurm::reasons::{reason_kind, ReasonKind};
 use crate::slurm::states::{map_state, SlurmBaseState, SlurmState};
+
+use super::resume::{decide_resumable, ResumeStep};
 use crate::spec::CompletionCheck;
 use crate::state::JobState;
 use crate::transport::Output;
@@ -81,6 +83,19 @@ pub(super) enum Followup {
     Classify,
     /// `status.json` in the results folder, to confirm a COMPLETED job.
     StatusJson,
+    /// A resumable job Slurm requeued: its begin time moved forward, and how its
+    /// segment ended read from the segments file ([`super::resume`]).
+    Continue,
+    /// A resumable job Slurm refused to requeue, or holds: the run continued as a fresh
+    /// job the record follows ([`super::resume`]).
+    ContinueFresh,
+}
+
+impl Followup {
+    /// Whether the follow-up decides how a job ended (a requeued segment did not end it).
+    pub(super) fn ends_job(self) -> bool {
+        matches!(self, Followup::Classify | Followup::StatusJson)
+    }
 }
 
 /// What one cluster's squeue and sacct parts of a poll say of `keys` (jobs, or tasks of
@@ -370,9 +385,23 @@ pub(super) fn decide(
         .as_deref()
         .is_some_and(|r| reason_kind(r) == ReasonKind::NeverSatisfied);
     let mut cancel = false;
+    let resumable = decide_resumable(
+        record,
+        current,
+        state,
+        observed.exit_code,
+        &observed.state.base,
+        observed.reason.as_deref(),
+    );
     let (state, class, followup) = match state {
-        // Dependencies on records are settled by the poll from the parents' records
-        // (a retried parent is followed first); a raw --dependency ends here.
+        _ if resumable.is_some() => match resumable.unwrap_or(ResumeStep::Continue) {
+            ResumeStep::BudgetUsedUp(why) => {
+                message = format!("{message}: {why}");
+                (JobState::Error, Some(ErrorClass::Program), Followup::None)
+            }
+            ResumeStep::Continue => (JobState::Pending, None, Followup::Continue),
+            ResumeStep::ContinueFresh => (JobState::Pending, None, Followup::ContinueFresh),
+        },
         JobState::Pending if never && record.after.is_empty() => {
             message = format!(
                 "{message}: its dependency can never be satisfied; cancelled on the cluster"
@@ -504,7 +533,7 @@ pub(super) fn apply_followup(decision: &mut Decision, part: &Output) {
                 ));
             }
         }
-        Followup::None => {}
+        Followup::Continue | Followup::ContinueFresh | Followup::None => {}
     }
 }
 

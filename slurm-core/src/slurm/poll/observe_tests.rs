@@ -302,6 +302,137 @@ fn scheduler_failures_are_sorted() {
     assert!(sacct_failure(&out("sacct: error: Slurm accounting storage is disabled")).is_none());
 }
 
+/// Issue 21: a resumable record's decisions. A requeue (RUNNING, then PENDING) is a
+/// continued segment; the script's budget and refused statuses, a held job and a
+/// segment Slurm ended at the wall are told apart; a record without resume decides as
+/// before.
+#[test]
+fn a_resumable_records_requeues_and_ends_are_decided_by_what_its_script_said() {
+    let id: TaskKey = (SlurmJobId::new(9).unwrap(), None);
+    let out = |text: &str| Output {
+        status: 0,
+        stdout: text.as_bytes().to_vec(),
+        stderr: Vec::new(),
+    };
+    let record = |resume: bool, restarts: u32| {
+        let mut spec = crate::spec::JobSpec::new("job", "true");
+        if resume {
+            spec.resume = Some(crate::spec::ResumeSpec::new(2));
+        }
+        let mut record = JobRecord::new(
+            crate::record::JobId::parse("job-abcdef").unwrap(),
+            &spec,
+            crate::storage::RemotePath::parse("/r/job-abcdef").unwrap(),
+        )
+        .unwrap();
+        record.restarts = restarts;
+        record
+    };
+    let live = |record: &JobRecord, squeue: &str| {
+        let observed = merge(&[id], &out(squeue), &out(""))
+            .unwrap()
+            .observations
+            .remove(&id);
+        decide(record, JobState::Running, observed)
+    };
+    let ended = |record: &JobRecord, state: &str, exit: &str| {
+        let sacct = out(&format!(
+            "9|9|{state}|{exit}|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:01:00|n1|job-abcdef\n"
+        ));
+        let observed = merge(&[id], &out(""), &sacct)
+            .unwrap()
+            .observations
+            .remove(&id);
+        decide(record, JobState::Running, observed)
+    };
+    let requeued = "9|PENDING|BeginTime||job-abcdef\n";
+    let d = live(&record(true, 0), requeued);
+    assert_eq!(
+        (d.mark.state, d.followup),
+        (JobState::Pending, Followup::Continue)
+    );
+    let d = live(&record(false, 0), requeued);
+    assert_eq!(
+        (d.mark.state, d.followup),
+        (JobState::Pending, Followup::None)
+    );
+    let held = "9|PENDING|job requeued in held state||job-abcdef\n";
+    let d = live(&record(true, 0), held);
+    assert_eq!(d.followup, Followup::ContinueFresh);
+    let d = ended(&record(true, 1), "FAILED", "85:0");
+    assert_eq!(
+        (d.mark.state, d.mark.err_class),
+        (JobState::Error, Some(ErrorClass::Program))
+    );
+    let message = d.mark.message.clone().unwrap_or_default();
+    assert!(
+        message.contains("resume budget is used up") && message.contains("max_restarts: 2"),
+        "{message}"
+    );
+    let d = ended(&record(true, 1), "FAILED", "86:0");
+    assert_eq!(
+        (d.mark.state, d.followup),
+        (JobState::Pending, Followup::ContinueFresh)
+    );
+    let d = ended(&record(true, 1), "TIMEOUT", "0:15");
+    assert_eq!(
+        (d.mark.state, d.followup),
+        (JobState::Pending, Followup::ContinueFresh)
+    );
+    // At the budget, a fresh job is not submitted: the run ends naming it.
+    let d = ended(&record(true, 2), "TIMEOUT", "0:15");
+    assert_eq!(
+        (d.mark.state, d.followup),
+        (JobState::Error, Followup::None)
+    );
+    // The same statuses mean nothing special without a resume block.
+    let d = ended(&record(false, 0), "FAILED", "85:0");
+    assert_eq!(
+        (d.mark.state, d.followup),
+        (JobState::Error, Followup::Classify)
+    );
+    let d = ended(&record(false, 0), "TIMEOUT", "0:15");
+    assert_eq!(
+        (d.mark.state, d.mark.err_class),
+        (JobState::Error, Some(ErrorClass::Program))
+    );
+    // A resumable run the cluster preempted by cancelling it (PreemptMode=CANCEL) is
+    // continued on its record, from its checkpoint, within the budget.
+    let preempted = record(true, 0);
+    let mut d = ended(&preempted, "PREEMPTED", "0:15");
+    assert_eq!(
+        (d.mark.state, d.followup),
+        (JobState::Pending, Followup::ContinueFresh)
+    );
+    // The fresh job's answer: the segment ended by the preemption, the record follows it.
+    super::super::resume::apply_continue_fresh(&preempted, &mut d.mark, &out("\n--\n10\n"));
+    let message = d.mark.message.clone().unwrap_or_default();
+    assert!(
+        message.starts_with("continued as the fresh job 10 (the cluster cancelled job")
+            && message.contains("at a preemption): segment 2"),
+        "{message}"
+    );
+    assert_eq!(
+        d.mark.backend_ref.as_ref().map(|r| r.native_id.as_str()),
+        Some("10")
+    );
+    assert_eq!(
+        d.mark.segment.as_ref().and_then(|n| n.end),
+        Some(crate::record::SegmentEnd::Preemption)
+    );
+    let d = ended(&record(true, 2), "PREEMPTED", "0:15");
+    assert_eq!(
+        (d.mark.state, d.followup),
+        (JobState::Error, Followup::None)
+    );
+    // Issue 21's defect: PREEMPTED was CANCELED; a preempted job the cluster cancels
+    // is an infra failure a retry policy continues (as a linked record).
+    let d = ended(&record(false, 0), "PREEMPTED", "0:15");
+    assert_eq!(
+        (d.mark.state, d.mark.err_class),
+        (JobState::Error, Some(ErrorClass::Infra))
+    );
+}
 /// A two-node job one of whose nodes went down, as 24.11 and 26.05 print it: sacct's
 /// `FailedNode` names the node; the decision pins the failure on it, so a retry avoids
 /// that node only. Read without the field (22.05 has none), the retry must avoid both.

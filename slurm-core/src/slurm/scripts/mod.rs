@@ -64,6 +64,14 @@ exit_statuses! {
 }
 
 exit_statuses! {
+    /// How the fresh continuation of a resumable run ([`CONTINUE_FRESH`]) fails.
+    pub(crate) enum ContinueFreshExit {
+        /// The marker could not be made, or sbatch refused the fresh job (its stderr says why).
+        Failed = 3 => "EXIT_FAILED",
+    }
+}
+
+exit_statuses! {
     /// How receiving a code tree ([`CODE_PUT`]) fails.
     pub(crate) enum CodePutExit {
         /// An object's content does not match its name (SHA-256): nothing of it is kept.
@@ -141,6 +149,17 @@ pub(crate) const FORGET_SECRETS: Script = Script::new(
     ),
 );
 
+/// A resumable job Slurm has just requeued: its begin time moved forward, and how its
+/// segment ended (the segments file's last line).
+pub(crate) const CONTINUE_SEGMENT: Script =
+    Script::new("continue-segment", include_str!("continue_segment.sh"));
+
+/// Continue a resumable run as a fresh job, once per restart (a marker in its job
+/// folder): the segments file's last line, `--`, then sbatch's answer.
+pub(crate) const CONTINUE_FRESH: Script =
+    Script::new("continue-fresh", include_str!("continue_fresh.sh"))
+        .with_exits(ContinueFreshExit::VARS);
+
 /// The last lines of several log files, concatenated.
 pub(crate) const TAIL_LOGS: Script = Script::new("tail-logs", include_str!("tail_logs.sh"));
 
@@ -171,8 +190,10 @@ pub(crate) const MISSING_PATHS: Script =
 
 /// Every script of the SLURM backend.
 #[cfg(any(test, feature = "testing"))]
-pub(crate) fn all() -> [Script; 17] {
+pub(crate) fn all() -> [Script; 19] {
     [
+        CONTINUE_FRESH,
+        CONTINUE_SEGMENT,
         CODE_MISSING,
         CODE_PUT,
         SUBMIT,

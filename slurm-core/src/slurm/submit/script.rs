@@ -2,11 +2,13 @@
 //! rendered and linted (secrets, syntax) by the backend's renderer.
 
 use crate::redact::SecretRegistry;
-use crate::render::{ArrayContext, EnvVar, RoleContext, ScriptContext, TemplateKind};
+use crate::render::{
+    ArrayContext, EnvVar, ResumeContext, RoleContext, ScriptContext, TemplateKind,
+};
 use crate::slurm::config::SlurmConfig;
 use crate::slurm::context::Context;
-use crate::slurm::paths::{logs_dir, probe_knobs, sidecar, sweep_file, ROLES_DIR};
-use crate::spec::{role_host_var, role_hosts_var};
+use crate::slurm::paths::{logs_dir, probe_knobs, resume_segments, sidecar, sweep_file, ROLES_DIR};
+use crate::spec::{role_host_var, role_hosts_var, BUDGET_USED_UP_EXIT, REQUEUE_REFUSED_EXIT};
 use crate::Result;
 
 use super::plan::{extra_sbatch_lines, PlannedRole, SubmitPlan};
@@ -53,6 +55,31 @@ pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<
     let image = plan.image.as_ref().map(|i| i.container_image.clone());
     let code_dir = plan.code.as_ref().map(|c| &c.dir);
     let (results_dir_in_job, mounts) = job_view(job_dir, image.is_some(), config, spec, code_dir)?;
+    let resume = match &spec.resume {
+        Some(resume) => Some(ResumeContext {
+            signal: resume.signal.name().to_string(),
+            signal_number: resume.signal.number(),
+            warn_before_secs: resume.warn_before.as_secs(),
+            wall_secs: resources.wall.as_secs(),
+            max_restarts: resume.max_restarts,
+            checkpoints: resume.checkpoints.clone(),
+            segments_file: resume_segments(job_dir)?.as_str().to_string(),
+            budget_exit: BUDGET_USED_UP_EXIT,
+            refused_exit: REQUEUE_REFUSED_EXIT,
+        }),
+        None => None,
+    };
+    // The warning signal reaches every process of the job step (Slurm signals the
+    // whole step): the shell running a compound command must survive it, so its
+    // command (python, torchrun) gets it and can checkpoint.
+    let command = match &spec.resume {
+        Some(resume) => format!(
+            "trap : {}  # slurm-run: the resume signal is for the command, not this shell\n{}",
+            resume.signal.name(),
+            spec.command
+        ),
+        None => spec.command.clone(),
+    };
     let env_var = |(name, value): (&String, &String)| EnvVar {
         name: name.clone(),
         value: value.clone(),
@@ -72,7 +99,7 @@ pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<
         results_dir_in_job,
         image,
         container_mounts: mounts,
-        command: spec.command.clone(),
+        command,
         env_file: match plan.sidecar {
             true => Some(sidecar(job_dir, &plan.id)?.as_str().to_string()),
             false => None,
@@ -102,6 +129,7 @@ pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<
             None => None,
         },
         extra_sbatch: extra_sbatch_lines(spec)?,
+        resume,
         dependency: plan.dependency.clone(),
         exclude: plan.exclude.clone(),
         array: match &plan.array {

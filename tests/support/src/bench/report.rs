@@ -10,7 +10,15 @@ use plotters::prelude::*;
 use super::{Area, Row, Series};
 
 /// The areas in the report's order.
-pub const ORDER: [&str; 6] = ["transport", "render", "submit", "poll", "cancel", "records"];
+pub const ORDER: [&str; 7] = [
+    "transport",
+    "render",
+    "submit",
+    "poll",
+    "cancel",
+    "records",
+    "resume",
+];
 
 /// The plot's file, relative to the report.
 pub const PLOT: &str = "docs/benchmarks-poll.svg";

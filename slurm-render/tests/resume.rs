@@ -1,0 +1,330 @@
+//! A resumable job's batch script (issue 21): its directives, and its decisions run by a
+//! real bash with stand-ins for srun, scancel and scontrol: the signal passed to the
+//! command, a segment the signal or the child timeout ended requeued within the budget,
+//! any other end of the command left to stand.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use slurm_core::{Renderer, ResumeContext, ScriptContext, SecretRegistry, TemplateKind};
+use slurm_render::{check_syntax, HandlebarsRenderer};
+
+fn example_context() -> ScriptContext {
+    include!("fixtures/example_context.rs")
+}
+
+fn resume(segments_file: &str) -> ResumeContext {
+    ResumeContext {
+        signal: "USR2".into(),
+        signal_number: 12,
+        warn_before_secs: 30,
+        wall_secs: 60,
+        max_restarts: 2,
+        checkpoints: Some("ckpt/*.pt".into()),
+        segments_file: segments_file.into(),
+        budget_exit: 85,
+        refused_exit: 86,
+    }
+}
+
+/// A one-node job with an image, resumable: what a spec's resume block renders.
+fn resumable() -> ScriptContext {
+    ScriptContext {
+        image: Some("/lustre/images/pytorch.sqsh".into()),
+        container_mounts: vec!["/lustre/users/me/results/resnet-train-a1b2c3:/results".into()],
+        results_dir_in_job: "/results".into(),
+        time: "00:01:00".into(),
+        child_timeout_secs: 57,
+        command: "python train.py --resume \"$SLURM_RUN_RESUME_FROM\"".into(),
+        resume: Some(resume(
+            "/lustre/users/me/results/resnet-train-a1b2c3/resume/segments.tsv",
+        )),
+        ..example_context()
+    }
+}
+
+#[test]
+fn snapshot_a_resumable_job() {
+    let script = HandlebarsRenderer::new()
+        .render(TemplateKind::SingleNode, &resumable())
+        .unwrap();
+    assert!(script.contains("#SBATCH --signal=B:USR2@30\n"), "{script}");
+    assert!(script.contains("#SBATCH --requeue\n"), "{script}");
+    insta::assert_snapshot!("singlenode_resumable", script);
+}
+
+#[test]
+fn resumable_scripts_pass_bash_n_and_the_lint_on_both_templates() {
+    let renderer = HandlebarsRenderer::new();
+    let two = ScriptContext {
+        nodes: 2,
+        ..resumable()
+    };
+    let no_glob = ScriptContext {
+        resume: Some(ResumeContext {
+            checkpoints: None,
+            ..resume("/r/segments.tsv")
+        }),
+        ..resumable()
+    };
+    for (kind, context) in [
+        (TemplateKind::SingleNode, resumable()),
+        (TemplateKind::MultiNode, two),
+        (TemplateKind::SingleNode, no_glob),
+    ] {
+        let script = renderer.render(kind, &context).unwrap();
+        assert_eq!(check_syntax(&script).unwrap(), vec![], "{kind}: bash -n");
+        assert!(
+            script.contains("slurm_run_continue \"$slurm_run_status\""),
+            "{kind}"
+        );
+        renderer
+            .lint(&script, &SecretRegistry::new())
+            .unwrap_or_else(|e| panic!("{kind}: {e}"));
+    }
+}
+
+#[test]
+fn a_user_template_without_the_resume_branches_refuses_a_resumable_job() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("singlenode.sbatch.hbs"),
+        "#!/bin/bash\n#SBATCH --job-name={{sbatch job_name}}\nbash -c {{sh command}}\n",
+    )
+    .unwrap();
+    let renderer = HandlebarsRenderer::with_template_dir(dir.path()).unwrap();
+    let text = renderer
+        .render(TemplateKind::SingleNode, &resumable())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("slurm_run_continue") && text.contains("resume block"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_context_with_a_warning_past_the_wall_is_refused_naming_the_field() {
+    let context = ScriptContext {
+        resume: Some(ResumeContext {
+            warn_before_secs: 60,
+            ..resume("/r/segments.tsv")
+        }),
+        ..resumable()
+    };
+    let text = HandlebarsRenderer::new()
+        .render(TemplateKind::SingleNode, &context)
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("resume.warn_before_secs"), "{text}");
+}
+
+/// A folder with stand-ins for srun (the step in a process group of its own, its id
+/// kept), scancel (signals that group, as Slurm signals a step's processes) and scontrol
+/// (`requeue` noted, answering with `$REQUEUE_STATUS`).
+struct Bed {
+    dir: tempfile::TempDir,
+}
+
+impl Bed {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let tools = [
+            (
+                "srun",
+                "#!/bin/bash\nwhile [ \"${1#--}\" != \"$1\" ]; do case $1 in --chdir=*) cd \"${1#--chdir=}\" ;; esac; shift; done\nexec setsid bash -c 'echo $$ > \"$STEP_PGID\"; exec \"$@\"' step \"$@\"\n",
+            ),
+            (
+                "scancel",
+                "#!/bin/bash\nkill -s \"${1#--signal=}\" -- \"-$(cat \"$STEP_PGID\")\"\n",
+            ),
+            (
+                "scontrol",
+                "#!/bin/bash\ncase $1 in\n  requeue) echo \"$2\" >> \"$REQUEUES\"; exit \"${REQUEUE_STATUS:-0}\" ;;\n  *) exit 1 ;;\nesac\n",
+            ),
+        ];
+        for (name, text) in tools {
+            std::fs::write(bin.join(name), text).unwrap();
+            Command::new("chmod")
+                .arg("+x")
+                .arg(bin.join(name))
+                .status()
+                .unwrap();
+        }
+        Bed { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn root(&self) -> String {
+        self.dir.path().display().to_string()
+    }
+
+    /// The script of `command` (child timeout `child_timeout` s), started by bash with
+    /// Slurm's restart count `restarts`.
+    fn start(
+        &self,
+        command: &str,
+        child_timeout: u64,
+        restarts: u32,
+        env: &[(&str, &str)],
+    ) -> Child {
+        let root = self.root();
+        let context = ScriptContext {
+            log_dir: format!("{root}/logs"),
+            results_dir: format!("{root}/job"),
+            results_dir_in_job: format!("{root}/job"),
+            image: None,
+            container_mounts: Vec::new(),
+            command: command.into(),
+            child_timeout_secs: child_timeout,
+            resume: Some(resume(&format!("{root}/job/resume/segments.tsv"))),
+            ..resumable()
+        };
+        let script = HandlebarsRenderer::new()
+            .render(TemplateKind::SingleNode, &context)
+            .unwrap();
+        let mut run = Command::new("bash");
+        run.arg("-c")
+            .arg(script)
+            .env("PATH", format!("{}/bin:/usr/bin:/bin", root))
+            .env("SLURM_JOB_ID", "7")
+            .env("SLURM_RESTART_COUNT", restarts.to_string())
+            .env("STEP_PGID", self.path("step.pgid"))
+            .env("REQUEUES", self.path("requeues"))
+            .stdin(Stdio::null());
+        for (name, value) in env {
+            run.env(name, value);
+        }
+        run.spawn().unwrap()
+    }
+
+    fn read(&self, relative: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(relative)).unwrap_or_default()
+    }
+
+    /// Wait until `relative` exists (the command has started), then send the batch
+    /// shell `signal`, as Slurm's `--signal=B:` does.
+    fn warn_when(&self, child: &Child, relative: &str) {
+        wait_for(&self.dir.path().join(relative));
+        Command::new("kill")
+            .args(["-s", "USR2", &child.id().to_string()])
+            .status()
+            .unwrap();
+    }
+}
+
+fn wait_for(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn status(child: Child) -> i32 {
+    child
+        .wait_with_output()
+        .unwrap()
+        .status
+        .code()
+        .unwrap_or(-1)
+}
+
+/// What the command does in these tests: note its restart count and checkpoint, say it
+/// started, then count; warned, it checkpoints and exits 0.
+const COUNTER: &str = r#"trap : USR2
+mkdir -p ckpt
+echo "restart=$SLURM_RUN_RESTART_COUNT from=$SLURM_RUN_RESUME_FROM" >> seen
+trap 'printf 5 > ckpt/step-5.pt; exit 0' USR2
+touch started
+while :; do sleep 0.05 & wait $!; done"#;
+
+#[test]
+fn a_warned_segment_checkpoints_and_is_requeued_with_its_line() {
+    let bed = Bed::new();
+    std::fs::create_dir_all(bed.path("job/ckpt")).unwrap();
+    std::fs::write(bed.path("job/ckpt/step-2.pt"), "2").unwrap();
+    std::fs::write(bed.path("job/ckpt/empty.pt"), "").unwrap();
+    let child = bed.start(COUNTER, 50, 1, &[]);
+    bed.warn_when(&child, "job/started");
+    assert_eq!(status(child), 0, "requeued: the run goes on");
+    assert_eq!(bed.read("requeues"), "7\n");
+    let root = bed.root();
+    assert_eq!(
+        bed.read("job/seen"),
+        format!("restart=1 from={root}/job/ckpt/step-2.pt\n"),
+        "the restart count and the newest non-empty checkpoint"
+    );
+    assert_eq!(
+        bed.read("job/resume/segments.tsv"),
+        "1\twall\tckpt/step-5.pt\t7\n"
+    );
+}
+
+#[test]
+fn a_program_failure_after_the_warning_stands_and_is_not_requeued() {
+    let bed = Bed::new();
+    let command = "trap 'exit 3' USR2; touch started; while :; do sleep 0.05 & wait $!; done";
+    let child = bed.start(command, 50, 0, &[]);
+    bed.warn_when(&child, "job/started");
+    assert_eq!(status(child), 3, "the command's own status");
+    assert_eq!(bed.read("requeues"), "");
+    assert_eq!(bed.read("job/resume/segments.tsv"), "");
+}
+
+#[test]
+fn a_failure_without_the_warning_stands() {
+    let bed = Bed::new();
+    let child = bed.start("echo 'ValueError: x' >&2; exit 4", 50, 0, &[]);
+    assert_eq!(status(child), 4);
+    assert_eq!(bed.read("requeues"), "");
+}
+
+#[test]
+fn the_child_timeout_requeues_the_segment() {
+    let bed = Bed::new();
+    let child = bed.start("touch started; sleep 30", 1, 0, &[]);
+    assert_eq!(status(child), 0);
+    assert_eq!(bed.read("requeues"), "7\n");
+    assert_eq!(bed.read("job/resume/segments.tsv"), "0\twall\t\t7\n");
+}
+
+#[test]
+fn the_last_restart_of_the_budget_ends_the_run_with_the_budget_status() {
+    let bed = Bed::new();
+    let child = bed.start(COUNTER, 50, 2, &[]);
+    bed.warn_when(&child, "job/started");
+    assert_eq!(status(child), 85);
+    assert_eq!(bed.read("requeues"), "");
+    assert_eq!(
+        bed.read("job/resume/segments.tsv"),
+        "2\tbudget\tckpt/step-5.pt\t7\n"
+    );
+}
+
+#[test]
+fn a_job_slurm_requeued_past_the_budget_does_not_run_the_command_again() {
+    let bed = Bed::new();
+    let child = bed.start("touch ran", 50, 3, &[]);
+    assert_eq!(status(child), 85);
+    assert!(!bed.path("job/ran").exists(), "the command ran");
+}
+
+#[test]
+fn a_refused_requeue_ends_with_the_refused_status() {
+    let bed = Bed::new();
+    let child = bed.start(COUNTER, 50, 0, &[("REQUEUE_STATUS", "1")]);
+    bed.warn_when(&child, "job/started");
+    assert_eq!(status(child), 86);
+    assert_eq!(bed.read("requeues"), "7\n", "asked once");
+}
