@@ -60,6 +60,31 @@ pid_alive() {
   tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "$pattern"
 }
 
+# daemon_answers NAME PIDFILE LOG COMMAND...: the daemon just started (its stale pid file
+# removed first) runs and answers COMMAND within a minute; else fail with the end of its
+# log, at once when it was seen running and died. (Slurm's daemons fork into the
+# background before they initialise their plugins: a daemon that dies then, as slurmd
+# 24.11 does without a cgroup plugin, leaves a zero exit status behind it, and slurmd
+# removes its pid file as it goes.)
+daemon_answers() {
+  local name=$1 pidfile=$2 logfile=$3 pattern=${1%% *} deadline=$(( $(date +%s) + 60 )) seen=
+  shift 3
+  until pid_alive "$pidfile" "$pattern" && "$@" >/dev/null 2>&1; do
+    if pid_alive "$pidfile" "$pattern"; then
+      seen=1
+    elif [ -n "$seen" ] || { [ -s "$pidfile" ] && ! pid_alive "$pidfile" "$pattern"; }; then
+      tail -n 5 "$logfile" >&2 2>/dev/null || true
+      die "$name did not keep running (see $logfile)"
+    fi
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      tail -n 5 "$logfile" >&2 2>/dev/null || true
+      pid_alive "$pidfile" "$pattern" && die "$name runs but does not answer after 60 s (see $logfile)"
+      die "$name did not start (see $logfile)"
+    fi
+    sleep 0.2
+  done
+}
+
 # wait_for DESCRIPTION SECONDS COMMAND...: poll COMMAND every 0.2 s until it succeeds or the deadline passes.
 wait_for() {
   local what=$1 seconds=$2; shift 2

@@ -23,6 +23,9 @@ pub mod proxy;
 pub mod testbed;
 pub mod transports;
 
+#[cfg(test)]
+mod daemon_check_tests;
+
 use std::path::PathBuf;
 
 pub use backend::{harness, small_spec, Harness};
