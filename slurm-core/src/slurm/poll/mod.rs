@@ -19,8 +19,6 @@ mod resume;
 mod roles;
 
 #[cfg(test)]
-mod continue_tests;
-#[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
