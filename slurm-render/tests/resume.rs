@@ -121,10 +121,13 @@ fn a_context_with_a_warning_past_the_wall_is_refused_naming_the_field() {
 }
 
 /// A folder with stand-ins for srun (the step in a process group of its own, its id
-/// kept), scancel (signals that group, as Slurm signals a step's processes) and scontrol
-/// (`requeue` noted, answering with `$REQUEUE_STATUS`).
+/// kept), scancel (signals that group, as Slurm signals a step's processes), scontrol
+/// (`requeue` noted, answering with `$REQUEUE_STATUS`; `show config` says the controller
+/// runs `$CONTROLLER_RELEASE`, or fails without it) and squeue (the job's PreemptTime is
+/// `$PREEMPT_TIME`, or it fails without it).
 struct Bed {
     dir: tempfile::TempDir,
+    wall_secs: u64,
 }
 
 impl Bed {
@@ -143,7 +146,11 @@ impl Bed {
             ),
             (
                 "scontrol",
-                "#!/bin/bash\ncase $1 in\n  requeue) echo \"$2\" >> \"$REQUEUES\"; exit \"${REQUEUE_STATUS:-0}\" ;;\n  *) exit 1 ;;\nesac\n",
+                "#!/bin/bash\ncase $1 in\n  requeue) echo \"$2\" >> \"$REQUEUES\"; exit \"${REQUEUE_STATUS:-0}\" ;;\n  show) [ \"$2\" = config ] && [ -n \"${CONTROLLER_RELEASE:-}\" ] || exit 1; printf 'SlurmctldPort           = 6817\\nSLURM_VERSION           = %s\\n' \"$CONTROLLER_RELEASE\" ;;\n  *) exit 1 ;;\nesac\n",
+            ),
+            (
+                "squeue",
+                "#!/bin/bash\n[ -n \"${PREEMPT_TIME:-}\" ] || exit 1\nprintf '%-20s\\n' \"$PREEMPT_TIME\"\n",
             ),
         ];
         for (name, text) in tools {
@@ -154,7 +161,16 @@ impl Bed {
                 .status()
                 .unwrap();
         }
-        Bed { dir }
+        Bed { dir, wall_secs: 60 }
+    }
+
+    /// A bed whose job has a wall time of `wall_secs` (a signal soon after the start is
+    /// then well before the wall's warning).
+    fn with_wall(wall_secs: u64) -> Self {
+        Bed {
+            wall_secs,
+            ..Bed::new()
+        }
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -183,7 +199,16 @@ impl Bed {
             container_mounts: Vec::new(),
             command: command.into(),
             child_timeout_secs: child_timeout,
-            resume: Some(resume(&format!("{root}/job/resume/segments.tsv"))),
+            time: format!(
+                "{:02}:{:02}:{:02}",
+                self.wall_secs / 3600,
+                self.wall_secs / 60 % 60,
+                self.wall_secs % 60
+            ),
+            resume: Some(ResumeContext {
+                wall_secs: self.wall_secs,
+                ..resume(&format!("{root}/job/resume/segments.tsv"))
+            }),
             ..resumable()
         };
         let script = HandlebarsRenderer::new()
@@ -327,4 +352,94 @@ fn a_refused_requeue_ends_with_the_refused_status() {
     bed.warn_when(&child, "job/started");
     assert_eq!(status(child), 86);
     assert_eq!(bed.read("requeues"), "7\n", "asked once");
+}
+
+/// What squeue prints for a job the controller has signalled for its preemption grace
+/// time (PreemptTime).
+const PREEMPTING: (&str, &str) = ("PREEMPT_TIME", "2026-12-01T23:27:17");
+
+/// From Slurm 23.02 the controller requeues a job that ends during its preemption grace
+/// time by itself, and a requeue the job asked for then leaves the preemption's mark on
+/// it: Slurm took the next segment's end (a finished run's) for a preemption too and
+/// requeued it once more (CI on 24.11 and 26.05: two restarts, the run counted again).
+/// So there the segment notes its line and ends, and Slurm requeues it.
+#[test]
+fn a_preempted_segment_is_left_to_a_controller_of_23_02_or_later_to_requeue() {
+    for release in ["23.02.0", "24.11.5", "26.05.5"] {
+        let bed = Bed::new();
+        let child = bed.start(
+            COUNTER,
+            50,
+            1,
+            &[PREEMPTING, ("CONTROLLER_RELEASE", release)],
+        );
+        bed.warn_when(&child, "job/started");
+        assert_eq!(
+            status(child),
+            0,
+            "{release}: the segment ends as its command did"
+        );
+        assert_eq!(bed.read("requeues"), "", "{release}: no requeue of its own");
+        assert_eq!(
+            bed.read("job/resume/segments.tsv"),
+            "1\tpreemption\tckpt/step-5.pt\t7\n",
+            "{release}"
+        );
+    }
+}
+
+/// Slurm 22.05 ends a job that finishes in its grace time as COMPLETED: there the segment
+/// requeues itself, as it does when the controller's release cannot be read.
+#[test]
+fn a_preempted_segment_requeues_itself_on_22_05_or_an_unknown_release() {
+    for release in [Some("22.05.8"), None] {
+        let bed = Bed::new();
+        let mut env = vec![PREEMPTING];
+        env.extend(release.map(|r| ("CONTROLLER_RELEASE", r)));
+        let child = bed.start(COUNTER, 50, 0, &env);
+        bed.warn_when(&child, "job/started");
+        assert_eq!(status(child), 0, "{release:?}");
+        assert_eq!(
+            bed.read("requeues"),
+            "7\n",
+            "{release:?}: requeued by the job"
+        );
+        assert_eq!(
+            bed.read("job/resume/segments.tsv"),
+            "0\tpreemption\tckpt/step-5.pt\t7\n",
+            "{release:?}"
+        );
+    }
+}
+
+/// How a segment ended is what Slurm says (PreemptTime), not when the signal came: an
+/// early signal of no preemption (a `scancel --signal` by hand) is a wall's, and only when
+/// squeue cannot say does the signal's time decide.
+#[test]
+fn a_segment_is_called_preempted_only_when_slurm_is_preempting_it() {
+    let bed = Bed::with_wall(3600);
+    let child = bed.start(
+        COUNTER,
+        3500,
+        0,
+        &[("PREEMPT_TIME", "N/A"), ("CONTROLLER_RELEASE", "24.11.5")],
+    );
+    bed.warn_when(&child, "job/started");
+    assert_eq!(status(child), 0);
+    assert_eq!(bed.read("requeues"), "7\n");
+    assert_eq!(
+        bed.read("job/resume/segments.tsv"),
+        "0\twall\tckpt/step-5.pt\t7\n"
+    );
+
+    let bed = Bed::with_wall(3600);
+    let child = bed.start(COUNTER, 3500, 0, &[]);
+    bed.warn_when(&child, "job/started");
+    assert_eq!(status(child), 0);
+    assert_eq!(bed.read("requeues"), "7\n");
+    assert_eq!(
+        bed.read("job/resume/segments.tsv"),
+        "0\tpreemption\tckpt/step-5.pt\t7\n",
+        "squeue could not say: the signal came long before the wall's warning"
+    );
 }
