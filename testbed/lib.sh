@@ -25,6 +25,8 @@ TB_GPU_PARTITION=gpu
 TB_CPU_PARTITION=cpu_long
 # A partition on the same nodes whose jobs a job of the others preempts (requeued).
 TB_PREEMPT_PARTITION=preemptible
+# The same, but a preempted job is cancelled (PreemptMode=CANCEL, as some clusters set).
+TB_PREEMPT_CANCEL_PARTITION=preemptible_cancel
 TB_SHARED="$TB_DIR/shared"
 TB_RESULTS="$TB_SHARED/results"
 TB_CONF="$TB_DIR/etc/slurm.conf"

@@ -1,6 +1,7 @@
 //! Runs longer than the wall (issue 21, point 6), with one-minute walls: a two-node
 //! container run of three segments with its counter and a secret intact, a preempted
-//! run that resumes, a run Slurm will not requeue or holds continued as a fresh job.
+//! run that resumes (requeued, or cancelled by the cluster), a run Slurm will not requeue
+//! or holds continued as a fresh job.
 //! The Backend conformance suite's resume cases (three segments on one node, the
 //! budget, a cancel after a continuation, a failure inside a segment) run on
 //! `SlurmBackend` in `backend_conformance`.
@@ -19,6 +20,9 @@ use slurm_run_testsupport::cluster;
 
 /// The test bed's partition whose jobs a job of the others preempts (`testbed/up`).
 const PREEMPTIBLE: &str = "preemptible";
+
+/// The same, but a preempted job is cancelled (`PreemptMode=CANCEL`).
+const PREEMPTIBLE_CANCEL: &str = "preemptible_cancel";
 
 /// A command counting `total` one-second steps into `progress-<rank>.txt`; rank 0
 /// checkpoints the count when warned and every rank exits 0; started again, it resumes
@@ -217,6 +221,35 @@ async fn a_two_node_container_run_of_three_segments_keeps_its_counter_and_secret
     );
 }
 
+/// A resumable counter of `total` steps in `partition` (five-minute wall, three
+/// restarts), preempted a few steps in by a job of the GPU partition that needs both
+/// nodes whole (a higher tier). Returns the run's record once it has ended, its first
+/// SLURM job, and the preemptor's status once it has ended.
+async fn preempted_run(
+    h: &Harness,
+    name: &str,
+    partition: &str,
+    total: u32,
+) -> (JobRecord, String, slurm_core::JobStatus) {
+    let mut spec = resumable(name, &counter(total), WallTime::from_minutes(5), 3);
+    spec.partition = Some(partition.into());
+    let (record, first) = running(h, &spec).await;
+    counted(h, &record, 5).await;
+    let mut blocker = small_spec(&format!("{name}-preemptor"), "sleep 5");
+    blocker.gpus_per_node = None;
+    blocker.gpus = Some(16);
+    let preemptor = h
+        .backend
+        .submit(&blocker, SubmitOptions::default())
+        .await
+        .unwrap();
+    let record = wait_terminal(&h.backend, record.id(), 360)
+        .await
+        .into_record();
+    let preemptor = wait_terminal(&h.backend, preemptor.id(), 120).await;
+    (record, first, preemptor)
+}
+
 /// Point 6: a run in the preemptible partition, preempted by a job of the GPU partition
 /// that needs every node, gets its warning at the preemption (GraceTime,
 /// preempt_send_user_signal), checkpoints, and resumes once the other job is done.
@@ -225,26 +258,7 @@ async fn a_preempted_run_resumes_from_its_checkpoint() {
     let _cluster = cluster::exclusive().await;
     let h = harness();
     let total = 30;
-    let mut spec = resumable(
-        "resume-preempted",
-        &counter(total),
-        WallTime::from_minutes(5),
-        3,
-    );
-    spec.partition = Some(PREEMPTIBLE.into());
-    let (record, _) = running(&h, &spec).await;
-    // A few steps in, a job that needs both nodes whole comes in a higher tier.
-    counted(&h, &record, 5).await;
-    let mut blocker = small_spec("resume-preemptor", "sleep 5");
-    blocker.gpus_per_node = None;
-    blocker.gpus = Some(16);
-    let preemptor = h
-        .backend
-        .submit(&blocker, SubmitOptions::default())
-        .await
-        .unwrap();
-    let done = wait_terminal(&h.backend, record.id(), 360).await;
-    let record = done.into_record();
+    let (record, _, preemptor) = preempted_run(&h, "resume-preempted", PREEMPTIBLE, total).await;
     assert_eq!(record.state(), JobState::Complete, "{record:?}");
     assert_eq!(record.restarts(), 1, "{record:?}");
     assert_eq!(
@@ -262,7 +276,67 @@ async fn a_preempted_run_resumes_from_its_checkpoint() {
         steps(&read(&h, &record, "progress-0.txt").await),
         (1..=total).collect::<Vec<_>>()
     );
-    let preemptor = wait_terminal(&h.backend, preemptor.id(), 120).await;
+    assert_eq!(preemptor.state(), JobState::Complete, "{preemptor:?}");
+}
+
+/// Point 2, a cluster that cancels at a preemption: a run in the partition whose
+/// preempted jobs are cancelled (`PreemptMode=CANCEL`) resumes from its checkpoint on
+/// its one record. From Slurm 23.02 the preempted segment leaves its end to the
+/// controller, which ends the job PREEMPTED, and the library continues the run as a
+/// fresh job; Slurm 22.05 would end a job that finishes in its grace time COMPLETED, so
+/// there the segment requeues itself and the same job goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_the_cluster_cancels_at_a_preemption_resumes_from_its_checkpoint() {
+    let _cluster = cluster::exclusive().await;
+    let h = harness();
+    let total = 30;
+    let (record, first, preemptor) =
+        preempted_run(&h, "resume-preempt-cancel", PREEMPTIBLE_CANCEL, total).await;
+    assert_eq!(record.state(), JobState::Complete, "{record:?}");
+    assert_eq!(record.restarts(), 1, "{record:?}");
+    let segments = record.segments();
+    assert_eq!(segments.len(), 2, "{record:?}");
+    assert_eq!(
+        segments[0].ended(),
+        Some(SegmentEnd::Preemption),
+        "{record:?}"
+    );
+    assert!(
+        segments[0]
+            .checkpoint()
+            .is_some_and(|c| c.starts_with("ckpt/")),
+        "{record:?}"
+    );
+    if h.testbed.slurm_release() >= (23, 2) {
+        assert_ne!(
+            segments[1].job(),
+            first,
+            "the controller ended the preempted job: a fresh job goes on: {record:?}"
+        );
+        let accounted = remote(
+            &h,
+            Command::new("sacct").args([
+                "--noheader",
+                "-X",
+                "--parsable2",
+                "--format=State",
+                "--jobs",
+                &first,
+            ]),
+        )
+        .await;
+        assert_eq!(accounted.trim(), "PREEMPTED", "the first job in accounting");
+    } else {
+        assert_eq!(
+            segments[1].job(),
+            first,
+            "on 22.05 the segment requeued itself: {record:?}"
+        );
+    }
+    assert_eq!(
+        steps(&read(&h, &record, "progress-0.txt").await),
+        (1..=total).collect::<Vec<_>>()
+    );
     assert_eq!(preemptor.state(), JobState::Complete, "{preemptor:?}");
 }
 
