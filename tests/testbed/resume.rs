@@ -221,6 +221,18 @@ async fn a_two_node_container_run_of_three_segments_keeps_its_counter_and_secret
     );
 }
 
+/// Submit a job of the GPU partition (a higher tier) that needs both nodes whole and
+/// sleeps `secs`: it preempts whatever runs in the preemptible partitions. Its record.
+async fn preemptor(h: &Harness, name: &str, secs: u32) -> JobRecord {
+    let mut blocker = small_spec(name, &format!("sleep {secs}"));
+    blocker.gpus_per_node = None;
+    blocker.gpus = Some(16);
+    h.backend
+        .submit(&blocker, SubmitOptions::default())
+        .await
+        .unwrap()
+}
+
 /// A resumable counter of `total` steps in `partition` (five-minute wall, three
 /// restarts), preempted a few steps in by a job of the GPU partition that needs both
 /// nodes whole (a higher tier). Returns the run's record once it has ended, its first
@@ -235,14 +247,7 @@ async fn preempted_run(
     spec.partition = Some(partition.into());
     let (record, first) = running(h, &spec).await;
     counted(h, &record, 5).await;
-    let mut blocker = small_spec(&format!("{name}-preemptor"), "sleep 5");
-    blocker.gpus_per_node = None;
-    blocker.gpus = Some(16);
-    let preemptor = h
-        .backend
-        .submit(&blocker, SubmitOptions::default())
-        .await
-        .unwrap();
+    let preemptor = preemptor(h, &format!("{name}-preemptor"), 5).await;
     let record = wait_terminal(&h.backend, record.id(), 360)
         .await
         .into_record();
@@ -338,6 +343,76 @@ async fn a_run_the_cluster_cancels_at_a_preemption_resumes_from_its_checkpoint()
         (1..=total).collect::<Vec<_>>()
     );
     assert_eq!(preemptor.state(), JobState::Complete, "{preemptor:?}");
+}
+
+/// Point 6, `MaxBatchRequeue` reached: from Slurm 23.02 the controller requeues a job
+/// that ends in its preemption grace time as a batch requeue, counted against
+/// `MaxBatchRequeue` (5, the default the test bed keeps), and the fifth holds it
+/// (REQUEUE_HOLD, "launch failure limit exceeded requeued held"): the run
+/// goes on as a fresh job on its record and completes, its count intact. Slurm 22.05
+/// never counts the requeue a job asks for itself, so there the same job is requeued
+/// each time and never held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_preempted_until_max_batch_requeue_holds_it_goes_on_as_a_fresh_job() {
+    let _cluster = cluster::exclusive().await;
+    let h = harness();
+    let total = 45;
+    let preemptions: u32 = 5;
+    let mut spec = resumable(
+        "resume-max-requeue",
+        &counter(total),
+        WallTime::from_minutes(5),
+        8,
+    );
+    spec.partition = Some(PREEMPTIBLE.into());
+    let (record, first) = running(&h, &spec).await;
+    for preemption in 0..preemptions {
+        // A step into this segment, a job that needs both nodes whole comes in a higher
+        // tier; once it is done, the run is running again in its next segment.
+        let seen = steps(&read(&h, &record, "progress-0.txt").await).len();
+        counted(&h, &record, seen + 1).await;
+        let preemptor = preemptor(&h, &format!("resume-max-requeue-by-{preemption}"), 2).await;
+        let preemptor = wait_terminal(&h.backend, preemptor.id(), 120).await;
+        assert_eq!(preemptor.state(), JobState::Complete, "{preemptor:?}");
+        wait_until(&h.backend, record.id(), 180, |s| {
+            s.record().restarts() > preemption && s.state() == JobState::Running
+        })
+        .await;
+    }
+    let record = wait_terminal(&h.backend, record.id(), 300)
+        .await
+        .into_record();
+    assert_eq!(record.state(), JobState::Complete, "{record:?}");
+    assert_eq!(record.restarts(), preemptions, "{record:?}");
+    let segments = record.segments();
+    assert!(
+        segments[..preemptions as usize]
+            .iter()
+            .all(|s| s.ended() == Some(SegmentEnd::Preemption)),
+        "{record:?}"
+    );
+    let jobs: Vec<&str> = segments.iter().map(|s| s.job()).collect();
+    let last = preemptions as usize;
+    assert!(jobs[..last].iter().all(|j| *j == first), "{jobs:?}");
+    if h.testbed.slurm_release() >= (23, 2) {
+        assert_ne!(jobs[last], first, "held, then a fresh job: {record:?}");
+        assert!(
+            record
+                .history()
+                .iter()
+                .any(|t| t.message().is_some_and(|m| {
+                    m.starts_with(&format!("continued as the fresh job {}", jobs[last]))
+                        && m.contains("launch failure limit exceeded requeued held")
+                })),
+            "{record:?}"
+        );
+    } else {
+        assert_eq!(jobs[last], first, "22.05 never holds it: {record:?}");
+    }
+    assert_eq!(
+        steps(&read(&h, &record, "progress-0.txt").await),
+        (1..=total).collect::<Vec<_>>()
+    );
 }
 
 /// Point 2: a run whose requeue Slurm refuses (requeue disabled on the running job, as

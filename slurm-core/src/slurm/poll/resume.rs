@@ -68,8 +68,10 @@ pub(super) fn decide_resumable(
 }
 
 /// Whether Slurm holds a job it requeued (it will not start again by itself): after
-/// MaxBatchRequeue launch failures (`launch failed requeued held`, `JobHoldMaxRequeue`),
-/// a failed `--get-user-env`, a `scontrol requeuehold` (`job requeued in held state`).
+/// MaxBatchRequeue batch requeues (`launch failure limit exceeded requeued held`,
+/// `JobHoldMaxRequeue`; from 23.02 a preemption's requeue counts too), a failed launch
+/// (`launch failed requeued held`), a failed `--get-user-env`, a `scontrol requeuehold`
+/// (`job requeued in held state`).
 fn is_held(base: &SlurmBaseState, reason: Option<&str>) -> bool {
     *base == SlurmBaseState::RequeueHold
         || reason.is_some_and(|r| {
@@ -232,6 +234,7 @@ mod tests {
         let pending = SlurmBaseState::Pending;
         for reason in [
             "launch failed requeued held",
+            "launch failure limit exceeded requeued held",
             "job requeued in held state",
             "JobHoldMaxRequeue",
             "JobHeldAdmin",
