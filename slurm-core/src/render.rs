@@ -161,6 +161,11 @@ pub struct ResumeContext {
     /// The file (in the job folder) the script appends one line to per segment that
     /// ends by the wall or a preemption: `<restart count>\t<how>\t<checkpoint>`.
     pub segments_file: String,
+    /// The folder (in the job folder) where the command's step notes, on each node,
+    /// that the command has started (`<SLURM_NODEID>`, an empty file): a signal that
+    /// comes before every node's is there waits for them, since it would reach the
+    /// container runtime still starting the command and end the step.
+    pub ready_dir: String,
     /// The exit status of a job whose budget is used up.
     pub budget_exit: u8,
     /// The exit status of a job whose requeue Slurm refused.

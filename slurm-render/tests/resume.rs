@@ -23,6 +23,7 @@ fn resume(segments_file: &str) -> ResumeContext {
         max_restarts: 2,
         checkpoints: Some("ckpt/*.pt".into()),
         segments_file: segments_file.into(),
+        ready_dir: segments_file.replace("segments.tsv", "ready"),
         budget_exit: 85,
         refused_exit: 86,
     }
@@ -121,7 +122,8 @@ fn a_context_with_a_warning_past_the_wall_is_refused_naming_the_field() {
 }
 
 /// A folder with stand-ins for srun (the step in a process group of its own, its id
-/// kept), scancel (signals that group, as Slurm signals a step's processes), scontrol
+/// kept; with `$STEP_START_SECS` it takes that long to start the command, as a container
+/// runtime does, and the signal then fails the step), scancel (signals that group, as Slurm signals a step's processes), scontrol
 /// (`requeue` noted, answering with `$REQUEUE_STATUS`; `show config` says the controller
 /// runs `$CONTROLLER_RELEASE`, or fails without it) and squeue (the job's PreemptTime is
 /// `$PREEMPT_TIME`, or it fails without it).
@@ -138,7 +140,7 @@ impl Bed {
         let tools = [
             (
                 "srun",
-                "#!/bin/bash\nwhile [ \"${1#--}\" != \"$1\" ]; do case $1 in --chdir=*) cd \"${1#--chdir=}\" ;; esac; shift; done\nexec setsid bash -c 'echo $$ > \"$STEP_PGID\"; exec \"$@\"' step \"$@\"\n",
+                "#!/bin/bash\nwhile [ \"${1#--}\" != \"$1\" ]; do case $1 in --chdir=*) cd \"${1#--chdir=}\" ;; esac; shift; done\nexec setsid bash -c 'echo $$ > \"$STEP_PGID\"; if [ -n \"${STEP_START_SECS:-}\" ]; then trap \"echo container exited too soon >&2; exit 1\" USR2; sleep \"$STEP_START_SECS\" & wait $!; trap - USR2; fi; exec \"$@\"' step \"$@\"\n",
             ),
             (
                 "scancel",
@@ -222,6 +224,7 @@ impl Bed {
             .env("SLURM_RESTART_COUNT", restarts.to_string())
             .env("STEP_PGID", self.path("step.pgid"))
             .env("REQUEUES", self.path("requeues"))
+            .env("READY_DIR", self.path("job/resume/ready"))
             .stdin(Stdio::null());
         for (name, value) in env {
             run.env(name, value);
@@ -266,12 +269,14 @@ fn status(child: Child) -> i32 {
 }
 
 /// What the command does in these tests: note its restart count and checkpoint, say it
-/// started, then count; warned, it checkpoints and exits 0.
+/// started (and, as the library's first line of a resumable command does, that it runs
+/// on this node), then count; warned, it checkpoints and exits 0.
 const COUNTER: &str = r#"trap : USR2
 mkdir -p ckpt
 echo "restart=$SLURM_RUN_RESTART_COUNT from=$SLURM_RUN_RESUME_FROM" >> seen
 trap 'printf 5 > ckpt/step-5.pt; exit 0' USR2
 touch started
+: > "$READY_DIR/${SLURM_NODEID:-0}"
 while :; do sleep 0.05 & wait $!; done"#;
 
 #[test]
@@ -299,7 +304,7 @@ fn a_warned_segment_checkpoints_and_is_requeued_with_its_line() {
 #[test]
 fn a_program_failure_after_the_warning_stands_and_is_not_requeued() {
     let bed = Bed::new();
-    let command = "trap 'exit 3' USR2; touch started; while :; do sleep 0.05 & wait $!; done";
+    let command = "trap 'exit 3' USR2; touch started; : > \"$READY_DIR/0\"; while :; do sleep 0.05 & wait $!; done";
     let child = bed.start(command, 50, 0, &[]);
     bed.warn_when(&child, "job/started");
     assert_eq!(status(child), 3, "the command's own status");
@@ -441,5 +446,28 @@ fn a_segment_is_called_preempted_only_when_slurm_is_preempting_it() {
         bed.read("job/resume/segments.tsv"),
         "0\tpreemption\tckpt/step-5.pt\t7\n",
         "squeue could not say: the signal came long before the wall's warning"
+    );
+}
+
+/// A signal that comes while the step is still starting the command (a container runtime
+/// setting up: Pyxis ends the step "container exited too soon") is held back until the
+/// command has started, then passed on: the segment checkpoints and is requeued instead
+/// of failing (CI, 22.05: a two-node container run warned in its first second ended
+/// ERROR).
+#[test]
+fn a_signal_before_the_command_has_started_waits_for_it() {
+    let bed = Bed::new();
+    let child = bed.start(COUNTER, 50, 0, &[("STEP_START_SECS", "1")]);
+    wait_for(&bed.path("step.pgid"));
+    Command::new("kill")
+        .args(["-s", "USR2", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert_eq!(status(child), 0, "requeued, not failed");
+    assert_eq!(bed.read("requeues"), "7\n");
+    assert!(bed.path("job/started").exists(), "the command ran");
+    assert_eq!(
+        bed.read("job/resume/segments.tsv"),
+        "0\twall\tckpt/step-5.pt\t7\n"
     );
 }

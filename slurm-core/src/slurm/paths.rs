@@ -55,6 +55,13 @@ pub(super) fn resume_segments(job_dir: &RemotePath) -> Result<RemotePath> {
     job_dir.join("resume")?.join("segments.tsv")
 }
 
+/// The folder where each node's step of a resumable job notes that the command has
+/// started there (one empty file per node, named by its `SLURM_NODEID`); the batch
+/// script empties it at each segment's start.
+pub(super) fn resume_ready(job_dir: &RemotePath) -> Result<RemotePath> {
+    job_dir.join("resume")?.join("ready")
+}
+
 /// The sweep file an array's batch script sources.
 pub(super) fn sweep_file(job_dir: &RemotePath) -> Result<RemotePath> {
     job_dir.join("sweep")?.join("params.sh")

@@ -7,8 +7,11 @@ use crate::render::{
 };
 use crate::slurm::config::SlurmConfig;
 use crate::slurm::context::Context;
-use crate::slurm::paths::{logs_dir, probe_knobs, resume_segments, sidecar, sweep_file, ROLES_DIR};
+use crate::slurm::paths::{
+    logs_dir, probe_knobs, resume_ready, resume_segments, sidecar, sweep_file, ROLES_DIR,
+};
 use crate::spec::{role_host_var, role_hosts_var, BUDGET_USED_UP_EXIT, REQUEUE_REFUSED_EXIT};
+use crate::transport::shell_quote;
 use crate::Result;
 
 use super::plan::{extra_sbatch_lines, PlannedRole, SubmitPlan};
@@ -64,6 +67,7 @@ pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<
             max_restarts: resume.max_restarts,
             checkpoints: resume.checkpoints.clone(),
             segments_file: resume_segments(job_dir)?.as_str().to_string(),
+            ready_dir: resume_ready(job_dir)?.as_str().to_string(),
             budget_exit: BUDGET_USED_UP_EXIT,
             refused_exit: REQUEUE_REFUSED_EXIT,
         }),
@@ -72,10 +76,14 @@ pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<
     // The warning signal reaches every process of the job step (Slurm signals the
     // whole step): the shell running a compound command must survive it, so its
     // command (python, torchrun) gets it and can checkpoint.
+    // Its first act notes that the command has started on this node (the batch script
+    // holds the signal back until every node's has).
     let command = match &spec.resume {
         Some(resume) => format!(
-            "trap : {}  # slurm-run: the resume signal is for the command, not this shell\n{}",
+            "trap : {}  # slurm-run: the resume signal is for the command, not this shell\n\
+             : > {}/\"${{SLURM_NODEID:-0}}\"  # slurm-run: the command has started on this node\n{}",
             resume.signal.name(),
+            shell_quote(&format!("{results_dir_in_job}/resume/ready"))?,
             spec.command
         ),
         None => spec.command.clone(),
