@@ -120,7 +120,8 @@ async fn follow(
         progress.set(&summary(&latest));
     }
     progress.finish();
-    // The final word on each job; in JSON only for jobs no event spoke of (already terminal).
+    // The final word on each job; in JSON only for jobs no event spoke of (already terminal,
+    // or ended and retried before this watch saw it).
     let mut failed = false;
     let mut finals = Vec::new();
     for record in latest.values() {
@@ -136,6 +137,15 @@ async fn follow(
         finals.push(record);
     }
     if out.json {
+        // A watched job that ended and was retried before this watch saw it end (another
+        // watcher marked it): its end, once, before its latest attempt's.
+        for id in ids {
+            if !reported.contains(id) && latest.get(id).is_some_and(|r| r.id() != id) {
+                if let Ok(record) = backend.record(id) {
+                    out.line(&json::event(json::job(&record, None), "final", &[]).to_string());
+                }
+            }
+        }
         for record in finals.iter().filter(|r| !reported.contains(r.id())) {
             out.line(&json::event(json::job(record, None), "final", &[]).to_string());
         }
