@@ -236,6 +236,24 @@ impl Bed {
         std::fs::read_to_string(self.dir.path().join(relative)).unwrap_or_default()
     }
 
+    /// Run [`COUNTER`] (child timeout `child_timeout` s, Slurm's restart count
+    /// `restarts`) and warn it once it has started: its exit status, the requeues it
+    /// asked for, and its segments file.
+    fn warned_counter(
+        &self,
+        child_timeout: u64,
+        restarts: u32,
+        env: &[(&str, &str)],
+    ) -> (i32, String, String) {
+        let child = self.start(COUNTER, child_timeout, restarts, env);
+        self.warn_when(&child, "job/started");
+        (
+            status(child),
+            self.read("requeues"),
+            self.read("job/resume/segments.tsv"),
+        )
+    }
+
     /// Wait until `relative` exists (the command has started), then send the batch
     /// shell `signal`, as Slurm's `--signal=B:` does.
     fn warn_when(&self, child: &Child, relative: &str) {
@@ -332,14 +350,10 @@ fn the_child_timeout_requeues_the_segment() {
 #[test]
 fn the_last_restart_of_the_budget_ends_the_run_with_the_budget_status() {
     let bed = Bed::new();
-    let child = bed.start(COUNTER, 50, 2, &[]);
-    bed.warn_when(&child, "job/started");
-    assert_eq!(status(child), 85);
-    assert_eq!(bed.read("requeues"), "");
-    assert_eq!(
-        bed.read("job/resume/segments.tsv"),
-        "2\tbudget\tckpt/step-5.pt\t7\n"
-    );
+    let (status, requeues, segments) = bed.warned_counter(50, 2, &[]);
+    assert_eq!(status, 85);
+    assert_eq!(requeues, "");
+    assert_eq!(segments, "2\tbudget\tckpt/step-5.pt\t7\n");
 }
 
 #[test]
@@ -372,24 +386,11 @@ const PREEMPTING: (&str, &str) = ("PREEMPT_TIME", "2026-12-01T23:27:17");
 fn a_preempted_segment_is_left_to_a_controller_of_23_02_or_later_to_requeue() {
     for release in ["23.02.0", "24.11.5", "26.05.5"] {
         let bed = Bed::new();
-        let child = bed.start(
-            COUNTER,
-            50,
-            1,
-            &[PREEMPTING, ("CONTROLLER_RELEASE", release)],
-        );
-        bed.warn_when(&child, "job/started");
-        assert_eq!(
-            status(child),
-            0,
-            "{release}: the segment ends as its command did"
-        );
-        assert_eq!(bed.read("requeues"), "", "{release}: no requeue of its own");
-        assert_eq!(
-            bed.read("job/resume/segments.tsv"),
-            "1\tpreemption\tckpt/step-5.pt\t7\n",
-            "{release}"
-        );
+        let (status, requeues, segments) =
+            bed.warned_counter(50, 1, &[PREEMPTING, ("CONTROLLER_RELEASE", release)]);
+        assert_eq!(status, 0, "{release}: the segment ends as its command did");
+        assert_eq!(requeues, "", "{release}: no requeue of its own");
+        assert_eq!(segments, "1\tpreemption\tckpt/step-5.pt\t7\n", "{release}");
     }
 }
 
@@ -401,17 +402,11 @@ fn a_preempted_segment_requeues_itself_on_22_05_or_an_unknown_release() {
         let bed = Bed::new();
         let mut env = vec![PREEMPTING];
         env.extend(release.map(|r| ("CONTROLLER_RELEASE", r)));
-        let child = bed.start(COUNTER, 50, 0, &env);
-        bed.warn_when(&child, "job/started");
-        assert_eq!(status(child), 0, "{release:?}");
+        let (status, requeues, segments) = bed.warned_counter(50, 0, &env);
+        assert_eq!(status, 0, "{release:?}");
+        assert_eq!(requeues, "7\n", "{release:?}: requeued by the job");
         assert_eq!(
-            bed.read("requeues"),
-            "7\n",
-            "{release:?}: requeued by the job"
-        );
-        assert_eq!(
-            bed.read("job/resume/segments.tsv"),
-            "0\tpreemption\tckpt/step-5.pt\t7\n",
+            segments, "0\tpreemption\tckpt/step-5.pt\t7\n",
             "{release:?}"
         );
     }
@@ -422,29 +417,20 @@ fn a_preempted_segment_requeues_itself_on_22_05_or_an_unknown_release() {
 /// squeue cannot say does the signal's time decide.
 #[test]
 fn a_segment_is_called_preempted_only_when_slurm_is_preempting_it() {
-    let bed = Bed::with_wall(3600);
-    let child = bed.start(
-        COUNTER,
+    let (status, requeues, segments) = Bed::with_wall(3600).warned_counter(
         3500,
         0,
         &[("PREEMPT_TIME", "N/A"), ("CONTROLLER_RELEASE", "24.11.5")],
     );
-    bed.warn_when(&child, "job/started");
-    assert_eq!(status(child), 0);
-    assert_eq!(bed.read("requeues"), "7\n");
-    assert_eq!(
-        bed.read("job/resume/segments.tsv"),
-        "0\twall\tckpt/step-5.pt\t7\n"
-    );
+    assert_eq!(status, 0);
+    assert_eq!(requeues, "7\n");
+    assert_eq!(segments, "0\twall\tckpt/step-5.pt\t7\n");
 
-    let bed = Bed::with_wall(3600);
-    let child = bed.start(COUNTER, 3500, 0, &[]);
-    bed.warn_when(&child, "job/started");
-    assert_eq!(status(child), 0);
-    assert_eq!(bed.read("requeues"), "7\n");
+    let (status, requeues, segments) = Bed::with_wall(3600).warned_counter(3500, 0, &[]);
+    assert_eq!(status, 0);
+    assert_eq!(requeues, "7\n");
     assert_eq!(
-        bed.read("job/resume/segments.tsv"),
-        "0\tpreemption\tckpt/step-5.pt\t7\n",
+        segments, "0\tpreemption\tckpt/step-5.pt\t7\n",
         "squeue could not say: the signal came long before the wall's warning"
     );
 }

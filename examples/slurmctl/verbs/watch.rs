@@ -137,17 +137,20 @@ async fn follow(
         finals.push(record);
     }
     if out.json {
+        let final_line = |record: &JobRecord| {
+            out.line(&json::event(json::job(record, None), "final", &[]).to_string())
+        };
         // A watched job that ended and was retried before this watch saw it end (another
         // watcher marked it): its end, once, before its latest attempt's.
         for id in ids {
             if !reported.contains(id) && latest.get(id).is_some_and(|r| r.id() != id) {
                 if let Ok(record) = backend.record(id) {
-                    out.line(&json::event(json::job(&record, None), "final", &[]).to_string());
+                    final_line(&record);
                 }
             }
         }
         for record in finals.iter().filter(|r| !reported.contains(r.id())) {
-            out.line(&json::event(json::job(record, None), "final", &[]).to_string());
+            final_line(record);
         }
     } else {
         out.jobs(finals.iter().map(|r| (r, None)));

@@ -11,6 +11,7 @@ use crate::slurm::paths::{
     logs_dir, probe_knobs, resume_ready, resume_segments, sidecar, sweep_file, ROLES_DIR,
 };
 use crate::spec::{role_host_var, role_hosts_var, BUDGET_USED_UP_EXIT, REQUEUE_REFUSED_EXIT};
+use crate::storage::RemotePath;
 use crate::transport::shell_quote;
 use crate::Result;
 
@@ -24,11 +25,11 @@ pub(crate) const CODE_DIR_VAR: &str = "SLURM_RUN_CODE_DIR";
 /// the configured and the spec's mounts; without one, the folder itself and no mounts.
 /// The batch script's steps and a step beside a running job (exec) see the same.
 pub(crate) fn job_view(
-    job_dir: &crate::storage::RemotePath,
+    job_dir: &RemotePath,
     in_container: bool,
     config: &SlurmConfig,
     spec: &crate::spec::JobSpec,
-    code_dir: Option<&crate::storage::RemotePath>,
+    code_dir: Option<&RemotePath>,
 ) -> Result<(String, Vec<String>)> {
     let results_dir_in_job = match (in_container, &config.container_results_dir) {
         (true, Some(dir)) => dir.clone(),
@@ -83,6 +84,7 @@ pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<
             "trap : {}  # slurm-run: the resume signal is for the command, not this shell\n\
              : > {}/\"${{SLURM_NODEID:-0}}\"  # slurm-run: the command has started on this node\n{}",
             resume.signal.name(),
+            // The step's view of `resume_ready` (the job folder as the step sees it).
             shell_quote(&format!("{results_dir_in_job}/resume/ready"))?,
             spec.command
         ),
