@@ -23,9 +23,11 @@ impl ReadCache {
         self.kept.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The version kept of record `id`, if any.
-    pub(crate) fn version(&self, id: &str) -> Option<i64> {
-        self.kept().get(id).map(|(version, _)| *version)
+    /// The version kept of each of `ids` (one lock for all of them).
+    pub(crate) fn versions<'a>(&self, ids: impl Iterator<Item = &'a str>) -> Vec<Option<i64>> {
+        let kept = self.kept();
+        ids.map(|id| kept.get(id).map(|(version, _)| *version))
+            .collect()
     }
 
     /// The record `id` kept at `version`, if that is the version kept.

@@ -10,6 +10,7 @@
 //! [`BUSY_WAIT`] for another's transaction. Submit leases are locked files beside the
 //! database (`<file>.leases/<id>.submit`): the kernel frees them when their process dies.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -228,33 +229,79 @@ impl SqliteRecordStore {
         let tx = connection
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.fail("changing a record"))?;
-        let body: Option<String> = tx
-            .query_row(
-                &format!("SELECT body FROM {RECORDS_TABLE} WHERE id = ?1"),
-                params![id.as_str()],
-                |row| row.get(0),
-            )
-            .optional()
+        let (changed, written) = self.change_in(&tx, id, change)??;
+        tx.commit().map_err(self.fail("writing a record"))?;
+        self.keep_written(
+            written
+                .map(|version| (&changed, version))
+                .into_iter()
+                .collect(),
+        );
+        Ok(changed)
+    }
+
+    /// [`change`](Self::change) of record `id` within `tx`: the outer error is the
+    /// database's (the transaction is then to be given up), the inner one the record's
+    /// own (not found, unreadable, or refused by `change`), which leaves `tx` usable.
+    /// Beside the record, the version it was written at, when it was (for the read cache,
+    /// once the transaction is committed).
+    fn change_in(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        id: &JobId,
+        change: impl FnOnce(&JobRecord) -> Result<Option<JobRecord>>,
+    ) -> Result<Result<(JobRecord, Option<i64>)>> {
+        let stored: Option<(i64, String)> = tx
+            .prepare_cached(&format!(
+                "SELECT version, body FROM {RECORDS_TABLE} WHERE id = ?1"
+            ))
+            .and_then(|mut select| {
+                select
+                    .query_row(params![id.as_str()], |row| Ok((row.get(0)?, row.get(1)?)))
+                    .optional()
+            })
             .map_err(self.fail("reading a record"))?;
-        let body = body.ok_or_else(|| self.not_found(id))?;
-        let record = read_body(id.as_str(), &body, &self.origin())?;
-        let Some(next) = change(&record)? else {
-            return Ok(record);
+        let Some((version, body)) = stored else {
+            return Ok(Err(self.not_found(id)));
         };
-        let row = Row::of(&next)?;
-        tx.execute(
-            &format!(
-                "UPDATE {RECORDS_TABLE} SET state = ?2, terminal = ?3, updated_at = ?4, \
-                 version = version + 1, body = ?5 WHERE id = ?1"
-            ),
-            params![row.id, row.state, row.terminal, row.updated_at, row.body],
-        )
+        let decided = self
+            .record_of(id.as_str(), version, Some(&body), false)
+            .and_then(|record| Ok((change(&record)?, record)));
+        let (next, record) = match decided {
+            Ok((Some(next), record)) => (next, record),
+            Ok((None, record)) => return Ok(Ok((record, None))),
+            Err(error) => return Ok(Err(error)),
+        };
+        let row = match Row::of(&next) {
+            Ok(row) => row,
+            Err(error) => return Ok(Err(error)),
+        };
+        tx.prepare_cached(&format!(
+            "UPDATE {RECORDS_TABLE} SET state = ?2, terminal = ?3, updated_at = ?4, \
+             version = version + 1, body = ?5 WHERE id = ?1"
+        ))
+        .and_then(|mut update| {
+            update.execute(params![
+                row.id,
+                row.state,
+                row.terminal,
+                row.updated_at,
+                row.body
+            ])
+        })
         .map_err(self.fail("writing a record"))?;
         if next.labels() != record.labels() {
-            self.write_labels(&tx, &row)?;
+            self.write_labels(tx, &row)?;
         }
-        tx.commit().map_err(self.fail("writing a record"))?;
-        Ok(next)
+        Ok(Ok((next, Some(version + 1))))
+    }
+
+    /// Keep `records` (each written at its version, committed) in the read cache, so the
+    /// next poll compares versions instead of parsing what this process wrote.
+    fn keep_written(&self, records: Vec<(&JobRecord, i64)>) {
+        for (record, version) in records {
+            self.cache.keep(record.id().as_str(), version, record);
+        }
     }
 
     /// The record of a row read at `version`: the one kept when it is that version, else
@@ -368,26 +415,42 @@ impl RecordStore for SqliteRecordStore {
     }
 
     fn get_many(&self, ids: &[JobId]) -> Result<Vec<JobRecord>> {
-        let connection = self.connection();
-        let mut select = connection
-            .prepare_cached(&format!(
-                "SELECT version, CASE WHEN version = ?2 THEN NULL ELSE body END \
-                 FROM {RECORDS_TABLE} WHERE id = ?1"
-            ))
-            .map_err(self.fail("reading a record"))?;
-        let mut records = Vec::with_capacity(ids.len());
-        for id in ids {
-            let kept = self.cache.version(id.as_str()).unwrap_or(-1);
-            let row: Option<(i64, Option<String>)> = select
-                .query_row(params![id.as_str(), kept], |row| {
-                    Ok((row.get(0)?, row.get(1)?))
+        // One query for every id: each with the version kept of it (-1: none), as a JSON
+        // array of pairs; a row whose version is the one kept comes back without its body.
+        let kept = self.cache.versions(ids.iter().map(JobId::as_str));
+        let asked: Vec<(&str, i64)> = ids
+            .iter()
+            .zip(kept)
+            .map(|(id, kept)| (id.as_str(), kept.unwrap_or(-1)))
+            .collect();
+        let asked = serde_json::to_string(&asked).map_err(|e| {
+            Error::io(
+                "writing the ids asked as JSON".to_string(),
+                std::io::Error::other(e),
+            )
+        })?;
+        let rows: HashMap<String, (i64, Option<String>)> = {
+            let connection = self.connection();
+            let mut select = connection
+                .prepare_cached(&format!(
+                    "SELECT r.id, r.version, CASE WHEN r.version = (k.value ->> 1) THEN NULL ELSE r.body END \
+                     FROM json_each(?1) AS k JOIN {RECORDS_TABLE} AS r ON r.id = (k.value ->> 0)"
+                ))
+                .map_err(self.fail("reading records"))?;
+            let rows = select
+                .query_map(params![asked], |row| {
+                    Ok((row.get(0)?, (row.get(1)?, row.get(2)?)))
                 })
-                .optional()
-                .map_err(self.fail("reading a record"))?;
-            let (version, body) = row.ok_or_else(|| self.not_found(id))?;
-            records.push(self.record_of(id.as_str(), version, body.as_deref(), true)?);
-        }
-        Ok(records)
+                .map_err(self.fail("reading records"))?;
+            rows.collect::<rusqlite::Result<_>>()
+                .map_err(self.fail("reading records"))?
+        };
+        ids.iter()
+            .map(|id| {
+                let (version, body) = rows.get(id.as_str()).ok_or_else(|| self.not_found(id))?;
+                self.record_of(id.as_str(), *version, body.as_deref(), true)
+            })
+            .collect()
     }
 
     fn mark(&self, id: &JobId, mark: Mark) -> Result<JobRecord> {
@@ -396,6 +459,33 @@ impl RecordStore for SqliteRecordStore {
             let mut next = record.clone();
             Ok(next.apply_mark(mark, redactor)?.then_some(next))
         })
+    }
+
+    fn mark_many(&self, marks: Vec<(JobId, Mark)>) -> Result<Vec<Result<JobRecord>>> {
+        let redactor = self.redactor.as_ref();
+        let mut connection = self.connection();
+        let tx = connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.fail("changing records"))?;
+        let mut answers = Vec::with_capacity(marks.len());
+        for (id, mark) in marks {
+            answers.push(self.change_in(&tx, &id, |record| {
+                let mut next = record.clone();
+                Ok(next.apply_mark(mark, redactor)?.then_some(next))
+            })?);
+        }
+        tx.commit().map_err(self.fail("writing records"))?;
+        self.keep_written(
+            answers
+                .iter()
+                .filter_map(|a| a.as_ref().ok())
+                .filter_map(|(record, written)| Some((record, (*written)?)))
+                .collect(),
+        );
+        Ok(answers
+            .into_iter()
+            .map(|a| a.map(|(record, _)| record))
+            .collect())
     }
 
     fn update(

@@ -37,6 +37,20 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
     /// as stored.
     fn mark(&self, id: &JobId, mark: Mark) -> Result<JobRecord>;
 
+    /// Apply every mark of `marks`, each as [`RecordStore::mark`] would: the answer of
+    /// each in their order, so one that cannot be applied (an illegal change, a record
+    /// not found) costs only itself. What a poll records its marks with: the default
+    /// marks one at a time; a database store applies them all in one transaction (one
+    /// commit, one wait for the disk, however many jobs changed). The outer error is a
+    /// failure of the store itself, and then no mark of the call was applied by a
+    /// store that applies them together.
+    fn mark_many(&self, marks: Vec<(JobId, Mark)>) -> Result<Vec<Result<JobRecord>>> {
+        Ok(marks
+            .into_iter()
+            .map(|(id, mark)| self.mark(&id, mark))
+            .collect())
+    }
+
     /// Change fields other than the state, id and history (e.g. `results_dir`,
     /// labels) under the record's lock. Returns the record as stored.
     fn update(
@@ -164,6 +178,9 @@ macro_rules! forward_record_store {
             }
             fn mark(&self, id: &JobId, mark: Mark) -> Result<JobRecord> {
                 (**self).mark(id, mark)
+            }
+            fn mark_many(&self, marks: Vec<(JobId, Mark)>) -> Result<Vec<Result<JobRecord>>> {
+                (**self).mark_many(marks)
             }
             fn update(
                 &self,

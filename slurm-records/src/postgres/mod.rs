@@ -288,9 +288,11 @@ impl RecordStore for PostgresRecordStore {
 
     fn get_many(&self, ids: &[JobId]) -> Result<Vec<JobRecord>> {
         let names: Vec<String> = ids.iter().map(ToString::to_string).collect();
-        let kept: Vec<i64> = names
-            .iter()
-            .map(|id| self.cache.version(id).unwrap_or(-1))
+        let kept: Vec<i64> = self
+            .cache
+            .versions(names.iter().map(String::as_str))
+            .into_iter()
+            .map(|kept| kept.unwrap_or(-1))
             .collect();
         let rows = self.call(move |session| session.get_many(names, kept))?;
         let rows: std::collections::HashMap<String, (i64, Option<String>)> = rows
@@ -311,6 +313,20 @@ impl RecordStore for PostgresRecordStore {
             let mut next = record.clone();
             Ok(next.apply_mark(mark, redactor)?.then_some(next))
         })
+    }
+
+    fn mark_many(&self, marks: Vec<(JobId, Mark)>) -> Result<Vec<Result<JobRecord>>> {
+        let redactor = self.redactor.clone();
+        let answers = self.call(move |session| session.mark_many(marks, redactor.as_ref()))?;
+        for (record, version) in answers.iter().filter_map(|a| a.as_ref().ok()) {
+            if let Some(version) = version {
+                self.cache.keep(record.id().as_str(), *version, record);
+            }
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| a.map(|(record, _)| record))
+            .collect())
     }
 
     fn update(

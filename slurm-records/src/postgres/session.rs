@@ -17,9 +17,13 @@ use std::sync::mpsc::{self, Receiver, Sender};
 
 use postgres::{Client, Config, Transaction};
 use postgres_native_tls::MakeTlsConnector;
-use slurm_core::{Error, Result};
+use std::collections::HashMap;
 
-use crate::columns::{Row, Value, LABELS_TABLE, META_TABLE, RECORDS_TABLE, TABLES_VERSION};
+use slurm_core::{Error, JobId, JobRecord, Mark, Result, SecretRegistry};
+
+use crate::columns::{
+    read_body, Row, Value, LABELS_TABLE, META_TABLE, RECORDS_TABLE, TABLES_VERSION,
+};
 
 /// The tables, made when missing (under an advisory lock: two processes may start at once).
 const SCHEMA: &str = r#"
@@ -49,6 +53,10 @@ const SCHEMA_LOCK: i64 = 0x534c_524d_5255_4e31; // "SLRMRUN1"
 
 /// A job for the worker thread.
 pub(super) type Job = Box<dyn FnOnce(&mut Session) + Send>;
+
+/// A record as a change left it, and the version it was written at (`None`: the change
+/// wrote nothing).
+pub(super) type Written = (JobRecord, Option<i64>);
 
 /// The worker's connections to the server.
 pub(super) struct Session {
@@ -283,26 +291,84 @@ impl Session {
             return; // nothing to store, or the caller is gone: rolled back
         };
         let written = (|| {
-            tx.execute(
-                &format!(
-                    "UPDATE {RECORDS_TABLE} SET state = $2, terminal = $3, updated_at = $4, \
-                     version = version + 1, body = $5 WHERE id = $1"
-                ),
-                &[
-                    &row.id,
-                    &row.state,
-                    &i16::from(row.terminal),
-                    &row.updated_at,
-                    &row.body,
-                ],
-            )?;
-            if labels_changed {
-                write_labels(&mut tx, &row)?;
-            }
+            update_row(&mut tx, &row, labels_changed)?;
             tx.commit()
         })()
         .map_err(fail("writing a record"));
         let _ = done.send(written);
+    }
+
+    /// Apply every mark of `marks` in one transaction (see
+    /// [`RecordStore::mark_many`](slurm_core::RecordStore::mark_many)): the rows are
+    /// locked together, in the order of their ids (two replicas marking the same jobs
+    /// lock them in the same order, so neither waits on the other forever), each mark
+    /// applied to its record as stored, and every change committed at once. Beside each
+    /// record, the version it was written at, when it was.
+    pub(super) fn mark_many(
+        &mut self,
+        marks: Vec<(JobId, Mark)>,
+        redactor: Option<&SecretRegistry>,
+    ) -> Result<Vec<Result<Written>>> {
+        let target = self.target.clone();
+        let fail = |what: &'static str| {
+            let target = target.clone();
+            move |e| failed(what, &target, e)
+        };
+        let client = self.records()?;
+        let mut tx = client.transaction().map_err(fail("changing records"))?;
+        let ids: Vec<&str> = marks.iter().map(|(id, _)| id.as_str()).collect();
+        let mut stored: HashMap<String, (i64, String)> = tx
+            .query(
+                &format!(
+                    "SELECT id, version, body FROM {RECORDS_TABLE} WHERE id = ANY($1) \
+                     ORDER BY id FOR UPDATE"
+                ),
+                &[&ids],
+            )
+            .map_err(fail("reading records"))?
+            .into_iter()
+            .map(|row| (row.get(0), (row.get(1), row.get(2))))
+            .collect();
+        let mut answers = Vec::with_capacity(marks.len());
+        for (id, mark) in marks {
+            let Some((version, body)) = stored.get(id.as_str()) else {
+                answers.push(Err(Error::NotFound(format!("job record {id} in {target}"))));
+                continue;
+            };
+            let version = *version;
+            let mut next = match read_body(id.as_str(), body, &target) {
+                Ok(record) => record,
+                Err(error) => {
+                    answers.push(Err(error));
+                    continue;
+                }
+            };
+            let labels = next.labels().clone();
+            match next.apply_mark(mark, redactor) {
+                Ok(true) => {}
+                Ok(false) => {
+                    answers.push(Ok((next, None)));
+                    continue;
+                }
+                Err(error) => {
+                    answers.push(Err(error));
+                    continue;
+                }
+            }
+            let row = match Row::of(&next) {
+                Ok(row) => row,
+                Err(error) => {
+                    answers.push(Err(error));
+                    continue;
+                }
+            };
+            update_row(&mut tx, &row, &labels != next.labels()).map_err(fail("writing records"))?;
+            // A later mark of the same job in this call sees this one.
+            stored.insert(row.id.clone(), (version + 1, row.body));
+            answers.push(Ok((next, Some(version + 1))));
+        }
+        tx.commit().map_err(fail("writing records"))?;
+        Ok(answers)
     }
 
     /// The leases connection (made again after it was lost: the leases it held went
@@ -368,6 +434,31 @@ impl Session {
 }
 
 /// Write `row`'s labels (its old ones replaced).
+/// Write `row` over its record (its version raised), and its labels when they changed.
+fn update_row(
+    tx: &mut Transaction<'_>,
+    row: &Row,
+    labels_changed: bool,
+) -> std::result::Result<(), postgres::Error> {
+    tx.execute(
+        &format!(
+            "UPDATE {RECORDS_TABLE} SET state = $2, terminal = $3, updated_at = $4, \
+             version = version + 1, body = $5 WHERE id = $1"
+        ),
+        &[
+            &row.id,
+            &row.state,
+            &i16::from(row.terminal),
+            &row.updated_at,
+            &row.body,
+        ],
+    )?;
+    if labels_changed {
+        write_labels(tx, row)?;
+    }
+    Ok(())
+}
+
 fn write_labels(tx: &mut Transaction<'_>, row: &Row) -> std::result::Result<(), postgres::Error> {
     tx.execute(
         &format!("DELETE FROM {LABELS_TABLE} WHERE id = $1"),

@@ -291,10 +291,13 @@ impl Observed {
     }
 
     /// Mark each record with what was decided for it: the statuses in the order of the
-    /// records, and the SLURM jobs to cancel (a raw dependency that can never hold).
+    /// records, and the SLURM jobs to cancel (a raw dependency that can never hold). Every
+    /// mark goes to the store in one [`RecordStore::mark_many`](crate::RecordStore::mark_many).
     pub(super) fn record(self, ctx: &Context<'_>) -> Result<(Vec<JobStatus>, Vec<SlurmJob>)> {
         let mut cancels = Vec::new();
         let mut statuses = Vec::with_capacity(self.records.len());
+        let mut marks = Vec::new();
+        let mut marked = Vec::new();
         for ((record, decided), ends) in self
             .records
             .into_iter()
@@ -306,19 +309,31 @@ impl Observed {
                     cancels.push((key.0.clone(), key.1 .0));
                 }
             }
-            statuses.push(record_decisions(ctx, record, decided, ends.as_ref())?);
+            let (status, mark) = record_decisions(record, decided, ends.as_ref());
+            if let Some(mark) = mark {
+                marks.push((status.record.id.clone(), mark));
+                marked.push(statuses.len());
+            }
+            statuses.push(status);
+        }
+        if !marks.is_empty() {
+            let answers = ctx.store().mark_many(marks)?;
+            for (index, answer) in marked.into_iter().zip(answers) {
+                let status = &mut statuses[index];
+                status.record = kept_on_refusal(ctx, &status.record, answer)?;
+            }
         }
         Ok((statuses, cancels))
     }
 }
 
-/// Mark `record` with what was decided for it (a job, or some of an array's tasks).
+/// The status of `record` with what was decided for it (a job, or some of an array's
+/// tasks), and the mark to record, if any (the status then holds the record as read).
 fn record_decisions(
-    ctx: &Context<'_>,
     record: JobRecord,
     decided: Vec<(Key, Decision)>,
     role_ends: Option<&roles::RoleEnds>,
-) -> Result<JobStatus> {
+) -> (JobStatus, Option<Mark>) {
     if record.is_array() {
         let mut mark = Mark::new(record.state, TransitionSource::Poll);
         let mut natives = BTreeMap::new();
@@ -346,23 +361,21 @@ fn record_decisions(
                 );
             }
         }
-        let record = if mark.tasks.is_empty() {
-            record
-        } else {
-            mark_kept(ctx, &record, mark)?
-        };
-        return Ok(JobStatus {
+        let mark = (!mark.tasks.is_empty()).then_some(mark);
+        let status = JobStatus {
             record,
             native: None,
             tasks: natives,
-        });
+        };
+        return (status, mark);
     }
     let Some((_, decision)) = decided.into_iter().next() else {
-        return Ok(JobStatus {
+        let status = JobStatus {
             record,
             native: None,
             tasks: BTreeMap::new(),
-        });
+        };
+        return (status, None);
     };
     let Decision {
         mark,
@@ -370,7 +383,7 @@ fn record_decisions(
         observed,
         ..
     } = decision;
-    if record.is_multi_role() {
+    let mark = if record.is_multi_role() {
         // The nodes of a running job, or accounting's of its run, are its roles' nodes;
         // squeue's of an ending job list only those still completing.
         let nodes_known = mark.state == JobState::Running
@@ -385,41 +398,31 @@ fn record_decisions(
             components: &components,
             known: nodes_known,
         };
-        let record = match roles::roles_mark(&record, mark, nodes, role_ends) {
-            Some(mark) => mark_kept(ctx, &record, mark)?,
-            None => record,
-        };
-        return Ok(JobStatus {
-            record,
-            native,
-            tasks: BTreeMap::new(),
-        });
-    }
-    if mark.state == record.state {
+        roles::roles_mark(&record, mark, nodes, role_ends)
+    } else {
         // Nothing new: the store would do nothing, so it is not asked.
-        return Ok(JobStatus {
-            record,
-            native,
-            tasks: BTreeMap::new(),
-        });
-    }
-    let updated = mark_kept(ctx, &record, mark)?;
-    Ok(JobStatus {
-        record: updated,
+        (mark.state != record.state).then_some(mark)
+    };
+    let status = JobStatus {
+        record,
         native,
         tasks: BTreeMap::new(),
-    })
+    };
+    (status, mark)
 }
 
-/// `store.mark`, keeping the record as it is when the scheduler reported a state it
-/// cannot take.
-fn mark_kept(ctx: &Context<'_>, record: &JobRecord, mark: Mark) -> Result<JobRecord> {
-    let store = ctx.store();
-    match store.mark(&record.id, mark) {
+/// The record a mark of `record` answered: the record as stored, or, when the scheduler
+/// reported a state the record cannot take, the record kept as it is.
+fn kept_on_refusal(
+    ctx: &Context<'_>,
+    record: &JobRecord,
+    answer: Result<JobRecord>,
+) -> Result<JobRecord> {
+    match answer {
         Ok(updated) => Ok(updated),
         Err(Error::InvalidTransition { id, from, to }) => {
             tracing::warn!(job = %id, %from, %to, "the scheduler reported a state the record cannot take; kept the record");
-            store.get(&record.id)
+            ctx.store().get(&record.id)
         }
         Err(error) => Err(error),
     }

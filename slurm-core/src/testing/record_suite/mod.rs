@@ -40,7 +40,10 @@
 //! # }
 //! ```
 
+mod batches;
 mod workers;
+
+pub use batches::mark_many_marks_each_as_mark_does;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -822,6 +825,7 @@ macro_rules! record_store_conformance {
 
             case!(open_is_create_exclusive_and_get_reports_missing);
             case!(mark_follows_the_state_machine);
+            case!(mark_many_marks_each_as_mark_does);
             case!(history_and_tasks_are_kept_in_order);
             case!(update_changes_fields_but_not_state);
             case!(list_filters_by_state_labels_and_time);
