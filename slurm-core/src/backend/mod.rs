@@ -77,7 +77,8 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// Cancel several jobs, as [`cancel`](Backend::cancel) does each; the records in the
     /// order of `ids`. The default cancels them in turn; a backend that can cancel many
-    /// jobs in one request (SLURM: one `scancel`, then one poll for all) does.
+    /// jobs in one request (SLURM: one `scancel`, confirmed by squeue in the same round
+    /// trip) does.
     async fn cancel_many(&self, ids: &[JobId]) -> Result<Vec<JobRecord>> {
         let mut records = Vec::with_capacity(ids.len());
         for id in ids {

@@ -189,3 +189,172 @@ async fn a_cancel_the_cluster_could_not_take_yet_is_transient() {
     let error = backend.cancel(&record.id).await.unwrap_err();
     assert!(error.is_transient(), "{error}");
 }
+
+/// A fake cluster after a cancel: `shown(id)` is what squeue shows of job `id` right
+/// after the scancel (CANCELLED, COMPLETED, COMPLETING, ...), `ended(id)` how a poll
+/// then finds it (squeue and accounting agree). Answers the cancel's round trip (its
+/// scancel and squeue parts) and polls; every command's label is kept (` (--me)` after
+/// one that asks squeue for the user's own jobs).
+fn cancel_cluster(
+    remote: &mut MockRemote,
+    shown: fn(&str) -> &'static str,
+    ended: fn(&str) -> &'static str,
+) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    let labels = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = std::sync::Arc::clone(&labels);
+    remote.expect_run().returning(move |c| {
+        // `squeue --me`: every job scancel named, and one of the user's not tracked.
+        let me = c.get_args().iter().any(|a| a == "--me");
+        let noted = if me { " (--me)" } else { "" };
+        seen.lock().unwrap().push(format!("{}{noted}", c.label()));
+        if is_poll(c) {
+            // stdin: `0 J COUNT`, then the jobs.
+            let stdin = String::from_utf8_lossy(c.stdin_bytes().unwrap()).to_string();
+            let mut lines = stdin.lines();
+            let count: usize = lines.next().unwrap().rsplit(' ').next().unwrap().parse().unwrap();
+            let ids: Vec<&str> = lines.take(count).collect();
+            let mut text = String::from("@@begin 0\n");
+            for id in &ids {
+                text.push_str(&format!("O {id}|{}|None|n1|x\n", ended(id)));
+            }
+            text.push_str("@@end 0 0\n@@begin 1\n");
+            for id in &ids {
+                text.push_str(&format!(
+                    "O {id}|{id}|{}|0:0|None|2026-11-30T10:00:00|2026-11-30T10:00:01|2026-11-30T10:00:02|n1|x\n",
+                    ended(id)
+                ));
+            }
+            text.push_str("@@end 1 0\n");
+            return Ok(output(0, &text, ""));
+        }
+        // A round trip: `round trip of N: scancel, ..., squeue, ...`.
+        let label = c.label();
+        let programs: Vec<&str> = label.split_once(": ").unwrap().1.split(", ").collect();
+        let mut lists = c
+            .get_args()
+            .iter()
+            .filter_map(|a| a.strip_prefix("--jobs="))
+            .map(|list| list.split(',').map(str::to_string).collect::<Vec<_>>());
+        let mut mine: Vec<String> = c
+            .get_args()
+            .iter()
+            .filter(|a| !a.is_empty() && a.bytes().all(|b| b.is_ascii_digit()))
+            .cloned()
+            .collect();
+        mine.push("99999".into());
+        let mut text = String::new();
+        for (i, program) in programs.iter().enumerate() {
+            text.push_str(&format!("@@begin {i}\n"));
+            if *program == "squeue" {
+                let ids = if me { mine.clone() } else { lists.next().unwrap() };
+                for id in ids {
+                    text.push_str(&format!("O {id}|{}|None||x\n", shown(&id)));
+                }
+            } else {
+                assert_eq!(*program, "scancel", "{label}");
+            }
+            text.push_str(&format!("@@end {i} 0\n"));
+        }
+        Ok(output(0, &text, ""))
+    });
+    labels
+}
+
+/// `count` records of pending SLURM jobs `first`, `first + 1`, ...
+fn open_pending(backend: &TestBackend, count: usize, first: usize) -> Vec<crate::record::JobId> {
+    (first..first + count)
+        .map(|n| {
+            let spec = crate::spec::JobSpec::new(format!("many{n}"), "true");
+            open_accepted(backend.store(), &spec, &n.to_string(), JobState::Pending).id
+        })
+        .collect()
+}
+
+/// Issue 25, point 3: slurmctld sets a pending job CANCELLED within scancel's own RPC,
+/// so the squeue that follows it in the same round trip confirms the cancel. The old
+/// code sent scancel alone, then polled squeue and sacct until accounting too had the
+/// end: two round trips at best, and a 500 ms sleep for each poll accounting lagged.
+#[tokio::test]
+async fn cancel_many_of_jobs_the_scheduler_shows_cancelled_costs_one_round_trip() {
+    let mut remote = MockRemote::new();
+    let labels = cancel_cluster(&mut remote, |_| "CANCELLED", |_| "CANCELLED");
+    let backend = backend(remote);
+    let ids = open_pending(&backend, 5, 700);
+    let records = backend.cancel_many(&ids).await.unwrap();
+    let labels = labels.lock().unwrap().clone();
+    assert_eq!(labels, ["round trip of 2: scancel, squeue"], "{labels:?}");
+    assert!(
+        records.iter().all(|r| r.state == JobState::Canceled),
+        "{records:?}"
+    );
+    assert!(records
+        .iter()
+        .all(|r| r.last_message().starts_with("CANCELLED (squeue")));
+}
+
+/// From MINE_FROM jobs the squeue after scancel lists the user's own jobs, as the poll
+/// does; still one round trip, each record marked once.
+#[tokio::test]
+async fn cancel_many_of_many_jobs_reads_the_users_own_jobs_in_the_same_round_trip() {
+    let mut remote = MockRemote::new();
+    let labels = cancel_cluster(&mut remote, |_| "CANCELLED", |_| "CANCELLED");
+    let backend = backend(remote);
+    let count = super::poll::MINE_FROM + 6;
+    let ids = open_pending(&backend, count, 1000);
+    let records = backend.cancel_many(&ids).await.unwrap();
+    let labels = labels.lock().unwrap().clone();
+    assert_eq!(
+        labels,
+        ["round trip of 2: scancel, squeue (--me)"],
+        "{labels:?}"
+    );
+    for (record, id) in records.iter().zip(&ids) {
+        assert_eq!(&record.id, id);
+        assert_eq!(record.state, JobState::Canceled);
+        assert_eq!(record.history.len(), 3, "{record:?}");
+    }
+}
+
+/// The squeue after scancel confirms only what it shows CANCELLED: a job that completed
+/// before the cancel reached it is recorded COMPLETE, and a running job still completing
+/// is polled until the scheduler says how it ended; neither is taken for cancelled.
+#[tokio::test]
+async fn cancel_many_polls_the_jobs_squeue_does_not_show_cancelled_and_records_what_they_were() {
+    let mut remote = MockRemote::new();
+    // 801 pending, cancelled; 802 completed before the cancel; 803 running, completing.
+    let shown = |id: &str| match id {
+        "801" => "CANCELLED",
+        "802" => "COMPLETED",
+        _ => "COMPLETING",
+    };
+    let ended = |id: &str| match id {
+        "802" => "COMPLETED",
+        _ => "CANCELLED",
+    };
+    let labels = cancel_cluster(&mut remote, shown, ended);
+    let backend = backend(remote);
+    let open = |name: &str, native: &str, state| {
+        let spec = crate::spec::JobSpec::new(name, "true");
+        open_accepted(backend.store(), &spec, native, state).id
+    };
+    let ids = [
+        open("pending", "801", JobState::Pending),
+        open("done", "802", JobState::Running),
+        open("running", "803", JobState::Running),
+    ];
+    let records = backend.cancel_many(&ids).await.unwrap();
+    // Only the two jobs squeue did not show CANCELLED are polled.
+    let labels = labels.lock().unwrap().clone();
+    assert_eq!(
+        labels,
+        ["round trip of 2: scancel, squeue", "poll 2 job(s)"],
+        "{labels:?}"
+    );
+    let states: Vec<JobState> = records.iter().map(|r| r.state).collect();
+    assert_eq!(
+        states,
+        [JobState::Canceled, JobState::Complete, JobState::Canceled]
+    );
+    assert!(records[0].last_message().starts_with("CANCELLED (squeue"));
+    assert!(records[2].last_message().contains("(sacct)"), "{records:?}");
+}

@@ -8,7 +8,6 @@ use crate::Result;
 
 /// The `--jobs=` value for `ids`; refuses an empty list (squeue and sacct would then
 /// list every job).
-#[cfg(any(test, feature = "testing"))]
 fn jobs_arg(ids: &[SlurmJobId]) -> Result<String> {
     if ids.is_empty() {
         return Err(crate::Error::invalid(
@@ -27,9 +26,9 @@ fn cluster_arg(cluster: &str) -> Result<String> {
 }
 
 /// squeue listing `ids` in every state, no header, in [`SQUEUE_FORMAT`], optionally on
-/// one cluster of a federation (the bare query benches compare against; the poll
-/// script adds the ids itself, see [`squeue_rows`]).
-#[cfg(any(test, feature = "testing"))]
+/// one cluster of a federation: what a cancel reads right after its `scancel`, and the
+/// bare query benches compare against (the poll script adds the ids itself, see
+/// [`squeue_rows`]).
 pub(crate) fn squeue_jobs(ids: &[SlurmJobId], cluster: Option<&str>) -> Result<Command> {
     let mut command = Command::new("squeue").args([
         "--noheader".to_string(),

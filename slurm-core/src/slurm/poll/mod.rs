@@ -41,6 +41,7 @@ use crate::{Error, Result};
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use self::request::poll_command;
 pub(crate) use self::request::Group;
+pub(super) use self::request::MINE_FROM;
 
 /// The most commands of one follow-up round trip (their arguments stay far below the
 /// kernel's limits); more go in further round trips.
