@@ -29,12 +29,6 @@ use crate::{Error, Result};
 /// How long a cancel waits for the scheduler to confirm.
 const CANCEL_CONFIRM: Duration = Duration::from_secs(60);
 
-/// At most this many threads mark the records a cancel confirmed at once.
-const MARK_THREADS: usize = 4;
-
-/// Each marking thread takes at least this many records (fewer are marked in turn).
-const MARKS_PER_THREAD: usize = 16;
-
 /// The most job ids one `scancel` names (its argv stays far below the kernel's limits).
 const SCANCEL_CHUNK: usize = 1_000;
 
@@ -115,7 +109,7 @@ async fn cancel_jobs(
             waiting.push((index, record.id));
         }
     }
-    let marked = mark_cancelled(ctx.store(), &marks);
+    let marked = mark_cancelled(ctx.store(), &marks)?;
     for ((index, id), marked) in marks.into_iter().zip(marked) {
         match marked {
             Ok(record) => {
@@ -236,34 +230,22 @@ async fn poll_until_ended(
     Ok(())
 }
 
-/// Mark the records of `ids` CANCELED, as the scheduler confirmed, a few threads at a
-/// time: each mark is a durable write of its own (a file store fsyncs each), and the
-/// store is shared by threads.
-fn mark_cancelled(store: &dyn RecordStore, ids: &[(usize, JobId)]) -> Vec<Result<JobRecord>> {
-    let mark = |id: &JobId| {
-        store.mark(
-            id,
-            Mark::new(JobState::Canceled, TransitionSource::User)
-                .message("CANCELLED (squeue, right after scancel)"),
-        )
-    };
-    let threads = ids.len().div_ceil(MARKS_PER_THREAD).clamp(1, MARK_THREADS);
-    if threads == 1 {
-        return ids.iter().map(|(_, id)| mark(id)).collect();
-    }
-    let chunk = ids.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = ids
-            .chunks(chunk)
-            .map(|part| {
-                scope.spawn(move || part.iter().map(|(_, id)| mark(id)).collect::<Vec<_>>())
+/// Mark the records of `ids` CANCELED, as the scheduler confirmed, in one
+/// [`RecordStore::mark_many`] (one transaction in a database, the file store's fsyncs
+/// overlapping on a few threads). The answers in the order of `ids`.
+fn mark_cancelled(
+    store: &dyn RecordStore,
+    ids: &[(usize, JobId)],
+) -> Result<Vec<Result<JobRecord>>> {
+    store.mark_many(
+        ids.iter()
+            .map(|(_, id)| {
+                let mark = Mark::new(JobState::Canceled, TransitionSource::User)
+                    .message("CANCELLED (squeue, right after scancel)");
+                (id.clone(), mark)
             })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("a marking thread panicked"))
-            .collect()
-    })
+            .collect(),
+    )
 }
 
 /// The jobs of `cluster` a squeue answer (`part`, in the poll's format) shows CANCELLED.
