@@ -10,7 +10,6 @@
 //! [`BUSY_WAIT`] for another's transaction. Submit leases are locked files beside the
 //! database (`<file>.leases/<id>.submit`): the kernel frees them when their process dies.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -429,26 +428,32 @@ impl RecordStore for SqliteRecordStore {
                 std::io::Error::other(e),
             )
         })?;
-        let rows: HashMap<String, (i64, Option<String>)> = {
+        // One row per id found, in the order asked (`k.key`: the id's place in the array).
+        let rows: Vec<(i64, i64, Option<String>)> = {
             let connection = self.connection();
             let mut select = connection
                 .prepare_cached(&format!(
-                    "SELECT r.id, r.version, CASE WHEN r.version = (k.value ->> 1) THEN NULL ELSE r.body END \
-                     FROM json_each(?1) AS k JOIN {RECORDS_TABLE} AS r ON r.id = (k.value ->> 0)"
+                    "SELECT k.key, r.version, CASE WHEN r.version = (k.value ->> 1) THEN NULL ELSE r.body END \
+                     FROM json_each(?1) AS k JOIN {RECORDS_TABLE} AS r ON r.id = (k.value ->> 0) \
+                     ORDER BY k.key"
                 ))
                 .map_err(self.fail("reading records"))?;
             let rows = select
                 .query_map(params![asked], |row| {
-                    Ok((row.get(0)?, (row.get(1)?, row.get(2)?)))
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
                 })
                 .map_err(self.fail("reading records"))?;
             rows.collect::<rusqlite::Result<_>>()
                 .map_err(self.fail("reading records"))?
         };
+        let mut rows = rows.into_iter().peekable();
         ids.iter()
-            .map(|id| {
-                let (version, body) = rows.get(id.as_str()).ok_or_else(|| self.not_found(id))?;
-                self.record_of(id.as_str(), *version, body.as_deref(), true)
+            .enumerate()
+            .map(|(place, id)| {
+                let (_, version, body) = rows
+                    .next_if(|(at, _, _)| usize::try_from(*at) == Ok(place))
+                    .ok_or_else(|| self.not_found(id))?;
+                self.record_of(id.as_str(), version, body.as_deref(), true)
             })
             .collect()
     }

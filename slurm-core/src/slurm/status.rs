@@ -34,6 +34,7 @@ use super::reconcile::{settle_left, SETTLE_AFTER};
 use super::sidecars::{forget, forget_commands, forgotten, note_forgotten};
 use crate::backend::{JobStatus, NativeStatus};
 use crate::dependency::Attempts;
+use crate::nccl::PROBE_LABEL;
 use crate::record::{JobId, JobRecord};
 use crate::Result;
 
@@ -80,7 +81,11 @@ pub(super) async fn status_settling(
         .filter(|p| p.state.is_terminal())
         .map(|p| p.id.clone())
         .collect();
-    let mut present: HashSet<JobId> = ids.iter().cloned().collect();
+    let mut present: HashSet<JobId> = if parents.is_empty() {
+        HashSet::new()
+    } else {
+        ids.iter().cloned().collect()
+    };
     for parent in parents.values() {
         if !parent.state.is_terminal() && present.insert(parent.id.clone()) {
             records.push(parent.clone());
@@ -114,8 +119,10 @@ pub(super) async fn status_settling(
     let (mut statuses, mut cancels) = observed.record(ctx)?;
 
     // 6. Probes that ended (polled now, or parents that ended before).
+    // Only a probe's verdict reads what the scheduler said of it.
     let natives: BTreeMap<JobId, NativeStatus> = statuses
         .iter()
+        .filter(|s| s.record.labels.contains_key(PROBE_LABEL))
         .filter_map(|s| Some((s.record.id.clone(), s.native.clone()?)))
         .collect();
     let candidates: Vec<&JobRecord> = statuses
