@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use slurm_core::JobRecord;
+use slurm_core::{JobRecord, Result};
 
 /// The most records kept (a watch of more reads the rest each time).
 const CAPACITY: usize = 50_000;
@@ -45,5 +45,26 @@ impl ReadCache {
             kept.clear();
         }
         kept.insert(id.to_string(), (version, record.clone()));
+    }
+
+    /// The records of a batch of changes (each answered with the version it was written
+    /// at, `None` when it wrote nothing), committed: each written one kept at its
+    /// version, so the next poll compares versions instead of parsing what this process
+    /// wrote. The answers without their versions, in their order.
+    pub(crate) fn keep_written(
+        &self,
+        answers: Vec<Result<(JobRecord, Option<i64>)>>,
+    ) -> Vec<Result<JobRecord>> {
+        answers
+            .into_iter()
+            .map(|answer| {
+                answer.map(|(record, written)| {
+                    if let Some(version) = written {
+                        self.keep(record.id().as_str(), version, &record);
+                    }
+                    record
+                })
+            })
+            .collect()
     }
 }

@@ -228,15 +228,9 @@ impl SqliteRecordStore {
         let tx = connection
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.fail("changing a record"))?;
-        let (changed, written) = self.change_in(&tx, id, change)??;
+        let changed = self.change_in(&tx, id, change)?;
         tx.commit().map_err(self.fail("writing a record"))?;
-        self.keep_written(
-            written
-                .map(|version| (&changed, version))
-                .into_iter()
-                .collect(),
-        );
-        Ok(changed)
+        self.cache.keep_written(vec![changed]).remove(0)
     }
 
     /// [`change`](Self::change) of record `id` within `tx`: the outer error is the
@@ -293,14 +287,6 @@ impl SqliteRecordStore {
             self.write_labels(tx, &row)?;
         }
         Ok(Ok((next, Some(version + 1))))
-    }
-
-    /// Keep `records` (each written at its version, committed) in the read cache, so the
-    /// next poll compares versions instead of parsing what this process wrote.
-    fn keep_written(&self, records: Vec<(&JobRecord, i64)>) {
-        for (record, version) in records {
-            self.cache.keep(record.id().as_str(), version, record);
-        }
     }
 
     /// The record of a row read at `version`: the one kept when it is that version, else
@@ -392,6 +378,18 @@ impl SqliteRecordStore {
     }
 }
 
+/// The change a mark makes: the record with `mark` applied (`None` when it changes
+/// nothing), its messages redacted with `redactor`.
+fn marked(
+    mark: Mark,
+    redactor: Option<&SecretRegistry>,
+) -> impl FnOnce(&JobRecord) -> Result<Option<JobRecord>> + '_ {
+    move |record| {
+        let mut next = record.clone();
+        Ok(next.apply_mark(mark, redactor)?.then_some(next))
+    }
+}
+
 impl RecordStore for SqliteRecordStore {
     fn open(&self, record: &JobRecord) -> Result<()> {
         let mut record = record.clone();
@@ -459,11 +457,7 @@ impl RecordStore for SqliteRecordStore {
     }
 
     fn mark(&self, id: &JobId, mark: Mark) -> Result<JobRecord> {
-        let redactor = self.redactor.as_ref();
-        self.change(id, |record| {
-            let mut next = record.clone();
-            Ok(next.apply_mark(mark, redactor)?.then_some(next))
-        })
+        self.change(id, marked(mark, self.redactor.as_ref()))
     }
 
     fn mark_many(&self, marks: Vec<(JobId, Mark)>) -> Result<Vec<Result<JobRecord>>> {
@@ -474,23 +468,10 @@ impl RecordStore for SqliteRecordStore {
             .map_err(self.fail("changing records"))?;
         let mut answers = Vec::with_capacity(marks.len());
         for (id, mark) in marks {
-            answers.push(self.change_in(&tx, &id, |record| {
-                let mut next = record.clone();
-                Ok(next.apply_mark(mark, redactor)?.then_some(next))
-            })?);
+            answers.push(self.change_in(&tx, &id, marked(mark, redactor))?);
         }
         tx.commit().map_err(self.fail("writing records"))?;
-        self.keep_written(
-            answers
-                .iter()
-                .filter_map(|a| a.as_ref().ok())
-                .filter_map(|(record, written)| Some((record, (*written)?)))
-                .collect(),
-        );
-        Ok(answers
-            .into_iter()
-            .map(|a| a.map(|(record, _)| record))
-            .collect())
+        Ok(self.cache.keep_written(answers))
     }
 
     fn update(

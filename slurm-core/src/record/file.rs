@@ -276,6 +276,7 @@ impl RecordStore for FileRecordStore {
                 .map(|(id, mark)| self.mark(&id, mark))
                 .collect());
         }
+        let count = marks.len();
         // A job's marks go to the thread its id hashes to.
         let mut shares: Vec<Vec<(usize, JobId, Mark)>> = (0..threads).map(|_| Vec::new()).collect();
         for (index, (id, mark)) in marks.into_iter().enumerate() {
@@ -284,7 +285,6 @@ impl RecordStore for FileRecordStore {
             let share = (std::hash::Hasher::finish(&hasher) % threads as u64) as usize;
             shares[share].push((index, id, mark));
         }
-        let count = shares.iter().map(Vec::len).sum();
         let mut answers: Vec<Option<Result<JobRecord>>> = (0..count).map(|_| None).collect();
         std::thread::scope(|scope| {
             let handles: Vec<_> = shares

@@ -318,15 +318,7 @@ impl RecordStore for PostgresRecordStore {
     fn mark_many(&self, marks: Vec<(JobId, Mark)>) -> Result<Vec<Result<JobRecord>>> {
         let redactor = self.redactor.clone();
         let answers = self.call(move |session| session.mark_many(marks, redactor.as_ref()))?;
-        for (record, version) in answers.iter().filter_map(|a| a.as_ref().ok()) {
-            if let Some(version) = version {
-                self.cache.keep(record.id().as_str(), *version, record);
-            }
-        }
-        Ok(answers
-            .into_iter()
-            .map(|a| a.map(|(record, _)| record))
-            .collect())
+        Ok(self.cache.keep_written(answers))
     }
 
     fn update(
