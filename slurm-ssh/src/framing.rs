@@ -21,6 +21,9 @@
 //!    recorded start time, or, once the leader has ended, only the processes of the
 //!    group that carry the command's marker in their environment (`__SR_JOB`). So a
 //!    reused pid, or a shell that landed on another host behind the same name, is never hit.
+//!    A command delivered whole whose report (the `P` line below) was lost with the
+//!    connection is known only by its marker: then the user's processes that carry it
+//!    are killed, wherever their group.
 //! 3. *A command.* One line `__sr_run MARKER N 'QUOTED COMMAND LINE'`, then exactly
 //!    `N` raw stdin bytes (read by `head -c N` into a file, emptied when the command
 //!    ends and removed once its answer is sent, before the next command is read, so the
@@ -66,7 +69,9 @@ fn token() -> String {
 /// later from another shell without hitting anything else.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Orphan {
-    /// The process group (the pid of its leader).
+    /// The process group (the pid of its leader); 0 when the shell's report of it never
+    /// came (the command was delivered, and may run, but its `P` line was lost with the
+    /// connection): then only processes that carry the marker are killed.
     pub(crate) pgid: u32,
     /// The leader's start time (clock ticks since boot), `-` when unknown.
     pub(crate) start: String,
@@ -224,10 +229,20 @@ impl ShellProtocol {
         self.request_end.is_some()
     }
 
-    /// The process group of the running command, once the shell reported it.
+    /// The process group of the running command, once the shell reported it; for a
+    /// command delivered whole whose report has not come (it may run: the report can be
+    /// lost with the connection), a group of pgid 0 known only by its marker.
     pub(crate) fn running(&self) -> Option<Orphan> {
         match &self.state {
-            State::Busy { pgid, .. } => pgid.clone(),
+            State::Busy {
+                pgid: Some(orphan), ..
+            } => Some(orphan.clone()),
+            State::Busy { marker, .. } if self.request_delivered() => Some(Orphan {
+                pgid: 0,
+                start: "-".into(),
+                boot: "-".into(),
+                marker: marker.clone(),
+            }),
             _ => None,
         }
     }
@@ -793,6 +808,58 @@ mod tests {
         let _ = Bash::start_killing(std::slice::from_ref(&ours)).run(&Command::new("true"));
         assert!(ends_soon(ours.pgid), "the timed-out command still runs");
         other.kill().unwrap();
+        kill_pid(foreign);
+    }
+
+    #[test]
+    fn a_command_whose_report_was_lost_is_killed_by_its_marker() {
+        // A command delivered whole, its `P` line never read (lost with the connection).
+        let nap = format!("300.{}", rand::random::<u16>());
+        let mut bash = Bash::start();
+        assert!(bash.proto.running().is_none(), "nothing sent yet");
+        bash.proto.send(&Command::new("sleep").arg(&nap)).unwrap();
+        assert!(bash.proto.running().is_none(), "not delivered yet");
+        bash.flush();
+        let lost = bash.proto.running().expect("delivered: it may run");
+        assert_eq!(
+            (lost.pgid, lost.start.as_str(), lost.boot.as_str()),
+            (0, "-", "-")
+        );
+        let pattern = format!("^sleep {nap}$");
+        let pid = |pattern: &str| -> Option<u32> {
+            let out = std::process::Command::new("pgrep")
+                .args(["-f", pattern])
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let sleeper = loop {
+            if let Some(p) = pid(&pattern) {
+                break p;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the command never started"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        // Another process with the same group unknown but no marker of ours: left alone.
+        let (_, foreign) = leaderless_group("SRMtheirs");
+        let _ = Bash::start_killing(std::slice::from_ref(&lost)).run(&Command::new("true"));
+        assert!(
+            ends_soon(sleeper),
+            "the command whose report was lost still runs"
+        );
+        assert!(
+            pid_alive(foreign),
+            "a process without the marker was killed"
+        );
         kill_pid(foreign);
     }
 

@@ -24,18 +24,23 @@ cd || exit "$EXIT_SHELL_NO_HOME"
 __sr_boot=-
 read -r __sr_boot < /proc/sys/kernel/random/boot_id
 __sr_n=0
+# __sr_kill PGID START BOOT MARKER: kill an earlier shell's command, only where provably
+# its own (see framing.rs); PGID 0 (its report was lost): the user's processes carrying MARKER.
 __sr_kill() {
   local g=$1 t=$2 b=$3 m=$4 f p e
-  if [ "$b" = - ] || [ "$b" != "$__sr_boot" ]; then return; fi
-  if read -r f < "/proc/$g/stat"; then
-    read -r -a f <<< "${f##*) }"
-    if [ "${f[2]}" = "$g" ] && [ "${f[19]}" = "$t" ]; then kill -s KILL -- "-$g"; fi
-    return
+  if [ "$g" != 0 ]; then
+    if [ "$b" = - ] || [ "$b" != "$__sr_boot" ]; then return; fi
+    if read -r f < "/proc/$g/stat"; then
+      read -r -a f <<< "${f##*) }"
+      if [ "${f[2]}" = "$g" ] && [ "${f[19]}" = "$t" ]; then kill -s KILL -- "-$g"; fi
+      return
+    fi
   fi
   for p in /proc/[0-9]*; do
+    [ -O "$p" ] || continue
     read -r f < "$p/stat" || continue
     read -r -a f <<< "${f##*) }"
-    [ "${f[2]}" = "$g" ] || continue
+    [ "$g" = 0 ] || [ "${f[2]}" = "$g" ] || continue
     e=$(tr '\0' '\n' < "$p/environ") || continue
     case $'\n'"$e"$'\n' in *$'\n'"__SR_JOB=$m"$'\n'*) kill -s KILL "${p#/proc/}";; esac
   done
