@@ -54,7 +54,9 @@ impl FileLeases {
     /// Whether the lease of `id` is held (by any process, this one included).
     pub(crate) fn held(&self, id: &JobId) -> Result<bool> {
         let file = self.file(id)?;
-        match file.try_lock() {
+        // A shared lock: it fails only while a submitter holds the lease, and two
+        // processes asking at once do not take each other for one.
+        match file.try_lock_shared() {
             // Free: the lock goes when `file` drops.
             Ok(()) => Ok(false),
             Err(std::fs::TryLockError::WouldBlock) => Ok(true),

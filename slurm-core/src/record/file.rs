@@ -353,7 +353,9 @@ impl RecordStore for FileRecordStore {
 
     fn submit_in_progress(&self, id: &JobId) -> Result<Option<bool>> {
         let file = self.lease_file(id)?;
-        match file.try_lock() {
+        // A shared lock: it fails only while a submitter holds the lease, and two
+        // processes asking at once do not take each other for one.
+        match file.try_lock_shared() {
             // Free: nobody submits it (the lock is released when `file` drops).
             Ok(()) => Ok(Some(false)),
             Err(std::fs::TryLockError::WouldBlock) => Ok(Some(true)),

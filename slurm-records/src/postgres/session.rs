@@ -420,13 +420,15 @@ impl Session {
         let target = self.target.clone();
         let fail = |e| failed("checking a submit lease", &target, e);
         let client = self.records()?;
+        // A shared lock: it fails only while a submitter holds the lease (exclusive),
+        // and two replicas asking at once do not take each other for one.
         let free: bool = client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+            .query_one("SELECT pg_try_advisory_lock_shared($1)", &[&key])
             .map_err(fail)?
             .get(0);
         if free {
             client
-                .execute("SELECT pg_advisory_unlock($1)", &[&key])
+                .execute("SELECT pg_advisory_unlock_shared($1)", &[&key])
                 .map_err(fail)?;
         }
         Ok(!free)

@@ -660,6 +660,58 @@ pub fn the_submit_lease_is_held_while_its_process_lives<F: RecordStoreFixture>(
     );
 }
 
+/// Asking whether a submit is in progress takes nothing from anyone: several workers
+/// (processes when the store is shared) asking at once about a free lease, while the
+/// case asks too, all hear "not in progress" every time. (Two replicas asking `status`
+/// of one record at once must both settle it, not take each other's question for a
+/// live submitter.)
+pub fn probes_of_a_free_lease_never_see_each_other<F: RecordStoreFixture>(
+    fixture: &F,
+    case: &Case,
+) {
+    const PROBERS: usize = 3;
+    const ROUNDS: u32 = 300;
+    let store = fixture.store();
+    let id = JobId::mint("probed");
+    let shared = fixture.shared();
+    let mut probers: Vec<Worker> = (0..PROBERS)
+        .map(|_| {
+            let role = Role::Probe {
+                id: id.clone(),
+                rounds: ROUNDS,
+            };
+            Worker::start(&case.test, shared.as_deref(), &store, role)
+        })
+        .collect();
+    for prober in &mut probers {
+        assert_eq!(prober.next_line("ready"), "ready");
+    }
+    for prober in &mut probers {
+        prober.tell("go");
+    }
+    let own = workers::busy_probes(store.as_ref(), &id, ROUNDS);
+    let answers: Vec<String> = probers
+        .iter_mut()
+        .map(|p| p.next_line("its probes"))
+        .collect();
+    for prober in probers {
+        prober.finish();
+    }
+    assert_eq!(own, 0, "the case's probes saw a submit in progress");
+    assert!(
+        answers.iter().all(|a| a == "busy 0"),
+        "a worker's probes saw a submit in progress: {answers:?}"
+    );
+    assert_eq!(store.submit_in_progress(&id).unwrap(), Some(false));
+    let lease = store.submit_lease(&id).unwrap();
+    assert_eq!(
+        workers::busy_probes(store.as_ref(), &id, 3),
+        3,
+        "a held lease is seen by every probe"
+    );
+    drop(lease);
+}
+
 /// The retry claim: of several workers (processes when the store is shared) that each
 /// open a retry of one failed record and claim it at once, exactly one wins; the record
 /// names it, every other worker follows it and its own record ends NOT_SUBMITTED.
@@ -832,6 +884,7 @@ macro_rules! record_store_conformance {
             case!(a_record_of_an_older_schema_reads_and_moves_on);
             case!(an_unreadable_record_is_skipped_and_reported);
             case!(the_submit_lease_is_held_while_its_process_lives);
+            case!(probes_of_a_free_lease_never_see_each_other);
             case!(one_of_many_concurrent_claimers_wins_the_retry);
             case!(writers_in_several_processes_lose_no_update);
         }

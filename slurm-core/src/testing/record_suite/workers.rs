@@ -42,6 +42,9 @@ pub(super) enum Role {
         prefix: String,
         rounds: u32,
     },
+    /// Say `ready`, wait for `go`, ask `rounds` times whether the submit of the record
+    /// is in progress, and say `busy N`: how many answers said it was.
+    Probe { id: JobId, rounds: u32 },
 }
 
 impl Role {
@@ -55,6 +58,7 @@ impl Role {
                 prefix,
                 rounds,
             } => format!("write {shared} {prefix} {rounds}"),
+            Role::Probe { id, rounds } => format!("probe {id} {rounds}"),
         }
     }
 
@@ -72,6 +76,10 @@ impl Role {
                 shared: id(1),
                 prefix: words[2].to_string(),
                 rounds: words[3].parse().expect("a number of rounds"),
+            },
+            "probe" => Role::Probe {
+                id: id(1),
+                rounds: words[2].parse().expect("a number of rounds"),
             },
             other => panic!("unknown worker role {other:?}"),
         }
@@ -162,7 +170,24 @@ pub(super) fn play(store: &dyn RecordStore, role: &Role, voice: &mut dyn Voice) 
             }
             voice.say("done");
         }
+        Role::Probe { id, rounds } => {
+            voice.say("ready");
+            assert_eq!(voice.hear().as_deref(), Some("go"));
+            voice.say(&format!("busy {}", busy_probes(store, id, *rounds)));
+        }
     }
+}
+
+/// Of `rounds` questions whether the submit of `id` is in progress, how many said yes.
+pub(super) fn busy_probes(store: &dyn RecordStore, id: &JobId, rounds: u32) -> u32 {
+    (0..rounds)
+        .map(|_| {
+            store
+                .submit_in_progress(id)
+                .expect("probe the submit lease")
+        })
+        .filter(|answer| *answer == Some(true))
+        .count() as u32
 }
 
 /// A worker the case started.
