@@ -131,7 +131,8 @@ pub use classify::RetryPolicy;
 // The Transport seam: where commands run.
 pub use transport::{
     free_local_port, listen_and_forward, round_trip, shell_quote, stream_process, Command,
-    ForwardTarget, Forwarding, LocalTransport, Output, OutputChunk, OutputSink, Script, Transport,
+    FixedScript, ForwardTarget, Forwarding, LocalTransport, Output, OutputChunk, OutputSink,
+    Script, Transport,
 };
 
 // The Renderer seam: how the batch script is written, and the secrets it must not hold.

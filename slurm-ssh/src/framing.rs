@@ -38,6 +38,12 @@
 //!    framed script (a poll's squeue rows, its lists): the shell makes them 64 at a time
 //!    and removes them with the old output files, so a poll starts no `mktemp` and no
 //!    `rm` of its own.
+//!    A fixed script ([`Command::fixed_script`]) is sent as `__sr_run MARKER N
+//!    'FUNCTION PARAMS' FUNCTION 'TEXT'` the first time: the shell defines TEXT as the
+//!    function FUNCTION ([`script_function`]: its digest) once the trailer has come,
+//!    and the client counts it defined when the `P` line comes. Later requests are
+//!    `__sr_run MARKER N 'FUNCTION PARAMS'`: the script runs in the command's subshell
+//!    without a new bash, and its text is neither sent nor parsed again.
 //!    The shell runs the command only when that trailer line arrives intact, so a
 //!    request cut short by a lost connection never runs (not even with truncated
 //!    input). The command runs as `( eval LINE ) <stdin-file-or-/dev/null >out 2>err &`,
@@ -49,9 +55,11 @@
 //!    streams are copied byte for byte (any bytes, no trailing newline needed).
 //!    `MARKER X\n` means the request arrived damaged and was not run.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use memchr::memmem;
+use sha2::{Digest, Sha256};
 use slurm_core::{shell_quote, Command, Error, Output, Result};
 
 use crate::shell_start::SHELL_START;
@@ -153,6 +161,19 @@ pub(crate) struct ShellProtocol {
     input: Vec<u8>,
     /// Where to resume searching `input` for the current needle.
     scan_from: usize,
+    /// The functions of fixed scripts this shell has defined (see [`script_function`]).
+    defined: HashSet<String>,
+    /// The function the current request defines, counted as defined once the shell
+    /// reports the command started (it defines it just before).
+    defining: Option<String>,
+}
+
+/// The name of the function a long-lived shell defines for the fixed script `text`:
+/// its digest, so an edited script is another function, defined anew.
+fn script_function(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("__sr_s_{hex}")
 }
 
 impl ShellProtocol {
@@ -192,6 +213,8 @@ impl ShellProtocol {
             request_end: None,
             input: Vec::new(),
             scan_from: 0,
+            defined: HashSet::new(),
+            defining: None,
         }
     }
 
@@ -256,14 +279,32 @@ impl ShellProtocol {
                 may_have_run: false,
             });
         }
-        let line = command.shell_line()?;
         let marker = format!("SRM{}", token());
         let stdin = command.stdin_bytes().unwrap_or(&[]);
-        let header = format!(
-            "__sr_run {marker} {} {}\n",
-            stdin.len(),
-            shell_quote(&line)?
-        );
+        let mut header = format!("__sr_run {marker} {} ", stdin.len());
+        self.defining = None;
+        match command.fixed_script() {
+            // A fixed script runs as the function its shell defined for it, in the
+            // command's subshell: no new bash, no parse of its text.
+            Some(script) => {
+                let function = script_function(script.text);
+                let mut line = function.clone();
+                for param in script.params {
+                    line.push(' ');
+                    line.push_str(&shell_quote(param)?);
+                }
+                header.push_str(&shell_quote(&line)?);
+                if !self.defined.contains(&function) {
+                    header.push(' ');
+                    header.push_str(&function);
+                    header.push(' ');
+                    header.push_str(&shell_quote(script.text)?);
+                    self.defining = Some(function);
+                }
+            }
+            None => header.push_str(&shell_quote(&command.shell_line()?)?),
+        }
+        header.push('\n');
         self.out.extend_from_slice(header.as_bytes());
         self.out.extend_from_slice(stdin);
         self.out.extend_from_slice(marker.as_bytes());
@@ -383,6 +424,7 @@ impl ShellProtocol {
                         let refused = format!("{marker} X\n");
                         if let Some(i) = memmem::find(&self.input, refused.as_bytes()) {
                             self.input.drain(..i + refused.len());
+                            self.defining = None;
                             self.state = State::Ready;
                             self.request_end = None;
                             return Ok(Step::Event(ShellEvent::Refused));
@@ -405,6 +447,9 @@ impl ShellProtocol {
                         };
                         let pgid = orphan.pgid;
                         self.input.drain(..i + started.len() + nl + 1);
+                        if let Some(function) = self.defining.take() {
+                            self.defined.insert(function);
+                        }
                         if let State::Busy {
                             phase, pgid: slot, ..
                         } = &mut self.state
@@ -490,6 +535,8 @@ fn parse_started(words: &str, marker: &str) -> Option<Orphan> {
 pub(crate) const SHELL_START_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
+mod script_tests;
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::shell_start::ShellExit;
@@ -497,17 +544,17 @@ mod tests {
     use std::process::{Child, Stdio};
 
     /// A local `bash` playing the remote shell, driven by hand.
-    struct Bash {
+    pub(super) struct Bash {
         child: Child,
-        proto: ShellProtocol,
+        pub(super) proto: ShellProtocol,
     }
 
     impl Bash {
-        fn start() -> Bash {
+        pub(super) fn start() -> Bash {
             Bash::start_with("", &[])
         }
 
-        fn start_killing(kills: &[Orphan]) -> Bash {
+        pub(super) fn start_killing(kills: &[Orphan]) -> Bash {
             Bash::start_with("", kills)
         }
 
@@ -546,7 +593,7 @@ mod tests {
             bash
         }
 
-        fn flush(&mut self) {
+        pub(super) fn flush(&mut self) {
             let pending = self.proto.to_write().to_vec();
             if !pending.is_empty() {
                 self.child
@@ -561,7 +608,10 @@ mod tests {
 
         /// Write pending bytes, then read (a few bytes at a time, to exercise
         /// reassembly) until `done` holds for the events so far.
-        fn pump_until(&mut self, done: impl Fn(&[ShellEvent]) -> bool) -> Vec<ShellEvent> {
+        pub(super) fn pump_until(
+            &mut self,
+            done: impl Fn(&[ShellEvent]) -> bool,
+        ) -> Vec<ShellEvent> {
             let mut events = Vec::new();
             let mut buf = [0u8; 7];
             loop {
@@ -575,7 +625,19 @@ mod tests {
             }
         }
 
-        fn run(&mut self, command: &Command) -> Output {
+        /// The shell's pid (the `exec`'d bash keeps the child's).
+        pub(super) fn pid(&self) -> u32 {
+            self.child.id()
+        }
+
+        /// Write `bytes` to the shell as they are (the protocol does not see them).
+        pub(super) fn write_raw(&mut self, bytes: &[u8]) {
+            let stdin = self.child.stdin.as_mut().unwrap();
+            stdin.write_all(bytes).unwrap();
+            stdin.flush().unwrap();
+        }
+
+        pub(super) fn run(&mut self, command: &Command) -> Output {
             self.proto.send(command).unwrap();
             let events = self.pump_until(|e| matches!(e.last(), Some(ShellEvent::Finished(_))));
             assert!(matches!(events[0], ShellEvent::Started { pgid } if pgid > 1));
@@ -728,7 +790,7 @@ mod tests {
     }
 
     /// Whether process `pid` runs (exists and is not a zombie).
-    fn pid_alive(pid: u32) -> bool {
+    pub(super) fn pid_alive(pid: u32) -> bool {
         match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             Ok(stat) => !stat[stat.rfind(')').unwrap()..].starts_with(") Z"),
             Err(_) => false,
@@ -737,7 +799,7 @@ mod tests {
 
     /// Whether `pid` ends within a few seconds (a signal is delivered, and acted on,
     /// after `kill` returns).
-    fn ends_soon(pid: u32) -> bool {
+    pub(super) fn ends_soon(pid: u32) -> bool {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while pid_alive(pid) {
             if std::time::Instant::now() > deadline {

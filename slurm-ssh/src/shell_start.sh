@@ -23,9 +23,17 @@ exec 2>/dev/null
 cd || exit "$EXIT_SHELL_NO_HOME"
 __sr_boot=-
 read -r __sr_boot < /proc/sys/kernel/random/boot_id
+# The shell's own process group, which a kill of an orphan's group never hits.
+__sr_group=-
+if read -r __sr_group < /proc/self/stat; then
+  read -r -a __sr_f <<< "${__sr_group##*) }"
+  __sr_group=${__sr_f[2]}
+  unset __sr_f
+fi
 __sr_n=0
 # __sr_kill PGID START BOOT MARKER: kill an earlier shell's command, only where provably
-# its own (see framing.rs); PGID 0 (its report was lost): the user's processes carrying MARKER.
+# its own (see framing.rs); PGID 0 (its report was lost): the groups of the user's
+# processes carrying MARKER (a script's subshell is a fork, its environment unread).
 __sr_kill() {
   local g=$1 t=$2 b=$3 m=$4 f p e
   if [ "$g" != 0 ]; then
@@ -42,42 +50,52 @@ __sr_kill() {
     read -r -a f <<< "${f##*) }"
     [ "$g" = 0 ] || [ "${f[2]}" = "$g" ] || continue
     e=$(tr '\0' '\n' < "$p/environ") || continue
-    case $'\n'"$e"$'\n' in *$'\n'"__SR_JOB=$m"$'\n'*) kill -s KILL "${p#/proc/}";; esac
+    case $'\n'"$e"$'\n' in
+      *$'\n'"__SR_JOB=$m"$'\n'*)
+        if [ "$g" = 0 ] && [ "${f[2]}" != "$__sr_group" ]; then kill -s KILL -- "-${f[2]}"; fi
+        kill -s KILL "${p#/proc/}" ;;
+    esac
   done
 }
+# __sr_run MARKER N LINE [NAME TEXT]: run LINE once the trailer MARKER follows its N
+# bytes of input; with NAME, first define TEXT (a fixed script) as the function NAME.
+# Its variables are named __sr_*: a script's subshell sees them.
 __sr_run() {
-  local m=$1 n=$2 ok src=/dev/null s p o e t=- f
+  local __sr_m=$1 __sr_len=$2 __sr_ok __sr_in=/dev/null __sr_st __sr_p __sr_o __sr_e __sr_t=- __sr_f
   __sr_n=$((__sr_n + 1))
   if [ $((__sr_n % 64)) -eq 0 ]; then
     rm -rf -- "$__sr_d"/[oei].* "$__sr_d"/f.*
     __sr_frames "$__sr_n"
   fi
-  o=$__sr_d/o.$__sr_n e=$__sr_d/e.$__sr_n
-  if [ "$n" -gt 0 ]; then
-    src=$__sr_d/i.$__sr_n
-    if ! head -c "$n" > "$src"; then
-      : > "$src"; printf '%s X\n' "$m"; exit "$EXIT_SHELL_INPUT_UNWRITABLE"
+  __sr_o=$__sr_d/o.$__sr_n __sr_e=$__sr_d/e.$__sr_n
+  if [ "$__sr_len" -gt 0 ]; then
+    __sr_in=$__sr_d/i.$__sr_n
+    if ! head -c "$__sr_len" > "$__sr_in"; then
+      : > "$__sr_in"; printf '%s X\n' "$__sr_m"; exit "$EXIT_SHELL_INPUT_UNWRITABLE"
     fi
   fi
-  IFS= read -r ok
-  if [ "$ok" != "$m" ]; then
-    if [ "$n" -gt 0 ]; then : > "$src"; fi
-    printf '%s X\n' "$m"
-    if [ "$n" -gt 0 ]; then rm -f -- "$src"; fi
+  IFS= read -r __sr_ok
+  if [ "$__sr_ok" != "$__sr_m" ]; then
+    if [ "$__sr_len" -gt 0 ]; then : > "$__sr_in"; fi
+    printf '%s X\n' "$__sr_m"
+    if [ "$__sr_len" -gt 0 ]; then rm -f -- "$__sr_in"; fi
     return
   fi
-  ( umask "$__sr_um"; export __SR_JOB="$m" __SR_FRAME="$__sr_d/f.$__sr_n"; eval "$3" ) < "$src" > "$o" 2> "$e" &
-  p=$!
-  if read -r f < "/proc/$p/stat"; then read -r -a f <<< "${f##*) }"; t=${f[19]}; fi
-  printf '%s P %d %s %s\n' "$m" "$p" "$t" "$__sr_boot"
-  wait "$p"; s=$?
-  if [ "$n" -gt 0 ]; then : > "$src"; fi
-  if [ -s "$o" ] || [ -s "$e" ]; then
-    printf '%s O' "$m" > "$__sr_d/m"
-    cat -- "$o" "$__sr_d/m" "$e"
+  if [ $# -ge 5 ]; then eval "$4() {
+$5
+}"; fi
+  ( umask "$__sr_um"; export __SR_JOB="$__sr_m" __SR_FRAME="$__sr_d/f.$__sr_n"; eval "$3" ) < "$__sr_in" > "$__sr_o" 2> "$__sr_e" &
+  __sr_p=$!
+  if read -r __sr_f < "/proc/$__sr_p/stat"; then read -r -a __sr_f <<< "${__sr_f##*) }"; __sr_t=${__sr_f[19]}; fi
+  printf '%s P %d %s %s\n' "$__sr_m" "$__sr_p" "$__sr_t" "$__sr_boot"
+  wait "$__sr_p"; __sr_st=$?
+  if [ "$__sr_len" -gt 0 ]; then : > "$__sr_in"; fi
+  if [ -s "$__sr_o" ] || [ -s "$__sr_e" ]; then
+    printf '%s O' "$__sr_m" > "$__sr_d/m"
+    cat -- "$__sr_o" "$__sr_d/m" "$__sr_e"
   else
-    printf '%s O' "$m"
+    printf '%s O' "$__sr_m"
   fi
-  printf '%s E %d\n' "$m" "$s"
-  if [ "$n" -gt 0 ]; then rm -f -- "$src"; fi
+  printf '%s E %d\n' "$__sr_m" "$__sr_st"
+  if [ "$__sr_len" -gt 0 ]; then rm -f -- "$__sr_in"; fi
 }

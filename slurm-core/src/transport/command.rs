@@ -18,6 +18,19 @@ pub struct Command {
     stdin: Option<Vec<u8>>,
     timeout: Option<Duration>,
     redacted_display: Option<String>,
+    fixed_script: bool,
+}
+
+/// A command that runs one of slurm-run's fixed scripts ([`Command::fixed_script`]):
+/// `bash -c TEXT NAME PARAMS...`, in parts.
+#[derive(Debug, Clone, Copy)]
+pub struct FixedScript<'a> {
+    /// The whole script text (prelude, library and script).
+    pub text: &'a str,
+    /// Its name (`$0` under `bash -c`).
+    pub name: &'a str,
+    /// Its positional parameters.
+    pub params: &'a [String],
 }
 
 impl Command {
@@ -29,6 +42,7 @@ impl Command {
             stdin: None,
             timeout: None,
             redacted_display: None,
+            fixed_script: false,
         }
     }
 
@@ -81,6 +95,30 @@ impl Command {
     pub fn display_as(mut self, text: impl Into<String>) -> Self {
         self.redacted_display = Some(text.into());
         self
+    }
+
+    /// Mark a `bash -c TEXT NAME PARAMS...` command whose TEXT is one of a few fixed
+    /// scripts (slurm-run's own, [`Script::command`](super::Script::command)). A
+    /// transport with a long-lived shell may then define TEXT once in that shell, as a
+    /// function, and run it in a subshell of its own with PARAMS: no new bash, no parse.
+    /// So TEXT must hold there as under `bash -c`: it names no `$0` and no `$$` (a
+    /// subshell's own pid is `$BASHPID`), and no option it sets changes how its own text
+    /// parses (`shopt -s extglob`). Any other command is left as it is.
+    pub fn as_fixed_script(mut self) -> Self {
+        self.fixed_script = self.program == "bash" && self.args.len() >= 3 && self.args[0] == "-c";
+        self
+    }
+
+    /// The parts of a command marked [`as_fixed_script`](Command::as_fixed_script).
+    pub fn fixed_script(&self) -> Option<FixedScript<'_>> {
+        if !self.fixed_script {
+            return None;
+        }
+        Some(FixedScript {
+            text: &self.args[1],
+            name: &self.args[2],
+            params: &self.args[3..],
+        })
     }
 
     /// The program.

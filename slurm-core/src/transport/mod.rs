@@ -17,7 +17,7 @@ use async_trait::async_trait;
 
 use crate::{Error, Result};
 
-pub use command::{Command, Output};
+pub use command::{Command, FixedScript, Output};
 pub(crate) use forward::not_supported as forward_not_supported;
 pub use forward::{free_local_port, listen_and_forward, ForwardTarget, Forwarding};
 pub use local::LocalTransport;

@@ -12,7 +12,9 @@ use super::Command;
 /// `part` function, for scripts whose answer [`round_trip::split`](super::round_trip::split)
 /// reads).
 ///
-/// The script runs as `bash -c PRELUDE+TEXT NAME PARAMS...` ([`Script::command`]), or
+/// The script runs as `bash -c PRELUDE+TEXT NAME PARAMS...` ([`Script::command`],
+/// marked [as a fixed script](super::Command::as_fixed_script): a long-lived shell
+/// defines it once and runs it in a subshell), or
 /// its [`full_text`](Script::full_text) is written to a shell that reads commands. The
 /// prelude sets one read-only variable per named exit status (`EXIT_...=65`), so a
 /// number lives in one place, the Rust table, and the script says `exit "$EXIT_..."`;
@@ -105,6 +107,7 @@ impl Script {
             .arg(self.full_text())
             .arg(self.name)
             .args(params)
+            .as_fixed_script()
     }
 }
 

@@ -6,20 +6,23 @@
 # tokens, whose ids are shorter than any minted since) claims and checks nothing.
 # shellcheck disable=SC2317 # a library: not every script calls every function
 claim_folder() {
-  local dir=$1 token=$2 tmp
+  local dir=$1 token=$2 tmp owner=
   [ -n "$token" ] || return 0
   if [ ! -e "$dir/.owner" ]; then
-    tmp=$dir/.owner.$$.$RANDOM
+    tmp=$dir/.owner.$BASHPID.$RANDOM
     printf '%s\n' "$token" >"$tmp" && ln -- "$tmp" "$dir/.owner" 2>/dev/null
     rm -f -- "$tmp"
   fi
-  [ "$(head -c 200 -- "$dir/.owner" 2>/dev/null)" = "$token" ]
+  # Its first line, read by bash itself (no process started).
+  IFS= read -r -n 200 owner 2>/dev/null <"$dir/.owner"
+  [ "$owner" = "$token" ]
 }
 # folder_foreign DIR TOKEN: whether DIR is claimed by another record than TOKEN's (an
 # unclaimed folder, or no token, is not foreign: there is nothing to tell).
 # shellcheck disable=SC2317 # a library: not every script calls every function
 folder_foreign() {
-  local dir=$1 token=$2
+  local dir=$1 token=$2 owner=
   [ -n "$token" ] && [ -e "$dir/.owner" ] || return 1
-  [ "$(head -c 200 -- "$dir/.owner" 2>/dev/null)" != "$token" ]
+  IFS= read -r -n 200 owner 2>/dev/null <"$dir/.owner"
+  [ "$owner" != "$token" ]
 }

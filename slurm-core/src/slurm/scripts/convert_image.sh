@@ -18,8 +18,8 @@ if [ "$mode" != force ] && sqsh_whole "$out"; then echo present; exit 0; fi
 # What a conversion killed before it finished left behind (its time limit counts the
 # CPU partition's queue wait; a kill runs no trap): it held this lock, so none runs now.
 rm -f -- "$out".tmp-* "$out".log-*
-tmp="$out.tmp-$$"
-log="$out.log-$$"
+tmp="$out.tmp-$BASHPID"
+log="$out.log-$BASHPID"
 trap 'rm -f -- "$tmp" "$log"' EXIT
 # shellcheck disable=SC2016 # the inner script expands its own variables on the node
 srun --chdir=/tmp -n1 -c4 --mem=7200M -p "$part" -t "$minutes" --job-name=slurm-run-convert \

@@ -26,9 +26,9 @@ rm -f -- "$out".tmp-* "$out".log-*
 if ! command -v enroot >/dev/null 2>&1; then
   echo "slurm-run-no-enroot on $(hostname)" >&2; exit 1
 fi
-tmp=$out.tmp-${SLURM_JOB_ID:-$$}
+tmp=$out.tmp-${SLURM_JOB_ID:-$BASHPID}
 export TMPDIR=/tmp
-ENROOT_TEMP_PATH=$(mktemp -d "/tmp/enroot-slurm-run-${SLURM_JOB_ID:-$$}.XXXXXX") || exit 1
+ENROOT_TEMP_PATH=$(mktemp -d "/tmp/enroot-slurm-run-${SLURM_JOB_ID:-$BASHPID}.XXXXXX") || exit 1
 export ENROOT_TEMP_PATH SLURM_ENROOT_TEMP_PATH=$ENROOT_TEMP_PATH
 trap 'rm -f -- "$tmp"; rm -rf -- "$ENROOT_TEMP_PATH"' EXIT
 cd /tmp || exit 1

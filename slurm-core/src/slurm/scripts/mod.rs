@@ -215,6 +215,8 @@ pub(crate) fn all() -> [Script; 19] {
 }
 
 #[cfg(test)]
+mod library_tests;
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -1,0 +1,85 @@
+//! The scripts' shared functions, run by a local bash: `sqsh_whole` (sqsh.sh) and the
+//! job folder's claim (claim.sh).
+
+use std::path::Path;
+
+/// Run `call` after defining `library`; its exit status is 0.
+fn holds(library: &str, call: &str, args: &[&Path]) -> bool {
+    std::process::Command::new("bash")
+        .args(["--noprofile", "--norc", "-c"])
+        .arg(format!("{library}\n{call}"))
+        .arg("library")
+        .args(args)
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// A squashfs superblock's first 48 bytes claiming `used` bytes, then `len - 48` more.
+fn image(magic: &[u8; 4], used: u64, len: usize) -> Vec<u8> {
+    let mut bytes = magic.to_vec();
+    bytes.resize(40, 0);
+    bytes.extend_from_slice(&used.to_le_bytes());
+    bytes.resize(len, 7);
+    bytes
+}
+
+#[test]
+fn sqsh_whole_takes_a_whole_image_and_refuses_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, Option<Vec<u8>>, bool); 7] = [
+        ("exact", Some(image(b"hsqs", 4096, 4096)), true),
+        ("padded", Some(image(b"hsqs", 4096, 8192)), true),
+        ("large", Some(image(b"hsqs", 70_000, 70_000)), true),
+        ("one byte short", Some(image(b"hsqs", 4096, 4095)), false),
+        ("other magic", Some(image(b"hsqX", 4096, 4096)), false),
+        ("no superblock", Some(b"hsqs".to_vec()), false),
+        ("missing", None, false),
+    ];
+    for (name, bytes, whole) in cases {
+        let path = dir.path().join(format!("{name}.sqsh"));
+        if let Some(bytes) = bytes {
+            std::fs::write(&path, bytes).unwrap();
+        }
+        assert_eq!(
+            holds(super::SQSH_LIBRARY, r#"sqsh_whole "$1""#, &[&path]),
+            whole,
+            "{name}"
+        );
+    }
+    let used_zero = dir.path().join("zero.sqsh");
+    std::fs::write(&used_zero, image(b"hsqs", 0, 100)).unwrap();
+    assert!(!holds(
+        super::SQSH_LIBRARY,
+        r#"sqsh_whole "$1""#,
+        &[&used_zero]
+    ));
+}
+
+#[test]
+fn a_folder_is_claimed_once_and_then_known_as_ours_or_foreign() {
+    let claim = include_str!("claim.sh");
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path();
+    let mine = r#"claim_folder "$1" tok-mine"#;
+    let theirs = r#"claim_folder "$1" tok-theirs"#;
+    assert!(!holds(claim, r#"folder_foreign "$1" tok-mine"#, &[folder]));
+    assert!(holds(claim, mine, &[folder]), "a fresh folder is claimed");
+    assert_eq!(
+        std::fs::read_to_string(folder.join(".owner")).unwrap(),
+        "tok-mine\n"
+    );
+    assert!(holds(claim, mine, &[folder]), "and stays ours");
+    assert!(!holds(claim, theirs, &[folder]), "another token is refused");
+    assert!(holds(claim, r#"folder_foreign "$1" tok-theirs"#, &[folder]));
+    assert!(!holds(claim, r#"folder_foreign "$1" tok-mine"#, &[folder]));
+    assert!(
+        holds(claim, r#"claim_folder "$1" """#, &[folder]),
+        "no token claims nothing"
+    );
+    let names: Vec<String> = std::fs::read_dir(folder)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, vec![".owner"], "no claim leaves a file behind");
+}
