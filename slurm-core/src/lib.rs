@@ -144,8 +144,8 @@ pub use render::{
 
 // The RecordStore seam: where records live.
 pub use record::{
-    FileRecordStore, Listing, Mark, MemoryRecordStore, RecordFilter, RecordStore, SubmitLease,
-    TaskMark,
+    FileRecordStore, LeaseFiles, Listing, Mark, MemoryRecordStore, RecordFilter, RecordStore,
+    SubmitLease, TaskMark,
 };
 
 // The two backends and their configurations.

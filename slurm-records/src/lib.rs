@@ -37,7 +37,6 @@
 
 mod cache;
 mod columns;
-mod leases;
 mod location;
 mod migrate;
 mod postgres;

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use slurm_core::{
-    Error, JobId, JobRecord, Listing, Mark, RecordFilter, RecordStore, Result, SecretRegistry,
-    SubmitLease,
+    Error, JobId, JobRecord, LeaseFiles, Listing, Mark, RecordFilter, RecordStore, Result,
+    SecretRegistry, SubmitLease,
 };
 
 use crate::cache::ReadCache;
@@ -25,7 +25,6 @@ use crate::columns::{
     list_query, read_body, Dialect, Row, Value, LABELS_TABLE, META_TABLE, RECORDS_TABLE,
     TABLES_VERSION,
 };
-use crate::leases::FileLeases;
 
 /// How long a writer waits for another process's transaction before it gives up.
 pub const BUSY_WAIT: Duration = Duration::from_secs(60);
@@ -60,7 +59,7 @@ pub struct SqliteRecordStore {
     connection: Mutex<Connection>,
     redactor: Option<SecretRegistry>,
     cache: ReadCache,
-    leases: FileLeases,
+    leases: LeaseFiles,
 }
 
 /// A SQLite failure, naming what was being done and the database.
@@ -159,7 +158,7 @@ impl SqliteRecordStore {
         let mut leases = path.clone().into_os_string();
         leases.push(".leases");
         Ok(SqliteRecordStore {
-            leases: FileLeases::new(PathBuf::from(leases)),
+            leases: LeaseFiles::new(PathBuf::from(leases)),
             path,
             connection: Mutex::new(connection),
             redactor: None,

@@ -40,7 +40,7 @@
 //!    `rm` of its own.
 //!    A fixed script ([`Command::fixed_script`]) is sent as `__sr_run MARKER N
 //!    'FUNCTION PARAMS' FUNCTION 'TEXT'` the first time: the shell defines TEXT as the
-//!    function FUNCTION ([`script_function`]: its digest) once the trailer has come,
+//!    function FUNCTION ([`FixedScript::function`](slurm_core::FixedScript::function): its digest) once the trailer has come,
 //!    and the client counts it defined when the `P` line comes. Later requests are
 //!    `__sr_run MARKER N 'FUNCTION PARAMS'`: the script runs in the command's subshell
 //!    without a new bash, and its text is neither sent nor parsed again.
@@ -59,7 +59,6 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use memchr::memmem;
-use sha2::{Digest, Sha256};
 use slurm_core::{shell_quote, Command, Error, Output, Result};
 
 use crate::shell_start::SHELL_START;
@@ -161,19 +160,11 @@ pub(crate) struct ShellProtocol {
     input: Vec<u8>,
     /// Where to resume searching `input` for the current needle.
     scan_from: usize,
-    /// The functions of fixed scripts this shell has defined (see [`script_function`]).
+    /// The functions of fixed scripts this shell has defined (see [`FixedScript::function`](slurm_core::FixedScript::function)).
     defined: HashSet<String>,
     /// The function the current request defines, counted as defined once the shell
     /// reports the command started (it defines it just before).
     defining: Option<String>,
-}
-
-/// The name of the function a long-lived shell defines for the fixed script `text`:
-/// its digest, so an edited script is another function, defined anew.
-fn script_function(text: &str) -> String {
-    let digest = Sha256::digest(text.as_bytes());
-    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    format!("__sr_s_{hex}")
 }
 
 impl ShellProtocol {
@@ -287,19 +278,19 @@ impl ShellProtocol {
             // A fixed script runs as the function its shell defined for it, in the
             // command's subshell: no new bash, no parse of its text.
             Some(script) => {
-                let function = script_function(script.text);
-                let mut line = function.clone();
+                let function = script.function;
+                let mut line = function.to_string();
                 for param in script.params {
                     line.push(' ');
                     line.push_str(&shell_quote(param)?);
                 }
                 header.push_str(&shell_quote(&line)?);
-                if !self.defined.contains(&function) {
+                if !self.defined.contains(function) {
                     header.push(' ');
-                    header.push_str(&function);
+                    header.push_str(function);
                     header.push(' ');
                     header.push_str(&shell_quote(script.text)?);
-                    self.defining = Some(function);
+                    self.defining = Some(function.to_string());
                 }
             }
             None => header.push_str(&shell_quote(&command.shell_line()?)?),
@@ -810,6 +801,27 @@ mod tests {
         true
     }
 
+    /// The pid of the first process whose command line matches `pattern` (pgrep's
+    /// extended regular expression), waiting up to ten seconds for one to start.
+    pub(super) fn started(pattern: &str) -> u32 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let out = std::process::Command::new("pgrep")
+                .args(["-f", pattern])
+                .output()
+                .unwrap();
+            let text = String::from_utf8(out.stdout).unwrap();
+            if let Some(pid) = text.split_whitespace().next() {
+                return pid.parse().unwrap();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no process matching {pattern} started"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     fn kill_pid(pid: u32) {
         // SAFETY: a process this test started.
         unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
@@ -887,30 +899,7 @@ mod tests {
             (lost.pgid, lost.start.as_str(), lost.boot.as_str()),
             (0, "-", "-")
         );
-        let pattern = format!("^sleep {nap}$");
-        let pid = |pattern: &str| -> Option<u32> {
-            let out = std::process::Command::new("pgrep")
-                .args(["-f", pattern])
-                .output()
-                .unwrap();
-            String::from_utf8(out.stdout)
-                .unwrap()
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let sleeper = loop {
-            if let Some(p) = pid(&pattern) {
-                break p;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the command never started"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        };
+        let sleeper = started(&format!("^sleep {nap}$"));
         // Another process with the same group unknown but no marker of ours: left alone.
         let (_, foreign) = leaderless_group("SRMtheirs");
         let _ = Bash::start_killing(std::slice::from_ref(&lost)).run(&Command::new("true"));

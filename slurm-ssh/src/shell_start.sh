@@ -4,7 +4,7 @@
 # orphans and the ready line. It keeps the user's umask for the commands (__sr_um)
 # and runs itself with 077: a private temporary folder for the commands' input and
 # output files and their frame folders, job control (a process group per command),
-# and the functions __sr_frames, __sr_kill and __sr_run. The exit statuses are named
+# and the functions __sr_frames, __sr_stat, __sr_kill and __sr_run. The exit statuses are named
 # in the prelude (ShellExit); the transport opens another shell when one exits.
 __sr_um=$(umask)
 umask 077
@@ -23,36 +23,37 @@ exec 2>/dev/null
 cd || exit "$EXIT_SHELL_NO_HOME"
 __sr_boot=-
 read -r __sr_boot < /proc/sys/kernel/random/boot_id
+# __sr_stat PID: the fields of /proc/PID/stat after its command name, into the array
+# __sr_ps (0 the state, 2 the process group, 19 the start time); fails once PID is gone.
+__sr_stat() {
+  local l
+  read -r l < "/proc/$1/stat" || return
+  read -r -a __sr_ps <<< "${l##*) }"
+}
 # The shell's own process group, which a kill of an orphan's group never hits.
 __sr_group=-
-if read -r __sr_group < /proc/self/stat; then
-  read -r -a __sr_f <<< "${__sr_group##*) }"
-  __sr_group=${__sr_f[2]}
-  unset __sr_f
-fi
+if __sr_stat "$BASHPID"; then __sr_group=${__sr_ps[2]}; fi
 __sr_n=0
 # __sr_kill PGID START BOOT MARKER: kill an earlier shell's command, only where provably
 # its own (see framing.rs); PGID 0 (its report was lost): the groups of the user's
 # processes carrying MARKER (a script's subshell is a fork, its environment unread).
 __sr_kill() {
-  local g=$1 t=$2 b=$3 m=$4 f p e
+  local g=$1 t=$2 b=$3 m=$4 p e
   if [ "$g" != 0 ]; then
     if [ "$b" = - ] || [ "$b" != "$__sr_boot" ]; then return; fi
-    if read -r f < "/proc/$g/stat"; then
-      read -r -a f <<< "${f##*) }"
-      if [ "${f[2]}" = "$g" ] && [ "${f[19]}" = "$t" ]; then kill -s KILL -- "-$g"; fi
+    if __sr_stat "$g"; then
+      if [ "${__sr_ps[2]}" = "$g" ] && [ "${__sr_ps[19]}" = "$t" ]; then kill -s KILL -- "-$g"; fi
       return
     fi
   fi
   for p in /proc/[0-9]*; do
     [ -O "$p" ] || continue
-    read -r f < "$p/stat" || continue
-    read -r -a f <<< "${f##*) }"
-    [ "$g" = 0 ] || [ "${f[2]}" = "$g" ] || continue
+    __sr_stat "${p#/proc/}" || continue
+    [ "$g" = 0 ] || [ "${__sr_ps[2]}" = "$g" ] || continue
     e=$(tr '\0' '\n' < "$p/environ") || continue
     case $'\n'"$e"$'\n' in
       *$'\n'"__SR_JOB=$m"$'\n'*)
-        if [ "$g" = 0 ] && [ "${f[2]}" != "$__sr_group" ]; then kill -s KILL -- "-${f[2]}"; fi
+        if [ "$g" = 0 ] && [ "${__sr_ps[2]}" != "$__sr_group" ]; then kill -s KILL -- "-${__sr_ps[2]}"; fi
         kill -s KILL "${p#/proc/}" ;;
     esac
   done
@@ -61,7 +62,7 @@ __sr_kill() {
 # bytes of input; with NAME, first define TEXT (a fixed script) as the function NAME.
 # Its variables are named __sr_*: a script's subshell sees them.
 __sr_run() {
-  local __sr_m=$1 __sr_len=$2 __sr_ok __sr_in=/dev/null __sr_st __sr_p __sr_o __sr_e __sr_t=- __sr_f
+  local __sr_m=$1 __sr_len=$2 __sr_ok __sr_in=/dev/null __sr_st __sr_p __sr_o __sr_e __sr_t=-
   __sr_n=$((__sr_n + 1))
   if [ $((__sr_n % 64)) -eq 0 ]; then
     rm -rf -- "$__sr_d"/[oei].* "$__sr_d"/f.*
@@ -86,7 +87,7 @@ $5
 }"; fi
   ( umask "$__sr_um"; export __SR_JOB="$__sr_m" __SR_FRAME="$__sr_d/f.$__sr_n"; eval "$3" ) < "$__sr_in" > "$__sr_o" 2> "$__sr_e" &
   __sr_p=$!
-  if read -r __sr_f < "/proc/$__sr_p/stat"; then read -r -a __sr_f <<< "${__sr_f##*) }"; __sr_t=${__sr_f[19]}; fi
+  if __sr_stat "$__sr_p"; then __sr_t=${__sr_ps[19]}; fi
   printf '%s P %d %s %s\n' "$__sr_m" "$__sr_p" "$__sr_t" "$__sr_boot"
   wait "$__sr_p"; __sr_st=$?
   if [ "$__sr_len" -gt 0 ]; then : > "$__sr_in"; fi

@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::read_cache::{FileIdentity, ReadCache};
-use crate::record::{JobId, JobRecord, Listing, Mark, RecordFilter, RecordStore, SubmitLease};
+use crate::record::{
+    JobId, JobRecord, LeaseFiles, Listing, Mark, RecordFilter, RecordStore, SubmitLease,
+};
 use crate::redact::SecretRegistry;
 use crate::{Error, Result};
 
@@ -40,6 +42,8 @@ pub struct FileRecordStore {
     redactor: Option<SecretRegistry>,
     /// Records `get` read, shared by the clones of this store.
     cache: Arc<ReadCache>,
+    /// The submit leases: `<id>.submit` beside the records.
+    leases: LeaseFiles,
 }
 
 impl FileRecordStore {
@@ -57,6 +61,7 @@ impl FileRecordStore {
             .create(&dir)
             .map_err(|e| Error::io(format!("creating the record folder {}", dir.display()), e))?;
         Ok(FileRecordStore {
+            leases: LeaseFiles::new(dir.clone()),
             dir,
             redactor: None,
             cache: Arc::new(ReadCache::default()),
@@ -99,17 +104,6 @@ impl FileRecordStore {
         file.lock()
             .map_err(|e| Error::io(format!("locking {}", path.display()), e))?;
         Ok(file)
-    }
-
-    /// The submit lease file of record `id`, opened (created when missing).
-    fn lease_file(&self, id: &JobId) -> Result<File> {
-        let path = self.dir.join(format!("{id}.submit"));
-        OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| Error::io(format!("opening submit lease {}", path.display()), e))
     }
 
     /// Write `record` atomically; with `exclusive`, fail if it exists.
@@ -345,24 +339,11 @@ impl RecordStore for FileRecordStore {
     }
 
     fn submit_lease(&self, id: &JobId) -> Result<SubmitLease> {
-        let file = self.lease_file(id)?;
-        file.lock()
-            .map_err(|e| Error::io(format!("locking the submit lease of {id}"), e))?;
-        Ok(SubmitLease::holding(file))
+        self.leases.take(id)
     }
 
     fn submit_in_progress(&self, id: &JobId) -> Result<Option<bool>> {
-        let file = self.lease_file(id)?;
-        // A shared lock: it fails only while a submitter holds the lease, and two
-        // processes asking at once do not take each other for one.
-        match file.try_lock_shared() {
-            // Free: nobody submits it (the lock is released when `file` drops).
-            Ok(()) => Ok(Some(false)),
-            Err(std::fs::TryLockError::WouldBlock) => Ok(Some(true)),
-            Err(std::fs::TryLockError::Error(e)) => {
-                Err(Error::io(format!("checking the submit lease of {id}"), e))
-            }
-        }
+        self.leases.held(id).map(Some)
     }
 }
 

@@ -18,19 +18,30 @@ pub struct Command {
     stdin: Option<Vec<u8>>,
     timeout: Option<Duration>,
     redacted_display: Option<String>,
-    fixed_script: bool,
+    /// For a command marked a fixed script: the function name of its text.
+    fixed_script: Option<String>,
 }
 
 /// A command that runs one of slurm-run's fixed scripts ([`Command::fixed_script`]):
-/// `bash -c TEXT NAME PARAMS...`, in parts.
+/// `bash -c TEXT NAME PARAMS...`, in the parts a long-lived shell needs.
 #[derive(Debug, Clone, Copy)]
 pub struct FixedScript<'a> {
     /// The whole script text (prelude, library and script).
     pub text: &'a str,
-    /// Its name (`$0` under `bash -c`).
-    pub name: &'a str,
+    /// The name of the shell function that holds `text`: `__sr_s_` and the first 128
+    /// bits of its SHA-256 in hex, so an edited script is another function. Computed
+    /// once, when the command is marked.
+    pub function: &'a str,
     /// Its positional parameters.
     pub params: &'a [String],
+}
+
+/// The function name of the fixed script `text` (see [`FixedScript::function`]).
+fn script_function(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(text.as_bytes());
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("__sr_s_{hex}")
 }
 
 impl Command {
@@ -42,7 +53,7 @@ impl Command {
             stdin: None,
             timeout: None,
             redacted_display: None,
-            fixed_script: false,
+            fixed_script: None,
         }
     }
 
@@ -105,18 +116,17 @@ impl Command {
     /// subshell's own pid is `$BASHPID`), and no option it sets changes how its own text
     /// parses (`shopt -s extglob`). Any other command is left as it is.
     pub fn as_fixed_script(mut self) -> Self {
-        self.fixed_script = self.program == "bash" && self.args.len() >= 3 && self.args[0] == "-c";
+        let shaped = self.program == "bash" && self.args.len() >= 3 && self.args[0] == "-c";
+        self.fixed_script = shaped.then(|| script_function(&self.args[1]));
         self
     }
 
     /// The parts of a command marked [`as_fixed_script`](Command::as_fixed_script).
     pub fn fixed_script(&self) -> Option<FixedScript<'_>> {
-        if !self.fixed_script {
-            return None;
-        }
+        let function = self.fixed_script.as_deref()?;
         Some(FixedScript {
             text: &self.args[1],
-            name: &self.args[2],
+            function,
             params: &self.args[3..],
         })
     }

@@ -1,7 +1,7 @@
 //! Fixed scripts in the long-lived shell: defined once per shell as a function, run in a
 //! subshell of their own, and still apart from the shell and from each other.
 
-use super::tests::{ends_soon, pid_alive, Bash};
+use super::tests::{ends_soon, pid_alive, started, Bash};
 use super::*;
 use slurm_core::Script;
 
@@ -163,25 +163,7 @@ fn a_fixed_script_whose_report_was_lost_is_killed_with_its_subshell() {
     bash.flush();
     let lost = bash.proto.running().expect("delivered: it may run");
     assert_eq!(lost.pgid, 0);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let sleeper = loop {
-        let out = std::process::Command::new("pgrep")
-            .args(["-f", &format!("^sleep {nap}$")])
-            .output()
-            .unwrap();
-        if let Some(pid) = String::from_utf8(out.stdout)
-            .unwrap()
-            .split_whitespace()
-            .next()
-        {
-            break pid.parse::<u32>().unwrap();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the script never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    };
+    let sleeper = started(&format!("^sleep {nap}$"));
     let stat = std::fs::read_to_string(format!("/proc/{sleeper}/stat")).unwrap();
     let subshell: u32 = stat[stat.rfind(')').unwrap() + 2..]
         .split_whitespace()

@@ -13,8 +13,7 @@ claim_folder() {
     printf '%s\n' "$token" >"$tmp" && ln -- "$tmp" "$dir/.owner" 2>/dev/null
     rm -f -- "$tmp"
   fi
-  # Its first line, read by bash itself (no process started).
-  IFS= read -r -n 200 owner 2>/dev/null <"$dir/.owner"
+  folder_owner "$dir"
   [ "$owner" = "$token" ]
 }
 # folder_foreign DIR TOKEN: whether DIR is claimed by another record than TOKEN's (an
@@ -23,6 +22,13 @@ claim_folder() {
 folder_foreign() {
   local dir=$1 token=$2 owner=
   [ -n "$token" ] && [ -e "$dir/.owner" ] || return 1
-  IFS= read -r -n 200 owner 2>/dev/null <"$dir/.owner"
+  folder_owner "$dir"
   [ "$owner" != "$token" ]
+}
+# folder_owner DIR: the token DIR's `.owner` file holds (its first line, read by bash
+# itself: no process started) into the caller's variable `owner`; empty when it has none.
+# shellcheck disable=SC2317 # a library: not every script calls every function
+folder_owner() {
+  owner=
+  IFS= read -r -n 200 owner 2>/dev/null <"$1/.owner" || :
 }

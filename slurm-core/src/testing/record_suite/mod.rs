@@ -674,21 +674,11 @@ pub fn probes_of_a_free_lease_never_see_each_other<F: RecordStoreFixture>(
     let store = fixture.store();
     let id = JobId::mint("probed");
     let shared = fixture.shared();
-    let mut probers: Vec<Worker> = (0..PROBERS)
-        .map(|_| {
-            let role = Role::Probe {
-                id: id.clone(),
-                rounds: ROUNDS,
-            };
-            Worker::start(&case.test, shared.as_deref(), &store, role)
-        })
-        .collect();
-    for prober in &mut probers {
-        assert_eq!(prober.next_line("ready"), "ready");
-    }
-    for prober in &mut probers {
-        prober.tell("go");
-    }
+    let roles = (0..PROBERS).map(|_| Role::Probe {
+        id: id.clone(),
+        rounds: ROUNDS,
+    });
+    let mut probers = Worker::start_together(&case.test, shared.as_deref(), &store, roles);
     let own = workers::busy_probes(store.as_ref(), &id, ROUNDS);
     let answers: Vec<String> = probers
         .iter_mut()
@@ -736,22 +726,11 @@ pub fn one_of_many_concurrent_claimers_wins_the_retry<F: RecordStoreFixture>(
         .unwrap();
     let shared = fixture.shared();
     let nexts: Vec<JobId> = (0..CLAIMERS).map(|_| JobId::mint("claimer")).collect();
-    let mut claimers: Vec<Worker> = nexts
-        .iter()
-        .map(|next| {
-            let role = Role::Claim {
-                previous: previous.clone(),
-                next: next.clone(),
-            };
-            Worker::start(&case.test, shared.as_deref(), &store, role)
-        })
-        .collect();
-    for claimer in &mut claimers {
-        assert_eq!(claimer.next_line("ready"), "ready");
-    }
-    for claimer in &mut claimers {
-        claimer.tell("go");
-    }
+    let roles = nexts.iter().map(|next| Role::Claim {
+        previous: previous.clone(),
+        next: next.clone(),
+    });
+    let mut claimers = Worker::start_together(&case.test, shared.as_deref(), &store, roles);
     let answers: Vec<String> = claimers
         .iter_mut()
         .map(|c| c.next_line("its claim"))

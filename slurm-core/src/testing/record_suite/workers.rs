@@ -142,8 +142,7 @@ pub(super) fn play(store: &dyn RecordStore, role: &Role, voice: &mut dyn Voice) 
             let before = store.get(previous).expect("the record to retry");
             let record = super::record(next.clone()).retrying(&before);
             store.open(&record).expect("open the retry's record");
-            voice.say("ready");
-            assert_eq!(voice.hear().as_deref(), Some("go"));
+            ready_then_go(voice);
             match crate::retry::claim_or_follow(store, previous, next).expect("claim") {
                 None => voice.say("won"),
                 Some(winner) => voice.say(&format!("taken {}", winner.id)),
@@ -171,11 +170,16 @@ pub(super) fn play(store: &dyn RecordStore, role: &Role, voice: &mut dyn Voice) 
             voice.say("done");
         }
         Role::Probe { id, rounds } => {
-            voice.say("ready");
-            assert_eq!(voice.hear().as_deref(), Some("go"));
+            ready_then_go(voice);
             voice.say(&format!("busy {}", busy_probes(store, id, *rounds)));
         }
     }
+}
+
+/// A worker's half of [`Worker::start_together`]: say `ready`, then wait for `go`.
+fn ready_then_go(voice: &mut dyn Voice) {
+    voice.say("ready");
+    assert_eq!(voice.hear().as_deref(), Some("go"));
 }
 
 /// Of `rounds` questions whether the submit of `id` is in progress, how many said yes.
@@ -261,6 +265,28 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// Start a worker for each of `roles` (each says `ready` when set), wait until all
+    /// have, then tell each `go`: they begin their work as nearly at once as the machine
+    /// allows.
+    pub(super) fn start_together(
+        test: &str,
+        shared: Option<&str>,
+        store: &Arc<dyn RecordStore>,
+        roles: impl IntoIterator<Item = Role>,
+    ) -> Vec<Worker> {
+        let mut workers: Vec<Worker> = roles
+            .into_iter()
+            .map(|role| Worker::start(test, shared, store, role))
+            .collect();
+        for worker in &mut workers {
+            assert_eq!(worker.next_line("ready"), "ready");
+        }
+        for worker in &mut workers {
+            worker.tell("go");
+        }
+        workers
     }
 
     /// The worker's next line, or a panic naming `what` was awaited.

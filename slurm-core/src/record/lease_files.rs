@@ -1,22 +1,24 @@
-//! Submit leases as locked files (for the SQLite store): `<id>.submit` in a folder beside
-//! the database, locked while a process submits the record; the kernel releases the lock
-//! when that process dies, however it dies, so no clock is trusted.
+//! Submit leases as locked files, `<id>.submit` in one folder: the file and SQLite stores
+//! keep theirs this way. The kernel releases a lock when its process dies, however it
+//! dies, so no clock is trusted.
 
 use std::fs::{self, File, OpenOptions};
 use std::path::PathBuf;
 
-use slurm_core::{Error, JobId, Result, SubmitLease};
+use super::{JobId, SubmitLease};
+use crate::{Error, Result};
 
-/// A folder of lease files.
+/// A folder of submit lease files: a lease is an exclusive lock on its record's file,
+/// and asking whether one is held takes a shared lock for a moment.
 #[derive(Debug, Clone)]
-pub(crate) struct FileLeases {
+pub struct LeaseFiles {
     dir: PathBuf,
 }
 
-impl FileLeases {
+impl LeaseFiles {
     /// Leases in `dir` (made, mode 700, when first needed).
-    pub(crate) fn new(dir: PathBuf) -> Self {
-        FileLeases { dir }
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        LeaseFiles { dir: dir.into() }
     }
 
     /// The lease file of record `id`, opened (created when missing).
@@ -43,21 +45,22 @@ impl FileLeases {
             .map_err(|e| Error::io(format!("opening submit lease {}", path.display()), e))
     }
 
-    /// Take the lease of `id` (waits while another process holds it).
-    pub(crate) fn take(&self, id: &JobId) -> Result<SubmitLease> {
+    /// Take the lease of `id`, waiting while another process holds it (see
+    /// [`RecordStore::submit_lease`](super::RecordStore::submit_lease)).
+    pub fn take(&self, id: &JobId) -> Result<SubmitLease> {
         let file = self.file(id)?;
         file.lock()
             .map_err(|e| Error::io(format!("locking the submit lease of {id}"), e))?;
         Ok(SubmitLease::holding(file))
     }
 
-    /// Whether the lease of `id` is held (by any process, this one included).
-    pub(crate) fn held(&self, id: &JobId) -> Result<bool> {
+    /// Whether a process (this one included) holds the lease of `id`. A shared lock:
+    /// it fails only while a submitter holds the lease, so two processes asking at once
+    /// never take each other for one.
+    pub fn held(&self, id: &JobId) -> Result<bool> {
         let file = self.file(id)?;
-        // A shared lock: it fails only while a submitter holds the lease, and two
-        // processes asking at once do not take each other for one.
         match file.try_lock_shared() {
-            // Free: the lock goes when `file` drops.
+            // Free: the shared lock goes when `file` drops.
             Ok(()) => Ok(false),
             Err(std::fs::TryLockError::WouldBlock) => Ok(true),
             Err(std::fs::TryLockError::Error(e)) => {
