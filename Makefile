@@ -36,14 +36,12 @@ test: testbeds-up
 	done < <(testbed/beds); exit $$status
 
 ## Benchmarks (most need the test bed): each figure against the bare Slurm command measured in the same
-## run; then bench-report writes BENCHMARKS.md and its plot (docs/benchmarks-poll.svg) from their figures
+## run; the benches with aims again in rounds on the idle and on a loaded machine (benches/rounds:
+## SLURM_RUN_BENCH_ROUNDS, SLURM_RUN_BENCH_HOGS); then bench-report writes BENCHMARKS.md and its plot
+## (docs/benchmarks-poll.svg) from their figures, each with its spread
 ## (SLURM_RUN_BENCH_BEFORE=<results folder of a run on older code> adds a column of the figures then).
 bench: testbed-up
-	$(TESTBED_ENV) && export SLURM_RUN_BENCH_STARTED=$$(date +%s) \
-	  SLURM_RUN_BENCH_RESULTS=$${CARGO_TARGET_DIR:-$(CURDIR)/target}/slurm-run-bench && \
-	  rm -rf -- "$$SLURM_RUN_BENCH_RESULTS" && \
-	  cargo bench --workspace --all-features && \
-	  cargo run --release --quiet -p slurm-run-testsupport --bin bench-report
+	$(TESTBED_ENV) && benches/rounds
 
 ## The soak (the `soak` test binary): a few hundred small jobs under connection kills and lost answers,
 ## then exactly-once and consistency checks (SLURM_RUN_SOAK_JOBS, SLURM_RUN_SOAK_SECONDS bound it;

@@ -152,6 +152,7 @@ async fn cancel(h: &Harness) {
         Row::new(format!("cancel of {CANCELS} pending jobs"), median(library))
             .bare(Baseline::measured(format!("scancel <{CANCELS} ids>"), median(bare)))
             .fresh(Baseline::extrapolated("ssh host scancel ID per job", each, CANCELS))
+            .aim(2.0)
             .note("slurm-run waits until the scheduler confirms each job CANCELED; bare scancel does not wait"),
     );
     area.notes.push(

@@ -194,11 +194,6 @@ pub fn results_dir() -> PathBuf {
     dir.join("slurm-run-bench")
 }
 
-/// Every area kept in the results folder, in the report's order (unknown names last).
-pub fn load_all() -> Vec<Area> {
-    load_from(&results_dir())
-}
-
 /// Every area kept in `dir` (a results folder), in the report's order.
 pub fn load_from(dir: &std::path::Path) -> Vec<Area> {
     let mut areas = Vec::new();
@@ -221,6 +216,55 @@ pub fn load_from(dir: &std::path::Path) -> Vec<Area> {
             .unwrap_or(usize::MAX)
     });
     areas
+}
+
+/// The conditions of the machine `make bench` measures under, in the report's order:
+/// otherwise idle, and loaded by CPU hogs of the run's own beside the test bed.
+pub const CONDITIONS: [&str; 2] = ["idle", "loaded"];
+
+/// The figures of one run of the benches under one condition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    /// One of [`CONDITIONS`].
+    pub condition: String,
+    /// Which round of that condition (from 1).
+    pub round: u32,
+    /// What the run measured.
+    pub areas: Vec<Area>,
+}
+
+/// The runs kept under `dir`: `dir/<condition>/<round>/` (the rounds of `make bench`),
+/// in condition then round order; a folder of areas alone is one idle run.
+pub fn load_runs(dir: &std::path::Path) -> Vec<Run> {
+    let mut runs = Vec::new();
+    for condition in CONDITIONS {
+        let Ok(entries) = std::fs::read_dir(dir.join(condition)) else {
+            continue;
+        };
+        let mut rounds: Vec<(u32, PathBuf)> = entries
+            .flatten()
+            .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path())))
+            .collect();
+        rounds.sort();
+        for (round, path) in rounds {
+            runs.push(Run {
+                condition: condition.to_string(),
+                round,
+                areas: load_from(&path),
+            });
+        }
+    }
+    if runs.is_empty() {
+        let areas = load_from(dir);
+        if !areas.is_empty() {
+            runs.push(Run {
+                condition: CONDITIONS[0].to_string(),
+                round: 1,
+                areas,
+            });
+        }
+    }
+    runs
 }
 
 /// Milliseconds of `time`.

@@ -1,6 +1,7 @@
 //! `bench-report`: turn the figures the benches of one `make bench` run kept
-//! (`<target>/release/slurm-run-bench/*.json`) into `BENCHMARKS.md` at the workspace root
-//! and its plot (`docs/benchmarks-poll.svg`). `SLURM_RUN_BENCH_STARTED` (seconds since
+//! (`$SLURM_RUN_BENCH_RESULTS/<idle|loaded>/<round>/*.json`, or one run's `*.json`) into
+//! `BENCHMARKS.md` at the workspace root and its plot (`docs/benchmarks-poll.svg`).
+//! `SLURM_RUN_BENCH_HOGS` says how many busy loops loaded the loaded runs. `SLURM_RUN_BENCH_STARTED` (seconds since
 //! the epoch, set by the Makefile) gives the run's length. `SLURM_RUN_BENCH_BEFORE`, a
 //! results folder of the same benches run on the code before a change, adds a column of
 //! each figure then.
@@ -9,9 +10,9 @@ use slurm_run_testsupport::bench::{self, report};
 use slurm_run_testsupport::workspace_root;
 
 fn main() {
-    let areas = bench::load_all();
+    let runs = bench::load_runs(&bench::results_dir());
     assert!(
-        !areas.is_empty(),
+        !runs.is_empty(),
         "no bench results in {}: run the benches first (make bench)",
         bench::results_dir().display()
     );
@@ -26,9 +27,18 @@ fn main() {
             Some(now.saturating_sub(start) as f64 / 60.0)
         });
     let before = std::env::var_os("SLURM_RUN_BENCH_BEFORE")
-        .map(|dir| bench::load_from(std::path::Path::new(&dir)))
+        .and_then(|dir| {
+            bench::load_runs(std::path::Path::new(&dir))
+                .into_iter()
+                .next()
+        })
+        .map(|run| run.areas)
         .unwrap_or_default();
     let root = workspace_root();
+    let hogs = std::env::var("SLURM_RUN_BENCH_HOGS")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    let areas = &runs[0].areas;
     let mut series: Vec<bench::Series> = areas.iter().flat_map(|a| a.series.clone()).collect();
     // The library's own line of before the change, beside today's.
     series.extend(
@@ -48,7 +58,7 @@ fn main() {
         report::plot(&series, &path).expect("draw the poll plot");
         println!("wrote {}", path.display());
     }
-    let text = report::markdown(&areas, &before, minutes);
+    let text = report::markdown(&runs, &before, minutes, hogs);
     let path = root.join("BENCHMARKS.md");
     std::fs::write(&path, text).expect("write BENCHMARKS.md");
     println!("wrote {} ({} areas)", path.display(), areas.len());
