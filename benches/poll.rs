@@ -389,15 +389,14 @@ async fn main() {
     area.notes.push(
         "What stays above the bare squeue, and why. A poll of a few jobs pays for the \
          script around squeue: the `head` that takes the ids off the connection into the \
-         shell's input file and the remote `bash` that starts and parses `poll.sh` (about \
-         1.5 ms and 3 ms on this 2-core machine shared with slurmctld and slurmdbd), and \
-         the script's own builtins (about 2 ms), against a squeue of one id that takes a \
-         few milliseconds. Nothing else starts: the long-lived shell makes each command's \
-         frame folder ahead, 64 at a time, and up to 200 jobs bash decides which need \
-         sacct (one `awk` above, and with `--me` one that keeps the tracked rows). \
-         Running the script inside the shell's own subshell instead of a new `bash` would \
-         save the start and parse, but every script would then share the shell's pid \
-         (`$$`), job control and variables; that stays. \
+         shell's input file (about 1.5 ms on this 2-core machine shared with slurmctld and \
+         slurmdbd) and the script's own builtins (about 2 ms), against a squeue of one id \
+         that takes a few milliseconds. The script itself starts no bash: the long-lived \
+         shell defines each of slurm-run's scripts once, as a function named by the digest \
+         of its text, and runs it in a subshell of its own (a fork: no exec, no parse; its \
+         own pid, process group and variables). Nothing else starts: the shell makes each \
+         command's frame folder ahead, 64 at a time, and up to 200 jobs bash decides which \
+         need sacct (one `awk` above, and with `--me` one that keeps the tracked rows). \
          From `MINE_FROM` (64) jobs the poll asks `squeue --me`, whose cost does not grow \
          with the number tracked, so it stays near the bare command at 100 jobs; at 1,000 \
          and 10,000 jobs what is left is the client's own work per job: the ids on stdin, \

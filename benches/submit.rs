@@ -157,7 +157,14 @@ async fn cancel(h: &Harness) {
     );
     area.notes.push(
         "The per-job ssh baseline is extrapolated from 20 jobs. Medians of 3 rounds, each on \
-         fresh held jobs."
+         fresh held jobs. The confirmation is one squeue in scancel's round trip (of the \
+         user's own jobs, `--me`, from 64 jobs): it costs what slurmctld takes to pack every \
+         job it still holds for the user, the ended ones included until MinJobAge (300 s \
+         here) has passed, so it grows with the jobs the benches before it ended. Naming the \
+         ids saves nothing there: with 5,104 of the user's jobs held, `squeue --me`, \
+         `squeue --me --jobs=<100 ids>` and `squeue --jobs=<100 ids>` each took 33-41 ms \
+         (measured by hand on this test bed). The rest is the 100 records marked CANCELED \
+         (one mark_many, fsynced)."
             .to_string(),
     );
     cancel_all(h, &all).await;
@@ -182,14 +189,17 @@ async fn main() {
         "What stays above the bare sbatch, and why. A submit does what a bare sbatch of a \
          one-line job does not, and keeps doing it: locally the render, the secret lint and \
          its `bash -n` (one process; the next one is started ahead, in the background), the \
-         record opened and marked PENDING with fsyncs (a crash must not lose a submitted \
-         job); remotely, in the same round trip, the staged files unpacked by `tar`, \
-         verified by `sha256sum`, the attempt's fence made (`mkdir`), sbatch under \
-         `timeout`, and its answer kept on disk (`mv`) so a lost answer can be settled \
-         exactly once. Those are five process starts beside sbatch's own, on a 2-core \
-         machine that also runs the scheduler, its database and sshd: so one submit stays \
-         well above the aim, and 1,000 at once are bounded by the same CPU (the bare \
-         sbatch runs are bounded by slurmctld alone)."
+         record opened and marked PENDING with fsyncs (the bench's FileRecordStore: a file \
+         and its folder per write; a crash must not lose a submitted job); remotely, in the \
+         same round trip, the job folder made (`mkdir -p`) and claimed for the record (the \
+         owner token linked into place: `ln`, `rm`; read back by bash's `read`), the staged \
+         files unpacked by `tar`, verified by `sha256sum`, the attempt's fence made \
+         (`mkdir`), sbatch under `timeout`, and its answer kept on disk (`mv`) so a lost \
+         answer can be settled exactly once. Those are eight process starts beside sbatch's \
+         own (the script itself is no new bash: the long-lived shell runs it as a function \
+         in a subshell), on a 2-core machine that also runs the scheduler, its database and \
+         sshd: so one submit stays well above the aim, and 1,000 at once are bounded by the \
+         same CPU (the bare sbatch runs are bounded by slurmctld alone)."
             .to_string(),
     );
     area.notes.push(
