@@ -388,10 +388,11 @@ async fn main() {
     ));
     area.notes.push(
         "What stays above the bare squeue, and why. A poll of a few jobs pays for the \
-         script around squeue: the `head` that takes the ids off the connection into the \
-         shell's input file (about 1.5 ms on this 2-core machine shared with slurmctld and \
-         slurmdbd) and the script's own builtins (about 2 ms), against a squeue of one id \
-         that takes a few milliseconds. The script itself starts no bash: the long-lived \
+         script around squeue: its own builtins (about 2 ms on this 2-core machine shared \
+         with slurmctld and slurmdbd), against a squeue of one id that takes a few \
+         milliseconds. Its ids travel in the request's own line (up to 256 bytes of text; a \
+         longer list goes as raw bytes to a `head`, about 1.5 ms, which bash's byte-at-a-time \
+         reading of its input would exceed). The script itself starts no bash: the long-lived \
          shell defines each of slurm-run's scripts once, as a function named by the digest \
          of its text, and runs it in a subshell of its own (a fork: no exec, no parse; its \
          own pid, process group and variables). Nothing else starts: the shell makes each \

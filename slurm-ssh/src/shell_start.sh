@@ -59,7 +59,8 @@ __sr_kill() {
   done
 }
 # __sr_run MARKER N LINE [NAME TEXT]: run LINE once the trailer MARKER follows its N
-# bytes of input; with NAME, first define TEXT (a fixed script) as the function NAME.
+# bytes of input (N as `=DATA`: the input is DATA, written once the trailer has come);
+# with NAME, first define TEXT (a fixed script) as the function NAME.
 # Its variables are named __sr_*: a script's subshell sees them.
 __sr_run() {
   local __sr_m=$1 __sr_len=$2 __sr_ok __sr_in=/dev/null __sr_st __sr_p __sr_o __sr_e __sr_t=-
@@ -69,19 +70,29 @@ __sr_run() {
     __sr_frames "$__sr_n"
   fi
   __sr_o=$__sr_d/o.$__sr_n __sr_e=$__sr_d/e.$__sr_n
-  if [ "$__sr_len" -gt 0 ]; then
-    __sr_in=$__sr_d/i.$__sr_n
-    if ! head -c "$__sr_len" > "$__sr_in"; then
-      : > "$__sr_in"; printf '%s X\n' "$__sr_m"; exit "$EXIT_SHELL_INPUT_UNWRITABLE"
-    fi
-  fi
+  case $__sr_len in
+    =* | 0) ;;
+    *)
+      __sr_in=$__sr_d/i.$__sr_n
+      if ! head -c "$__sr_len" > "$__sr_in"; then
+        : > "$__sr_in"; printf '%s X\n' "$__sr_m"; exit "$EXIT_SHELL_INPUT_UNWRITABLE"
+      fi ;;
+  esac
   IFS= read -r __sr_ok
   if [ "$__sr_ok" != "$__sr_m" ]; then
-    if [ "$__sr_len" -gt 0 ]; then : > "$__sr_in"; fi
+    if [ "$__sr_in" != /dev/null ]; then : > "$__sr_in"; fi
     printf '%s X\n' "$__sr_m"
-    if [ "$__sr_len" -gt 0 ]; then rm -f -- "$__sr_in"; fi
+    if [ "$__sr_in" != /dev/null ]; then rm -f -- "$__sr_in"; fi
     return
   fi
+  case $__sr_len in
+    =*)
+      __sr_in=$__sr_d/i.$__sr_n
+      if ! printf '%s' "${__sr_len#=}" > "$__sr_in"; then
+        : > "$__sr_in"; printf '%s X\n' "$__sr_m"; exit "$EXIT_SHELL_INPUT_UNWRITABLE"
+      fi
+      __sr_len=- ;;
+  esac
   if [ $# -ge 5 ]; then eval "$4() {
 $5
 }"; fi
@@ -90,7 +101,7 @@ $5
   if __sr_stat "$__sr_p"; then __sr_t=${__sr_ps[19]}; fi
   printf '%s P %d %s %s\n' "$__sr_m" "$__sr_p" "$__sr_t" "$__sr_boot"
   wait "$__sr_p"; __sr_st=$?
-  if [ "$__sr_len" -gt 0 ]; then : > "$__sr_in"; fi
+  if [ "$__sr_in" != /dev/null ]; then : > "$__sr_in"; fi
   if [ -s "$__sr_o" ] || [ -s "$__sr_e" ]; then
     printf '%s O' "$__sr_m" > "$__sr_d/m"
     cat -- "$__sr_o" "$__sr_d/m" "$__sr_e"
@@ -98,5 +109,5 @@ $5
     printf '%s O' "$__sr_m"
   fi
   printf '%s E %d\n' "$__sr_m" "$__sr_st"
-  if [ "$__sr_len" -gt 0 ]; then rm -f -- "$__sr_in"; fi
+  if [ "$__sr_in" != /dev/null ]; then rm -f -- "$__sr_in"; fi
 }

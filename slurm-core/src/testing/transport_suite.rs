@@ -135,6 +135,52 @@ pub async fn large_stdin<T: Transport + ?Sized>(t: &T) {
     assert_eq!(out.stdout_text().trim(), (10 * 1024 * 1024).to_string());
 }
 
+/// Small inputs of every shape arrive exactly (a transport may carry a few bytes of text
+/// another way than a large or binary input): no final newline, only newlines, quotes,
+/// backslashes, `$(...)`, a carriage return, multi-byte UTF-8, text that looks like the
+/// framing, and inputs on either side of a few hundred bytes.
+pub async fn small_stdin<T: Transport + ?Sized>(t: &T) {
+    let mut inputs: Vec<Vec<u8>> = [
+        "x",
+        "\n",
+        "\n\n\n",
+        "no newline at end",
+        "it's \"quoted\" '' \\ \\n $(touch /tmp/slurm-run-pwned) `id` $HOME ${x:-y} *",
+        "carriage\r\nreturn\r",
+        "ünïcödé ✓ 日本 \u{1F600}\n",
+        "SRM00000000000000000000000000000000 E 0\n__sr_run a 0 b\n=x\n",
+        "=starts with an equals sign",
+        " \t leading and trailing blanks \t ",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect();
+    for len in [255, 256, 257, 1000] {
+        inputs.push((0..len).map(|i| b"ab'\n $"[i % 6]).collect());
+    }
+    // Not text: a byte that is no UTF-8, and a NUL.
+    inputs.push(b"abc\xff\xfe def".to_vec());
+    inputs.push(b"before\0after".to_vec());
+    for input in inputs {
+        let out = t
+            .run(&Command::new("cat").stdin(input.clone()))
+            .await
+            .unwrap();
+        assert!(out.success(), "{}", out.stderr_text());
+        assert_eq!(
+            out.stdout,
+            input,
+            "{:?} came back altered",
+            String::from_utf8_lossy(&input)
+        );
+    }
+    let probe = t
+        .run(&Command::new("test").arg("-e").arg("/tmp/slurm-run-pwned"))
+        .await
+        .unwrap();
+    assert_eq!(probe.status, 1, "an input was executed");
+}
+
 /// Every byte value survives stdout, stderr and stdin, marker-like text included; a
 /// missing final newline is kept and empty output stays empty.
 pub async fn binary_output<T: Transport + ?Sized>(t: &T) {
@@ -475,6 +521,7 @@ pub async fn forward_or_refuse<T: Transport + ?Sized>(t: &T) {
 pub async fn run_all<T: Transport + ?Sized>(t: &T) {
     argv_fidelity(t).await;
     large_stdin(t).await;
+    small_stdin(t).await;
     binary_output(t).await;
     exit_codes_and_stderr(t).await;
     reading_stdin_gets_eof(t).await;
@@ -532,6 +579,7 @@ macro_rules! transport_conformance {
             @cases $module, $make,
             argv_fidelity
             large_stdin
+            small_stdin
             binary_output
             exit_codes_and_stderr
             reading_stdin_gets_eof
