@@ -138,8 +138,8 @@ pub use transport::{
 // The Renderer seam: how the batch script is written, and the secrets it must not hold.
 pub use redact::{is_secret_name, SecretRegistry, MIN_SECRET_LEN, REDACTED};
 pub use render::{
-    validate_safe_name, validate_shell_name, ArrayContext, EnvVar, LintFinding, Renderer,
-    ResumeContext, RoleContext, ScriptContext, TemplateKind, MAX_NAME_LEN,
+    resume_step_command, validate_safe_name, validate_shell_name, ArrayContext, EnvVar,
+    LintFinding, Renderer, ResumeContext, RoleContext, ScriptContext, TemplateKind, MAX_NAME_LEN,
 };
 
 // The RecordStore seam: where records live.

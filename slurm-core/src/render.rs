@@ -7,6 +7,9 @@ use serde::Serialize;
 use crate::redact::SecretRegistry;
 use crate::Result;
 
+mod resume_step;
+pub use resume_step::resume_step_command;
+
 /// The domain's one rule for names (job names, partitions, accounts, labels) and the one
 /// for shell variable names: a renderer checks its context with these, not rules of
 /// its own.
@@ -148,6 +151,10 @@ pub struct ResumeContext {
     pub signal: String,
     /// The signal's number (`12`): a command killed by it exits 128 + it.
     pub signal_number: u8,
+    /// The number of the signal the batch script sends the command's step
+    /// (`scancel --signal=<carrier>`); each node's step shell passes `signal` on to the
+    /// command's process group, so the container runtime's processes never get it.
+    pub carrier_number: u8,
     /// How many seconds before the wall the signal comes.
     pub warn_before_secs: u64,
     /// The wall time in seconds (a signal well before `wall - warn` is a preemption's).
@@ -163,8 +170,8 @@ pub struct ResumeContext {
     pub segments_file: String,
     /// The folder (in the job folder) where the command's step notes, on each node,
     /// that the command has started (`<SLURM_NODEID>`, an empty file): a signal that
-    /// comes before every node's is there waits for them, since it would reach the
-    /// container runtime still starting the command and end the step.
+    /// comes before every node's is there waits for them, since a step shell that is
+    /// not yet listening would never pass it on.
     pub ready_dir: String,
     /// The exit status of a job whose budget is used up.
     pub budget_exit: u8,

@@ -68,7 +68,7 @@ pub use array::{ArraySpec, Scalar, Sweep, TaskSet};
 pub use code::CodeSpec;
 pub use probe::NcclProbe;
 pub use resume::{ResumeSignal, ResumeSpec, RESTART_COUNT_VAR, RESUME_FROM_VAR};
-pub(crate) use resume::{BUDGET_USED_UP_EXIT, REQUEUE_REFUSED_EXIT};
+pub(crate) use resume::{BUDGET_USED_UP_EXIT, REQUEUE_REFUSED_EXIT, WARNING_CARRIER};
 pub(crate) use roles::ResolvedRole;
 pub use roles::{role_env_name, role_host_var, role_hosts_var, RoleSpec, ROLE_RANK_VAR, ROLE_VAR};
 pub(crate) use validate::normalise_sbatch_line;

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use slurm_core::{Renderer, ResumeContext, ScriptContext, SecretRegistry, TemplateKind};
+use slurm_core::{
+    resume_step_command, Renderer, ResumeContext, ScriptContext, SecretRegistry, TemplateKind,
+};
 use slurm_render::{check_syntax, HandlebarsRenderer};
 
 fn example_context() -> ScriptContext {
@@ -18,6 +20,7 @@ fn resume(segments_file: &str) -> ResumeContext {
     ResumeContext {
         signal: "USR2".into(),
         signal_number: 12,
+        carrier_number: 28,
         warn_before_secs: 30,
         wall_secs: 60,
         max_restarts: 2,
@@ -122,11 +125,13 @@ fn a_context_with_a_warning_past_the_wall_is_refused_naming_the_field() {
 }
 
 /// A folder with stand-ins for srun (the step in a process group of its own, its id
-/// kept; with `$STEP_START_SECS` it takes that long to start the command, as a container
-/// runtime does, and the signal then fails the step), scancel (signals that group, as Slurm signals a step's processes), scontrol
-/// (`requeue` noted, answering with `$REQUEUE_STATUS`; `show config` says the controller
-/// runs `$CONTROLLER_RELEASE`, or fails without it) and squeue (the job's PreemptTime is
-/// `$PREEMPT_TIME`, or it fails without it).
+/// kept, beside a process of the container runtime's, `$RUNTIME_PID`, that any signal but
+/// an ignored one ends, as one ends squashfuse; with `$STEP_START_SECS` it takes that
+/// long to start the command, as a container runtime does), scancel (signals that group,
+/// as Slurm signals a step's processes), scontrol (`requeue` noted, answering with
+/// `$REQUEUE_STATUS`; `show config` says the controller runs `$CONTROLLER_RELEASE`, or
+/// fails without it) and squeue (the job's PreemptTime is `$PREEMPT_TIME`, or it fails
+/// without it).
 struct Bed {
     dir: tempfile::TempDir,
     wall_secs: u64,
@@ -140,7 +145,7 @@ impl Bed {
         let tools = [
             (
                 "srun",
-                "#!/bin/bash\nwhile [ \"${1#--}\" != \"$1\" ]; do case $1 in --chdir=*) cd \"${1#--chdir=}\" ;; esac; shift; done\nexec setsid bash -c 'echo $$ > \"$STEP_PGID\"; if [ -n \"${STEP_START_SECS:-}\" ]; then trap \"echo container exited too soon >&2; exit 1\" USR2; sleep \"$STEP_START_SECS\" & wait $!; trap - USR2; fi; exec \"$@\"' step \"$@\"\n",
+                "#!/bin/bash\nwhile [ \"${1#--}\" != \"$1\" ]; do case $1 in --chdir=*) cd \"${1#--chdir=}\" ;; esac; shift; done\nexec setsid bash -c 'echo $$ > \"$STEP_PGID\"; sleep 600 & echo $! > \"$RUNTIME_PID\"; if [ -n \"${STEP_START_SECS:-}\" ]; then sleep \"$STEP_START_SECS\"; fi; exec \"$@\"' step \"$@\"\n",
             ),
             (
                 "scancel",
@@ -169,10 +174,9 @@ impl Bed {
     /// A bed whose job has a wall time of `wall_secs` (a signal soon after the start is
     /// then well before the wall's warning).
     fn with_wall(wall_secs: u64) -> Self {
-        Bed {
-            wall_secs,
-            ..Bed::new()
-        }
+        let mut bed = Bed::new();
+        bed.wall_secs = wall_secs;
+        bed
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -199,7 +203,9 @@ impl Bed {
             results_dir_in_job: format!("{root}/job"),
             image: None,
             container_mounts: Vec::new(),
-            command: command.into(),
+            // The step the library gives a resumable command.
+            command: resume_step_command(command, "USR2", &format!("{root}/job/resume/ready"))
+                .unwrap(),
             child_timeout_secs: child_timeout,
             time: format!(
                 "{:02}:{:02}:{:02}",
@@ -224,7 +230,7 @@ impl Bed {
             .env("SLURM_RESTART_COUNT", restarts.to_string())
             .env("STEP_PGID", self.path("step.pgid"))
             .env("REQUEUES", self.path("requeues"))
-            .env("READY_DIR", self.path("job/resume/ready"))
+            .env("RUNTIME_PID", self.path("runtime.pid"))
             .stdin(Stdio::null());
         for (name, value) in env {
             run.env(name, value);
@@ -265,6 +271,32 @@ impl Bed {
     }
 }
 
+impl Bed {
+    /// Whether the step's container runtime stand-in still runs.
+    fn runtime_alive(&self) -> bool {
+        let pid = self.read("runtime.pid");
+        !pid.trim().is_empty()
+            && Command::new("kill")
+                .args(["-0", pid.trim()])
+                .stderr(Stdio::null())
+                .status()
+                .unwrap()
+                .success()
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let pid = self.read("runtime.pid");
+        if !pid.trim().is_empty() {
+            let _ = Command::new("kill")
+                .arg(pid.trim())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
 fn wait_for(path: &Path) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !path.exists() {
@@ -287,14 +319,11 @@ fn status(child: Child) -> i32 {
 }
 
 /// What the command does in these tests: note its restart count and checkpoint, say it
-/// started (and, as the library's first line of a resumable command does, that it runs
-/// on this node), then count; warned, it checkpoints and exits 0.
-const COUNTER: &str = r#"trap : USR2
-mkdir -p ckpt
+/// started, then count; warned, it checkpoints and exits 0.
+const COUNTER: &str = r#"mkdir -p ckpt
 echo "restart=$SLURM_RUN_RESTART_COUNT from=$SLURM_RUN_RESUME_FROM" >> seen
 trap 'printf 5 > ckpt/step-5.pt; exit 0' USR2
 touch started
-: > "$READY_DIR/${SLURM_NODEID:-0}"
 while :; do sleep 0.05 & wait $!; done"#;
 
 #[test]
@@ -319,10 +348,31 @@ fn a_warned_segment_checkpoints_and_is_requeued_with_its_line() {
     );
 }
 
+/// The warning reaches the command's process group and no other process of the step: the
+/// container runtime's (squashfuse, whose end pulls the image from under the command)
+/// outlives it (CI, 26.05: a two-node container run died of a bus error after its third
+/// warning, once Slurm had passed the resume signal itself to squashfuse).
+#[test]
+fn the_warning_reaches_the_command_and_spares_the_container_runtime() {
+    let bed = Bed::new();
+    let child = bed.start(COUNTER, 50, 0, &[]);
+    bed.warn_when(&child, "job/started");
+    assert_eq!(status(child), 0, "requeued: the run goes on");
+    assert_eq!(
+        bed.read("job/resume/segments.tsv"),
+        "0\twall\tckpt/step-5.pt\t7\n",
+        "the command was warned and checkpointed"
+    );
+    assert!(
+        bed.runtime_alive(),
+        "the container runtime's process got the resume signal"
+    );
+}
+
 #[test]
 fn a_program_failure_after_the_warning_stands_and_is_not_requeued() {
     let bed = Bed::new();
-    let command = "trap 'exit 3' USR2; touch started; : > \"$READY_DIR/0\"; while :; do sleep 0.05 & wait $!; done";
+    let command = "trap 'exit 3' USR2; touch started; while :; do sleep 0.05 & wait $!; done";
     let child = bed.start(command, 50, 0, &[]);
     bed.warn_when(&child, "job/started");
     assert_eq!(status(child), 3, "the command's own status");
@@ -436,7 +486,7 @@ fn a_segment_is_called_preempted_only_when_slurm_is_preempting_it() {
 }
 
 /// A signal that comes while the step is still starting the command (a container runtime
-/// setting up: Pyxis ends the step "container exited too soon") is held back until the
+/// setting up; the step shell not yet listening would never pass it on) is held back until the
 /// command has started, then passed on: the segment checkpoints and is requeued instead
 /// of failing (CI, 22.05: a two-node container run warned in its first second ended
 /// ERROR).

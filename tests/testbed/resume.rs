@@ -24,23 +24,29 @@ const PREEMPTIBLE: &str = "preemptible";
 /// The same, but a preempted job is cancelled (`PreemptMode=CANCEL`).
 const PREEMPTIBLE_CANCEL: &str = "preemptible_cancel";
 
-/// A command counting `total` one-second steps into `progress-<rank>.txt`; rank 0
-/// checkpoints the count when warned and every rank exits 0; started again, it resumes
-/// from `SLURM_RUN_RESUME_FROM`. Each rank notes the warnings it got (`warned-<rank>`) and
-/// a digest of `SLURM_RUN_TEST_RESUME_TOKEN` per segment (`token-<rank>`).
+/// A command counting `total` one-second steps into `progress-<rank>.txt`; warned, every
+/// rank goes on working for a second with a program it starts then (`sleep`, from the
+/// image in a container: a checkpoint takes a while, and needs the image still there),
+/// rank 0 checkpoints the count (once it has loaded the last one: Slurm may send the
+/// warning as the segment starts) and every rank exits 0; started again, it resumes
+/// from `SLURM_RUN_RESUME_FROM`. Like a program that handles the signal, it listens
+/// first (and its digest's pipeline ignores it). Each rank notes the warnings it got
+/// (`warned-<rank>`) and a digest of `SLURM_RUN_TEST_RESUME_TOKEN` per segment
+/// (`token-<rank>`).
 fn counter(total: u32) -> String {
     format!(
-        r#"rank=${{NODE_RANK:-0}}
-mkdir -p ckpt
-i=0
-if [ -n "$SLURM_RUN_RESUME_FROM" ]; then i=$(cat "$SLURM_RUN_RESUME_FROM"); fi
-printf '%s %s\n' "$SLURM_RUN_RESTART_COUNT" "$(printf %s "${{SLURM_RUN_TEST_RESUME_TOKEN:-}}" | sha256sum | cut -c1-16)" >> "token-$rank"
+        r#"rank=${{NODE_RANK:-0}} i=0 loaded=0
 warned() {{
+  sleep 1 || exit 3
   echo "$SLURM_RUN_RESTART_COUNT" >> "warned-$rank"
-  if [ "$rank" = 0 ]; then printf '%s\n' "$i" > "ckpt/step-$(printf %06d "$i").ckpt"; fi
+  if [ "$rank" = 0 ] && [ "$loaded" = 1 ]; then printf '%s\n' "$i" > "ckpt/step-$(printf %06d "$i").ckpt"; fi
   exit 0
 }}
 trap warned USR2
+printf '%s %s\n' "$SLURM_RUN_RESTART_COUNT" "$(trap '' USR2; printf %s "${{SLURM_RUN_TEST_RESUME_TOKEN:-}}" | sha256sum | cut -c1-16)" >> "token-$rank"
+mkdir -p ckpt
+if [ -n "$SLURM_RUN_RESUME_FROM" ]; then i=$(cat "$SLURM_RUN_RESUME_FROM"); fi
+loaded=1
 while [ "$i" -lt {total} ]; do
   sleep 1 & wait $!
   i=$((i + 1))

@@ -34,6 +34,15 @@ pub(crate) const BUDGET_USED_UP_EXIT: u8 = 85;
 /// (`scontrol requeue` failed).
 pub(crate) const REQUEUE_REFUSED_EXIT: u8 = 86;
 
+/// The signal (by number: `scancel` knows no name for it) the batch script warns each
+/// node's step shell with; the step shell passes the resume signal on to the command's
+/// process group alone. Slurm signals every process of a step, the container runtime's
+/// too (squashfuse, fuse-overlayfs), and SIGWINCH is one whose default is to be ignored:
+/// the resume signal itself would end those and pull the image out from under the
+/// command (a bus error, or `Transport endpoint is not connected`, at its next page or
+/// program).
+pub(crate) const WARNING_CARRIER: (&str, u8) = ("WINCH", 28);
+
 /// How a run longer than its wall time continues: at most `max_restarts` times, the
 /// command warned by `signal` `warn_before` the wall (and at a preemption), resuming
 /// from the newest of `checkpoints`.

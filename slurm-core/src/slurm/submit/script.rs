@@ -3,16 +3,18 @@
 
 use crate::redact::SecretRegistry;
 use crate::render::{
-    ArrayContext, EnvVar, ResumeContext, RoleContext, ScriptContext, TemplateKind,
+    resume_step_command, ArrayContext, EnvVar, ResumeContext, RoleContext, ScriptContext,
+    TemplateKind,
 };
 use crate::slurm::config::SlurmConfig;
 use crate::slurm::context::Context;
 use crate::slurm::paths::{
     logs_dir, probe_knobs, resume_ready, resume_segments, sidecar, sweep_file, ROLES_DIR,
 };
-use crate::spec::{role_host_var, role_hosts_var, BUDGET_USED_UP_EXIT, REQUEUE_REFUSED_EXIT};
+use crate::spec::{
+    role_host_var, role_hosts_var, BUDGET_USED_UP_EXIT, REQUEUE_REFUSED_EXIT, WARNING_CARRIER,
+};
 use crate::storage::RemotePath;
-use crate::transport::shell_quote;
 use crate::Result;
 
 use super::plan::{extra_sbatch_lines, PlannedRole, SubmitPlan};
@@ -63,6 +65,7 @@ pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<
         Some(resume) => Some(ResumeContext {
             signal: resume.signal.name().to_string(),
             signal_number: resume.signal.number(),
+            carrier_number: WARNING_CARRIER.1,
             warn_before_secs: resume.warn_before.as_secs(),
             wall_secs: resources.wall.as_secs(),
             max_restarts: resume.max_restarts,
@@ -74,20 +77,13 @@ pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<
         }),
         None => None,
     };
-    // The warning signal reaches every process of the job step (Slurm signals the
-    // whole step): the shell running a compound command must survive it, so its
-    // command (python, torchrun) gets it and can checkpoint.
-    // Its first act notes that the command has started on this node (the batch script
-    // holds the signal back until every node's has).
     let command = match &spec.resume {
-        Some(resume) => format!(
-            "trap : {}  # slurm-run: the resume signal is for the command, not this shell\n\
-             : > {}/\"${{SLURM_NODEID:-0}}\"  # slurm-run: the command has started on this node\n{}",
+        Some(resume) => resume_step_command(
+            &spec.command,
             resume.signal.name(),
             // The step's view of `resume_ready` (the job folder as the step sees it).
-            shell_quote(&format!("{results_dir_in_job}/resume/ready"))?,
-            spec.command
-        ),
+            &format!("{results_dir_in_job}/resume/ready"),
+        )?,
         None => spec.command.clone(),
     };
     let env_var = |(name, value): (&String, &String)| EnvVar {
