@@ -1,7 +1,7 @@
 //! The submit and settle scripts run for real (local bash, fake sbatch, squeue and sacct).
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::slurm::scripts::{SubmitExit, SETTLE, SUBMIT};
 use crate::transport::{round_trip, Command, LocalTransport, Output, Transport};
@@ -29,6 +29,17 @@ fn fake_tools(bin: &Path, sbatch_out: &str, sbatch_delay: u32) {
             ),
         );
     }
+}
+
+/// A folder for one test: fake tools in `bin` (see [`fake_tools`]) and an empty results
+/// root; the folder lives as long as the returned guard.
+fn scene(sbatch_out: &str, sbatch_delay: u32) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (bin, root) = (tmp.path().join("bin"), tmp.path().join("results"));
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&root).unwrap();
+    fake_tools(&bin, sbatch_out, sbatch_delay);
+    (tmp, bin, root)
 }
 
 /// Run `command` with the fake tools of `bin` first on PATH, under a login node's
@@ -109,11 +120,7 @@ fn settle_waiting(root: &Path, records: &[(&str, u32, &str)], wait: u32) -> Comm
 
 #[tokio::test]
 async fn an_attempt_leaves_its_answer_and_a_fenced_attempt_never_runs_sbatch() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (bin, root) = (tmp.path().join("bin"), tmp.path().join("results"));
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::create_dir_all(&root).unwrap();
-    fake_tools(&bin, "4321\n", 0);
+    let (_tmp, bin, root) = scene("4321\n", 0);
     let name = "job-aaaaaa";
     let out = run(&bin, submit(&root, name, 1)).await;
     assert_eq!(out.status, 0, "{}", out.stderr_text());
@@ -161,11 +168,7 @@ async fn an_attempt_leaves_its_answer_and_a_fenced_attempt_never_runs_sbatch() {
 
 #[tokio::test]
 async fn a_record_whose_attempts_were_all_fenced_loses_its_secrets() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (bin, root) = (tmp.path().join("bin"), tmp.path().join("results"));
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::create_dir_all(&root).unwrap();
-    fake_tools(&bin, "1\n", 0);
+    let (_tmp, bin, root) = scene("1\n", 0);
     let name = "job-bbbbbb";
     // The settle comes first (the submitter died before its upload landed).
     let answer = run(&bin, settle(&root, name, 1)).await;
@@ -184,11 +187,7 @@ async fn a_record_whose_attempts_were_all_fenced_loses_its_secrets() {
 
 #[tokio::test]
 async fn an_attempt_still_in_sbatch_is_reported_running() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (bin, root) = (tmp.path().join("bin"), tmp.path().join("results"));
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::create_dir_all(&root).unwrap();
-    fake_tools(&bin, "77\n", 4);
+    let (_tmp, bin, root) = scene("77\n", 4);
     let name = "job-cccccc";
     let (bin2, root2) = (bin.clone(), root.clone());
     let submitting = tokio::spawn(async move { run(&bin2, submit(&root2, name, 1)).await });
@@ -214,11 +213,7 @@ async fn a_settle_makes_a_missing_job_folder_private() {
     // Defect 10: the fence made the job folder with the login umask (world-listable),
     // and a late attempt then unpacked the job's files into it.
     use std::os::unix::fs::MetadataExt;
-    let tmp = tempfile::tempdir().unwrap();
-    let (bin, root) = (tmp.path().join("bin"), tmp.path().join("results"));
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::create_dir_all(&root).unwrap();
-    fake_tools(&bin, "1\n", 0);
+    let (_tmp, bin, root) = scene("1\n", 0);
     let name = "job-dddddd";
     let answer = run(&bin, settle(&root, name, 1)).await;
     let parts = round_trip::split(&answer, 4).unwrap();
@@ -233,10 +228,7 @@ async fn a_settle_makes_a_missing_job_folder_private() {
 async fn stuck_attempts_are_waited_for_under_one_deadline() {
     // Defect 1: each attempt still "in sbatch" had a wait of its own, one after another,
     // so a status with many stuck records settled none within its round trip's limit.
-    let tmp = tempfile::tempdir().unwrap();
-    let (bin, root) = (tmp.path().join("bin"), tmp.path().join("results"));
-    std::fs::create_dir_all(&bin).unwrap();
-    fake_tools(&bin, "1\n", 0);
+    let (_tmp, bin, root) = scene("1\n", 0);
     let names = ["job-e00001", "job-e00002", "job-e00003", "job-e00004"];
     for name in names {
         // Attempt 1 claimed its folder and was killed before sbatch's answer was kept.
@@ -269,10 +261,7 @@ async fn sacct_is_asked_by_job_id_and_by_the_ids_a_settle_knows() {
     // JobID, which maps to the array), and a range cancelled before any task started is
     // missing from a listing by name on Slurm 26.05: the ids known (the record's
     // candidates, what its attempts printed) are asked by id as well.
-    let tmp = tempfile::tempdir().unwrap();
-    let (bin, root) = (tmp.path().join("bin"), tmp.path().join("results"));
-    std::fs::create_dir_all(&bin).unwrap();
-    fake_tools(&bin, "1\n", 0);
+    let (_tmp, bin, root) = scene("1\n", 0);
     let (seen, left) = ("job-f00001", "job-f00002");
     // A sacct that knows job 48 (an array range never started) only when asked by id.
     std::fs::write(
@@ -312,11 +301,7 @@ async fn a_folder_another_record_claimed_is_never_submitted_settled_or_cleaned_a
     // Defect 4: a record of another store with the same id took the first record's
     // attempt as its own (fenced, then adopted its job), and its end shredded the first
     // record's secrets. The folder's owner token decides.
-    let tmp = tempfile::tempdir().unwrap();
-    let (bin, root) = (tmp.path().join("bin"), tmp.path().join("results"));
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::create_dir_all(&root).unwrap();
-    fake_tools(&bin, "4321\n", 0);
+    let (_tmp, bin, root) = scene("4321\n", 0);
     let name = "job-0123456789abcdef";
     let ours = run(&bin, submit_owned(&root, name, 1, "token-a")).await;
     assert_eq!(ours.status, 0, "{}", ours.stderr_text());
@@ -362,4 +347,88 @@ async fn a_folder_another_record_claimed_is_never_submitted_settled_or_cleaned_a
     ]);
     run(&bin, forget).await;
     assert!(!sidecar.exists(), "its own record removes it");
+}
+
+#[tokio::test]
+async fn a_submit_starts_only_the_programs_exactly_once_needs() {
+    // Issue 25, point 2: the claim (`ln`, `rm`) and the kept status (`mv`) are bash's
+    // own now. With only logging stand-ins on PATH, any other program fails the submit.
+    let tmp = tempfile::tempdir().unwrap();
+    let (bin, root) = (tmp.path().join("bin"), tmp.path().join("results"));
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&root).unwrap();
+    let log = tmp.path().join("started");
+    let write = |name: &str, text: String| {
+        std::fs::write(bin.join(name), text).unwrap();
+        std::fs::set_permissions(bin.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    for tool in ["mkdir", "tar", "sha256sum", "timeout"] {
+        let real = std::process::Command::new("bash")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .unwrap();
+        let real = String::from_utf8(real.stdout).unwrap();
+        write(
+            tool,
+            format!(
+                "#!/bin/bash\necho {tool} >> {log}\nexec {} \"$@\"\n",
+                real.trim(),
+                log = log.display()
+            ),
+        );
+    }
+    write(
+        "sbatch",
+        format!("#!/bin/bash\necho sbatch >> {}\necho 4321\n", log.display()),
+    );
+    std::os::unix::fs::symlink("/bin/bash", bin.join("bash")).unwrap();
+    let name = "job-0123456789abcdef";
+    let command = submit_owned(&root, name, 1, "token-a");
+    let mut only = Command::new("env")
+        .arg(format!("PATH={}", bin.display()))
+        .arg(command.program())
+        .args(command.get_args().iter().cloned());
+    only = only.stdin(command.stdin_bytes().unwrap().to_vec());
+    let out = LocalTransport::new().run(&only).await.unwrap();
+    assert_eq!(out.status, 0, "{}", out.stderr_text());
+    assert_eq!(out.stdout_text(), "4321\n");
+    let started = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        started.lines().collect::<Vec<_>>(),
+        ["mkdir", "tar", "sha256sum", "mkdir", "timeout", "sbatch"]
+    );
+    let attempt = root.join(name).join(".sbatch-1");
+    assert_eq!(std::fs::read_to_string(attempt.join("rc")).unwrap(), "0\n");
+    assert_eq!(
+        std::fs::read_to_string(root.join(name).join(".owner")).unwrap(),
+        "token-a\n"
+    );
+}
+
+#[tokio::test]
+async fn a_settle_that_finds_the_status_being_written_waits_for_it() {
+    // The attempt writes `rc` in place, last: created and not yet written, it is read
+    // again instead of as an answer without a status.
+    let (_tmp, bin, root) = scene("1\n", 0);
+    let name = "job-g00001";
+    let attempt = root.join(name).join(".sbatch-1");
+    std::fs::create_dir_all(&attempt).unwrap();
+    std::fs::write(attempt.join("out"), "4321\n").unwrap();
+    std::fs::write(attempt.join("err"), "").unwrap();
+    std::fs::write(attempt.join("rc"), "").unwrap();
+    let settling = {
+        let (bin, root) = (bin.clone(), root.clone());
+        tokio::spawn(async move { run(&bin, settle_waiting(&root, &[(name, 1, "-")], 20)).await })
+    };
+    // Without the wait the settle answers at once (an empty status, in milliseconds):
+    // give it a second to show that it waits instead.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert!(!settling.is_finished(), "the settle waits for the status");
+    std::fs::write(attempt.join("rc"), "0\n").unwrap();
+    let answer = settling.await.unwrap();
+    let fence = round_trip::split(&answer, 4).unwrap()[0].stdout_text();
+    assert!(
+        fence.contains(&format!("{name} 1 done 0 {} -", hex::encode("4321\n"))),
+        "{fence}"
+    );
 }

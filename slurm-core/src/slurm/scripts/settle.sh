@@ -59,12 +59,15 @@ fence() {
       if mkdir -- "$d" 2>/dev/null; then
         : >"$d/fenced"; echo "$name $n fenced"; continue
       fi
-      while [ ! -e "$d/rc" ] && [ ! -e "$d/fenced" ] && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.5; done
+      # An attempt writes its status (rc) last, in one write: an rc still empty is being
+      # written (or its writer was killed in between: then it stays running until its
+      # age says it is dead, and the scheduler decides).
+      while [ ! -s "$d/rc" ] && [ ! -e "$d/fenced" ] && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.5; done
       # What the attempt printed names its job, whether or not its status was kept.
       [ -s "$d/out" ] && sed -n 's/^\([0-9][0-9]*\)\(;[^;]*\)\{0,1\}$/\1/p' -- "$d/out" >>"$ids"
       if [ -e "$d/fenced" ]; then
         echo "$name $n fenced"
-      elif [ -e "$d/rc" ]; then
+      elif [ -s "$d/rc" ]; then
         fenced_all=0; echo "$name $n done $(head -c 16 -- "$d/rc" | tr -dc '0-9') $(hex "$d/out") $(hex "$d/err")"
       else
         fenced_all=0; echo "$name $n running $(( $(date +%s) - $(stat -c %Y -- "$d" 2>/dev/null || date +%s) ))"

@@ -12,16 +12,22 @@
 # SLURM user) is refused before anything of this record reaches it or sbatch.
 #
 # Each attempt claims its own folder `.sbatch-N` in the job folder before sbatch runs,
-# and leaves sbatch's answer there (`out`, `err`, then `rc` last). A settle that made the
-# folder first (a fence, see settle.sh) stops the attempt before sbatch: so once the
-# fence has run, no attempt it fenced can ever reach the scheduler, and every attempt
-# that did has its answer on disk or is still bounded by the time limit.
+# and leaves sbatch's answer there (`out`, `err`, then `rc` last, written by bash in one
+# write: a reader that finds `rc` empty reads it again). A settle that made the folder
+# first (a fence, see settle.sh) stops the attempt before sbatch: so once the fence has
+# run, no attempt it fenced can ever reach the scheduler, and every attempt that did has
+# its answer on disk or is still bounded by the time limit.
+#
+# The processes it starts, each for what exactly once needs: `mkdir -p` (a new job
+# folder), `tar` (the staged files), `sha256sum` (their checksums), `mkdir` (the fence,
+# the one mechanism it shares with settle.sh) and `timeout` (sbatch's bound, which
+# outlives this script). The claim, the checks and the answer kept are bash's own.
 umask 077
 root=$1 name=$2 attempt=$3 limit=$4 owner=$5 image=$6
 shift 6
 dir=$root/$name
 fence=$dir/.sbatch-$attempt
-mkdir -p -- "$dir" 2>/dev/null
+[ -d "$dir" ] || mkdir -p -- "$dir" 2>/dev/null
 if ! claim_folder "$dir" "$owner"; then
   echo "the job folder $dir belongs to another record named $name (another record store shares this results root and SLURM user); nothing was submitted" >&2
   cat >/dev/null; exit "$EXIT_CLAIMED"
@@ -48,7 +54,7 @@ if ! mkdir -- "$fence" 2>/dev/null; then
 fi
 timeout -k 5 "$limit" sbatch --parsable --job-name="$name" "sbatch/job_$name.sbatch" >"$fence/out" 2>"$fence/err"
 rc=$?
-printf '%s\n' "$rc" >"$fence/rc.tmp" && mv -f -- "$fence/rc.tmp" "$fence/rc"
+printf '%s\n' "$rc" >"$fence/rc"
 # sbatch's answer, as it was kept (bash's builtins: no process started).
 if [ -s "$fence/err" ]; then mapfile -t lines <"$fence/err"; printf '%s\n' "${lines[@]}" >&2; fi
 if [ -s "$fence/out" ]; then mapfile -t lines <"$fence/out"; printf '%s\n' "${lines[@]}"; fi
