@@ -26,6 +26,12 @@ part() {
   echo "@@end $n $rc"
   return "$rc"
 }
+# part_empty N: the answer of part N when there is nothing to run: no output, status 0
+# (no command run and no file made).
+# shellcheck disable=SC2317 # a library: not every script calls every function
+part_empty() {
+  printf '@@begin %s\n@@end %s 0\n' "$1" "$1"
+}
 # framed O|E FILE: each line of FILE prefixed `O ` or `E `, with bash's builtins only (no
 # process is started: a poll's parts cost no more than the tools they run).
 framed() {

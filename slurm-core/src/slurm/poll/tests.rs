@@ -24,13 +24,14 @@ fn jobs(all: &[u64], running: &[u64]) -> Group {
 
 /// Runs the poll script locally against fake `squeue` / `sacct` programs (squeue
 /// prints `squeue_lines` and exits `squeue_rc`; sacct prints nothing); returns the
-/// two parts, every `--jobs=` squeue was given (one a line), and every `--jobs=`
-/// sacct was given (None when it was not run).
+/// two parts, every `--jobs=` squeue was given (one a line), every `--jobs=` sacct was
+/// given (None when it was not run), and the files the run with bash deciding left in
+/// its frame folder (the long-lived shell's `__SR_FRAME`), sorted.
 async fn poll_group_locally(
     squeue_lines: &str,
     squeue_rc: i32,
     group: Group,
-) -> (Vec<Output>, String, Option<String>) {
+) -> (Vec<Output>, String, Option<String>, Vec<String>) {
     use crate::transport::{LocalTransport, Transport};
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path();
@@ -63,10 +64,13 @@ async fn poll_group_locally(
     let groups: BTreeMap<Option<String>, Group> = [(None, group)].into();
     // Once with bash deciding what needs sacct, once with awk: both must agree.
     let mut answers = Vec::new();
+    let mut frames = Vec::new();
     for bash_decides_up_to in [usize::MAX, 0] {
         let poll = poll_command_deciding(&groups, bash_decides_up_to).unwrap();
+        let frame = tempfile::tempdir().unwrap();
         let command = Command::new("env")
             .arg(&path)
+            .arg(format!("__SR_FRAME={}", frame.path().display()))
             .arg(poll.program())
             .args(poll.get_args().iter().cloned())
             .stdin(poll.stdin_bytes().unwrap().to_vec());
@@ -79,6 +83,12 @@ async fn poll_group_locally(
         for log in ["squeue.jobs", "sacct.jobs"] {
             let _ = std::fs::remove_file(bin.join(log));
         }
+        let mut made: Vec<String> = std::fs::read_dir(frame.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        made.sort();
+        frames.push(made);
         answers.push((parts, squeue, sacct));
     }
     let by_awk = answers.pop().unwrap();
@@ -100,12 +110,12 @@ async fn poll_group_locally(
             .map(|p| (&p.stdout, p.status))
             .collect::<Vec<_>>()
     );
-    by_bash
+    (by_bash.0, by_bash.1, by_bash.2, frames.swap_remove(0))
 }
 
 #[tokio::test]
 async fn jobs_squeue_settles_cost_no_sacct() {
-    let (parts, _, sacct) = poll_group_locally(
+    let (parts, _, sacct, _) = poll_group_locally(
         "1|PENDING|Priority|(null)|a\n2|RUNNING|None|n1|b\n",
         0,
         jobs(&[1, 2], &[]),
@@ -117,17 +127,33 @@ async fn jobs_squeue_settles_cost_no_sacct() {
 }
 
 #[tokio::test]
+async fn a_poll_squeue_settles_makes_no_file_beyond_its_ids_and_squeues_answer() {
+    // A file made costs about 140 µs on the test machine's disk, as much as the rest of
+    // the script's own work on a few jobs: the lists the input does not give, the jobs
+    // needing sacct when none do and the part of a sacct not run are made no more (they
+    // were E.0, need.0, 1.out and 1.err). J.0 and R.0 are the input's lists.
+    let (_, _, sacct, frame) = poll_group_locally(
+        "1|PENDING|Priority|(null)|a\n2|RUNNING|None|n1|b\n",
+        0,
+        jobs(&[1, 2], &[2]),
+    )
+    .await;
+    assert_eq!(sacct, None);
+    assert_eq!(frame, ["0.err", "0.out", "J.0", "R.0"]);
+}
+
+#[tokio::test]
 async fn sacct_is_asked_only_for_what_squeue_cannot_settle() {
     // 3 finished (exit code and steps from sacct), 4 gone from squeue, 5 a RUNNING
     // record pending again (a requeue: sacct says why), 6 pending as before.
-    let (_, _, sacct) = poll_group_locally(
+    let (_, _, sacct, _) = poll_group_locally(
         "3|COMPLETED|None|n1|c\n5|PENDING|BeginTime|(null)|e\n6|PENDING|Priority|(null)|f\n",
         0,
         jobs(&[3, 4, 5, 6], &[5]),
     )
     .await;
     assert_eq!(sacct.as_deref(), Some("3,4,5"));
-    let (_, _, sacct) = poll_group_locally("", 1, jobs(&[7, 8], &[])).await;
+    let (_, _, sacct, _) = poll_group_locally("", 1, jobs(&[7, 8], &[])).await;
     assert_eq!(
         sacct.as_deref(),
         Some("7,8"),
@@ -147,7 +173,7 @@ async fn an_array_costs_one_squeue_until_a_task_ends_or_vanishes() {
         failed_node: false,
     };
     // Two running, the rest in the pending range: squeue settles all.
-    let (parts, _, sacct) = poll_group_locally(
+    let (parts, _, sacct, _) = poll_group_locally(
         "40_[2-7%2]|PENDING|JobArrayTaskLimit|(null)|a\n40_0|RUNNING|None|n1|a\n40_1|RUNNING|None|n2|a\n",
         0,
         group(vec![0, 1], (0..8).collect()),
@@ -164,7 +190,7 @@ async fn an_array_costs_one_squeue_until_a_task_ends_or_vanishes() {
         Some("JobArrayTaskLimit")
     );
     // A running task gone from squeue (it ended and was purged): sacct for the array.
-    let (_, _, sacct) = poll_group_locally(
+    let (_, _, sacct, _) = poll_group_locally(
         "40_[2-7%2]|PENDING|JobArrayTaskLimit|(null)|a\n40_1|RUNNING|None|n2|a\n",
         0,
         group(vec![0, 1], (0..8).collect()),
@@ -172,7 +198,7 @@ async fn an_array_costs_one_squeue_until_a_task_ends_or_vanishes() {
     .await;
     assert_eq!(sacct.as_deref(), Some("40"));
     // A task listed as ended: sacct says how.
-    let (_, _, sacct) = poll_group_locally(
+    let (_, _, sacct, _) = poll_group_locally(
         "40_0|COMPLETED|None|n1|a\n40_1|RUNNING|None|n2|a\n",
         0,
         group(vec![1], vec![0, 1]),
@@ -192,7 +218,7 @@ async fn a_poll_of_twenty_thousand_ids_travels_on_stdin_and_asks_squeue_once() {
         poll.get_args().iter().all(|a| a.len() < 16 * 1024),
         "no argument carries the ids"
     );
-    let (_, squeue, sacct) = poll_group_locally("", 0, jobs(&all, &[])).await;
+    let (_, squeue, sacct, _) = poll_group_locally("", 0, jobs(&all, &[])).await;
     assert_eq!(
         squeue, "mine\n",
         "one squeue of the user's jobs, no id list"
@@ -211,7 +237,7 @@ async fn a_poll_of_twenty_thousand_ids_travels_on_stdin_and_asks_squeue_once() {
 async fn few_jobs_are_named_to_squeue_and_many_are_kept_from_the_users_own() {
     // Below MINE_FROM jobs: explicit lists.
     let few: Vec<u64> = (1..MINE_FROM as u64).collect();
-    let (_, squeue, _) = poll_group_locally("", 0, jobs(&few, &[])).await;
+    let (_, squeue, _, _) = poll_group_locally("", 0, jobs(&few, &[])).await;
     assert_eq!(squeue.lines().count(), 1);
     assert_eq!(squeue.trim().split(',').count(), few.len());
     // From MINE_FROM jobs: squeue lists the user's jobs; untracked rows are dropped
@@ -223,7 +249,7 @@ async fn few_jobs_are_named_to_squeue_and_many_are_kept_from_the_users_own() {
             .map(|n| format!("{n}|RUNNING|None|n1|c\n"))
             .collect::<String>()
     );
-    let (parts, squeue, sacct) = poll_group_locally(&rows, 0, jobs(&many, &[])).await;
+    let (parts, squeue, sacct, _) = poll_group_locally(&rows, 0, jobs(&many, &[])).await;
     assert_eq!(squeue, "mine\n");
     let listed = parts[0].stdout_text();
     assert!(listed.contains("1|PENDING") && listed.contains("5_[1-3]|PENDING"));

@@ -29,8 +29,8 @@ while [ "$i" -lt "${#input[@]}" ]; do
   if [ "$count" -gt 0 ]; then printf '%s\n' "${input[@]:i+1:count}" >>"$frame_dir/$kind.$k"; fi
   i=$((i + 1 + count))
 done
-# needs_sacct RUN EXPECTED ROWS JOBS: the jobs of JOBS that sacct must settle, with
-# bash's builtins; the same decision as the awk program below.
+# needs_sacct RUN EXPECTED ROWS JOBS: the jobs of JOBS that sacct must settle, into the
+# array `needed`, with bash's builtins; the same decision as the awk program below.
 needs_sacct() {
   local -A alive=() state=() seen=() ranged=() need=()
   local word key job s rest
@@ -53,7 +53,7 @@ needs_sacct() {
   done <"$2"
   while IFS= read -r job; do
     [ -n "$job" ] || continue
-    if [ -z "${seen[$job]:-}" ] || [ -n "${need[$job]:-}" ]; then printf '%s\n' "$job"; fi
+    if [ -z "${seen[$job]:-}" ] || [ -n "${need[$job]:-}" ]; then needed+=("$job"); fi
   done <"$4"
 }
 # shellcheck disable=SC2317 # runs through `part`
@@ -88,7 +88,11 @@ while [ $# -gt 0 ]; do
   while [ $# -gt 0 ] && [ "$1" != "--slurm-run-group--" ]; do sacct_argv+=("$1"); shift; done
   [ $# -gt 0 ] && shift
   all=$frame_dir/J.$k run=$frame_dir/R.$k expected=$frame_dir/E.$k need=$frame_dir/need.$k
-  : >>"$all"; : >>"$run"; : >>"$expected"
+  # A list the input did not give is empty: read from /dev/null rather than made (a file
+  # made costs more here than the rest of a poll's own work on a few jobs).
+  [ -e "$all" ] || all=/dev/null
+  [ -e "$run" ] || run=/dev/null
+  [ -e "$expected" ] || expected=/dev/null
   if [ "$how" = mine ]; then
     part $((2 * k)) mine "$all" "${squeue_argv[@]}"
   else
@@ -96,7 +100,10 @@ while [ $# -gt 0 ]; do
   fi
   squeue_status=$?
   if [ "$squeue_status" -eq 0 ] && [ "$decider" = bash ]; then
-    needs_sacct "$run" "$expected" "$frame_dir/$((2 * k)).out" "$all" >"$need"
+    # The jobs that need sacct, written only when there are some.
+    needed=()
+    needs_sacct "$run" "$expected" "$frame_dir/$((2 * k)).out" "$all"
+    if [ "${#needed[@]}" -gt 0 ]; then printf '%s\n' "${needed[@]}" >"$need"; else need=/dev/null; fi
   elif [ "$squeue_status" -eq 0 ]; then
     awk -F'|' -v live="$live" -v runf="$run" -v expf="$expected" -v outf="$frame_dir/$((2 * k)).out" '
       function job_of(key) { sub(/_.*/, "", key); return key }
@@ -125,12 +132,12 @@ while [ $# -gt 0 ]; do
         if (!($1 in seen) || ($1 in need)) print $1
       }' "$run" "$expected" "$frame_dir/$((2 * k)).out" "$all" >"$need"
   else
-    cp -- "$all" "$need"
+    need=$all
   fi
   if [ -s "$need" ]; then
     part $((2 * k + 1)) chunked "$need" "${sacct_argv[@]}"
   else
-    part $((2 * k + 1)) true
+    part_empty $((2 * k + 1))
   fi
   k=$((k + 1))
 done
