@@ -36,11 +36,15 @@
 //!    no byte of the input is ever read as shell input (the transport opens a new shell).
 //!    Output goes to files named per command (a background process a command left
 //!    behind writes into its own file, never into the framing or the next command's
-//!    output); old files are removed every 64 commands. Each command also gets an empty
+//!    output), made while the client reads the previous answer (a file made costs up
+//!    to a millisecond on some disks, one truncated a few microseconds); old files are
+//!    removed every 64 commands, also after an answer. Each command also gets an empty
 //!    private folder of its own (`__SR_FRAME` in its environment) for the files of a
 //!    framed script (a poll's squeue rows, its lists): the shell makes them 64 at a time
-//!    and removes them with the old output files, so a poll starts no `mktemp` and no
-//!    `rm` of its own.
+//!    on a memory file system when the user can write one (`$XDG_RUNTIME_DIR`, else
+//!    `/dev/shm`; else beside the output files), empties each once its command has
+//!    answered, and removes them with the old output files, so a poll starts no
+//!    `mktemp` and no `rm` of its own.
 //!    A fixed script ([`Command::fixed_script`]) is sent as `__sr_run MARKER N
 //!    'FUNCTION PARAMS' FUNCTION 'TEXT'` the first time: the shell defines TEXT as the
 //!    function FUNCTION ([`FixedScript::function`](slurm_core::FixedScript::function): its digest) once the trailer has come,
@@ -176,13 +180,19 @@ pub(crate) struct ShellProtocol {
 /// cost less than the `head` process that reads a longer input whole (about 1.5 ms).
 const INLINE_INPUT_MAX: usize = 256;
 
-/// A command's input as the request's own word, `=TEXT`, when it is short text without
-/// a NUL (a poll's few ids); `None`: it goes as raw bytes after the request line.
-fn inline_input(stdin: &[u8]) -> Option<&str> {
+/// A command's input as the request's own word when it is short text without a NUL (a
+/// poll's few ids): `+TEXT` when it ends with a newline (the shell gives TEXT and that
+/// newline as a here-string: no file made or removed), else `=TEXT` (written to the
+/// command's input file); `None`: it goes as raw bytes after the request line.
+fn inline_input(stdin: &[u8]) -> Option<String> {
     if stdin.is_empty() || stdin.len() > INLINE_INPUT_MAX || stdin.contains(&0) {
         return None;
     }
-    std::str::from_utf8(stdin).ok()
+    let text = std::str::from_utf8(stdin).ok()?;
+    Some(match text.strip_suffix('\n') {
+        Some(line) => format!("+{line}"),
+        None => format!("={text}"),
+    })
 }
 
 impl ShellProtocol {
@@ -291,8 +301,8 @@ impl ShellProtocol {
         let marker = format!("SRM{}", token());
         let stdin = command.stdin_bytes().unwrap_or(&[]);
         let inline = inline_input(stdin);
-        let mut header = match inline {
-            Some(text) => format!("__sr_run {marker} {} ", shell_quote(&format!("={text}"))?),
+        let mut header = match &inline {
+            Some(word) => format!("__sr_run {marker} {} ", shell_quote(word)?),
             None => format!("__sr_run {marker} {} ", stdin.len()),
         };
         self.defining = None;
@@ -724,7 +734,8 @@ mod tests {
             .send(&Command::new("cat").stdin(ids.clone()))
             .unwrap();
         let request = String::from_utf8(bash.proto.to_write().to_vec()).unwrap();
-        assert!(request.contains(" '=0 J 2\n4242\n4243\n' "), "{request}");
+        // Ending in a newline: a here-string of the text before it.
+        assert!(request.contains(" '+0 J 2\n4242\n4243' "), "{request}");
         let events = bash.pump_until(|e| matches!(e.last(), Some(ShellEvent::Finished(_))));
         match events.last() {
             Some(ShellEvent::Finished(out)) => assert_eq!((out.status, &out.stdout), (0, &ids)),
@@ -739,6 +750,17 @@ mod tests {
             .stdin(b"x".to_vec()),
         );
         assert_eq!(out.stdout_text(), "600\n");
+        // Ending in a newline, it is no file of the shell's at all: nothing to make on
+        // a disk before the command, nothing to remove after it.
+        let out = bash.run(
+            &Command::bash_script(r#"readlink /proc/$$/fd/0"#, Vec::<String>::new())
+                .stdin(b"4242\n".to_vec()),
+        );
+        assert!(
+            !out.stdout_text().contains("slurm-run-shell"),
+            "{}",
+            out.stdout_text()
+        );
         assert_eq!(head_starts(), 0, "a short text input started head");
         // Longer than INLINE_INPUT_MAX, or not text: raw bytes after the line, for head.
         for input in [

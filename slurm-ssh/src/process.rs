@@ -674,4 +674,104 @@ mod tests {
             assert!(files_holding(tmp.path(), b"CANARY-stdin-7f3a1c").is_empty());
         });
     }
+
+    #[test]
+    fn frames_are_on_the_users_memory_file_system_and_emptied_after_each_answer() {
+        // A file made on a disk costs up to a millisecond (0.3-0.7 ms for the test
+        // machine's /tmp), on a memory file system microseconds: a framed script's
+        // working files go to `$XDG_RUNTIME_DIR` (here a folder of the test's), and hold
+        // nothing once their command has answered.
+        rt().block_on(async {
+            let tmp = tempfile::tempdir().unwrap();
+            let runtime = tempfile::tempdir().unwrap();
+            let t = shell_in(
+                tmp.path(),
+                &format!("export XDG_RUNTIME_DIR={};", runtime.path().display()),
+            );
+            let out = t
+                .run(&Command::bash_script(
+                    r#"printf 'rows\n' >"$__SR_FRAME/rows"; printf '%s' "$__SR_FRAME""#,
+                    Vec::<String>::new(),
+                ))
+                .await
+                .unwrap();
+            let frame = std::path::PathBuf::from(out.stdout_text());
+            assert!(
+                frame.starts_with(runtime.path()),
+                "{} is not under {}",
+                frame.display(),
+                runtime.path().display()
+            );
+            // The shell empties a frame after the answer, before it reads the next
+            // request: once the next command has answered, that is done.
+            t.run(&Command::new("true")).await.unwrap();
+            assert_eq!(std::fs::read(frame.join("rows")).unwrap(), b"");
+        });
+    }
+
+    #[test]
+    fn a_commands_output_files_are_made_before_it_is_sent() {
+        // The next command's output files are made while the client reads an answer:
+        // a command's redirections truncate them (microseconds) instead of making them.
+        rt().block_on(async {
+            let tmp = tempfile::tempdir().unwrap();
+            let t = shell_in(tmp.path(), "");
+            t.run(&Command::new("true")).await.unwrap();
+            // A gap between the two commands tells "made after the last answer" from
+            // "made as the command started".
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let out = t
+                .run(&Command::bash_script(
+                    r#"now=$EPOCHREALTIME; printf '%s %s' "$(stat -L -c %.9W "/proc/$$/fd/1")" "$now""#,
+                    Vec::<String>::new(),
+                ))
+                .await
+                .unwrap();
+            let times: Vec<f64> = out
+                .stdout_text()
+                .split(' ')
+                .map(|t| t.parse().unwrap())
+                .collect();
+            let (made, started) = (times[0], times[1]);
+            assert!(
+                started - made > 0.3,
+                "its stdout file was made {:.3} s before it started",
+                started - made
+            );
+        });
+    }
+
+    #[test]
+    fn a_dead_shells_frames_are_removed_by_the_next_shell() {
+        // Frames on a memory file system hold memory until the host restarts when their
+        // shell was killed before its exit trap: the user's next shell removes those of
+        // shells no longer alive, and never a live one's.
+        rt().block_on(async {
+            let tmp = tempfile::tempdir().unwrap();
+            let runtime = tempfile::tempdir().unwrap();
+            // A pid no process has: past the kernel's largest.
+            let max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            let dead = runtime
+                .path()
+                .join(format!("slurm-run-frames.{}.Ab3dEf9h", max + 1));
+            let live = runtime
+                .path()
+                .join(format!("slurm-run-frames.{}.Zy8xWv7u", std::process::id()));
+            for frames in [&dead, &live] {
+                std::fs::create_dir_all(frames.join("f.7")).unwrap();
+                std::fs::write(frames.join("f.7").join("0.out"), "rows\n").unwrap();
+            }
+            let t = shell_in(
+                tmp.path(),
+                &format!("export XDG_RUNTIME_DIR={};", runtime.path().display()),
+            );
+            t.run(&Command::new("true")).await.unwrap();
+            assert!(!dead.exists(), "a dead shell's frames stay");
+            assert!(live.join("f.7").join("0.out").exists(), "a live one's went");
+        });
+    }
 }
