@@ -19,7 +19,7 @@ use slurm_records::{PostgresRecordStore, SqliteRecordStore};
 use slurm_render::HandlebarsRenderer;
 use slurm_run_testsupport::backend::Harness;
 use slurm_run_testsupport::bench::cluster::{
-    cancel_all, fresh_ssh, fresh_ssh_each, held_jobs, over_connection, track, user_rpcs,
+    cancel_all, fresh_ssh, fresh_ssh_each, held_jobs, idle_shell, over_connection, track, user_rpcs,
 };
 use slurm_run_testsupport::bench::{median, Area, Baseline, Row, Series};
 use slurm_run_testsupport::{backend, examples};
@@ -110,6 +110,7 @@ async fn main() {
         let mut times = Vec::new();
         for _ in 0..samples {
             h.transport.reset();
+            idle_shell().await;
             let start = Instant::now();
             let statuses = h.backend.status_many(ids).await.expect("poll");
             times.push(start.elapsed());
@@ -178,6 +179,7 @@ async fn main() {
             let mut times = Vec::new();
             for _ in 0..5 {
                 h.transport.reset();
+                idle_shell().await;
                 let start = Instant::now();
                 let statuses = backend.status_many(ids).await.expect("poll");
                 times.push(start.elapsed());
@@ -332,6 +334,7 @@ async fn main() {
     for _ in 0..9 {
         let fresh_records = track(&h, ended);
         h.transport.reset();
+        idle_shell().await;
         let start = Instant::now();
         let statuses = h.backend.status_many(&fresh_records).await.expect("poll");
         times.push(start.elapsed());
@@ -379,7 +382,9 @@ async fn main() {
     );
 
     area.notes.push(format!(
-        "Each poll is one round trip (counted). The jobs are held, so they stay PENDING and every \
+        "Each poll is one round trip (counted); every timed sample, slurm-run's and the bare \
+         command's alike, starts 20 ms after the last answer, on an idle shell (as a watch's \
+         polls, seconds apart). The jobs are held, so they stay PENDING and every \
          poll asks squeue about all of them; squeue settles them, so no sacct runs. The bare \
          baseline is the faster of squeue with the explicit id list and `squeue --me` \
          (both columns in the notes), each over the same open connection. The per-job ssh \

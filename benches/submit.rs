@@ -19,7 +19,7 @@ use slurm_core::{
     RemotePath, SlurmJobId, SubmitOptions, TransitionSource, Transport,
 };
 use slurm_run_testsupport::backend::{self, Harness};
-use slurm_run_testsupport::bench::cluster::{cancel_all, fresh_ssh, held_jobs, track};
+use slurm_run_testsupport::bench::cluster::{cancel_all, fresh_ssh, held_jobs, idle_shell, track};
 use slurm_run_testsupport::bench::{median, Area, Baseline, Row};
 
 /// How many submits run at once in the throughput figure.
@@ -59,6 +59,7 @@ async fn submit_latency(h: &Harness, area: &mut Area, jobs: &mut Vec<SlurmJobId>
         "sbatch --parsable --begin=now+1hour --output=/dev/null --job-name={FRESH_NAME} --wrap=true"
     );
     for i in 0..25 {
+        idle_shell().await;
         let start = Instant::now();
         let record = h
             .backend
@@ -67,6 +68,7 @@ async fn submit_latency(h: &Harness, area: &mut Area, jobs: &mut Vec<SlurmJobId>
             .unwrap();
         library.push(start.elapsed());
         jobs.push(job_id(&record.backend_ref().unwrap().native_id));
+        idle_shell().await;
         let start = Instant::now();
         let out = h.transport.run(&bare_sbatch()).await.unwrap();
         bare.push(start.elapsed());
@@ -161,7 +163,9 @@ async fn submit_steps(h: &Harness, area: &mut Area) {
         ("record marked PENDING (fsynced)", mark, "-"),
     ];
     let mut table = String::from(
-        "The steps of one submit beside sbatch's own, each timed on its own in this run          (medians of 30; the remote ones in one shell over the same connection, so without          a round trip each):\n\n| step | costs | before this change |\n|---|---|---|\n",
+        "The steps of one submit beside sbatch's own, each timed on its own in this run \
+         (medians of 30; the remote ones in one shell over the same connection, so without \
+         a round trip each):\n\n| step | costs | before this change |\n|---|---|---|\n",
     );
     for (name, ms, before) in rows {
         table.push_str(&format!("| {name} | {ms:.2} ms | {before} |\n"));
@@ -249,11 +253,13 @@ async fn cancel(h: &Harness) {
         let jobs = held_jobs(h, 2 * CANCELS).await;
         all.extend(jobs.iter().copied());
         let records = track(h, &jobs[..CANCELS]);
+        idle_shell().await;
         let start = Instant::now();
         let cancelled = h.backend.cancel_many(&records).await.expect("cancel");
         library.push(start.elapsed());
         assert!(cancelled.iter().all(|r| r.state().is_terminal()));
         let command = Command::new("scancel").args(jobs[CANCELS..].iter().map(ToString::to_string));
+        idle_shell().await;
         let start = Instant::now();
         let out = h.transport.run(&command).await.expect("bare scancel");
         bare.push(start.elapsed());
@@ -328,7 +334,8 @@ async fn main() {
     );
     submit_steps(&h, &mut area).await;
     area.notes.push(
-        "Submits and bare sbatch alternate (one each, 25 times); the throughput figure sends \
+        "Submits and bare sbatch alternate (one each, 25 times, each 20 ms after the last \
+         answer, on an idle shell); the throughput figure sends \
          all its submits at once through one backend (the same pooled connections as the bare \
          sbatch). Every job waits an hour to start (`--begin=now+1hour`) and is cancelled \
          afterwards."
