@@ -20,6 +20,14 @@ pub struct RemotePath(String);
 impl RemotePath {
     /// Parse and normalise an absolute path; `field` names the spec field in errors.
     pub(crate) fn parse_for(field: &str, text: &str) -> Result<Self> {
+        let normal = Self::normal_form(field, text)?;
+        Ok(RemotePath(normal.unwrap_or_else(|| text.to_string())))
+    }
+
+    /// The normal form of path `text`, checked as [`parse_for`](Self::parse_for) does;
+    /// `None` when `text` is already normal (as a record keeps it: reading it back
+    /// copies nothing).
+    fn normal_form(field: &str, text: &str) -> Result<Option<String>> {
         if !text.starts_with('/') {
             return Err(Error::invalid(
                 field,
@@ -32,20 +40,28 @@ impl RemotePath {
                 "a cluster path cannot hold control characters or commas",
             ));
         }
-        let mut parts = Vec::new();
-        for part in text.split('/') {
+        // Normal: `/` alone, or each part after one `/`, none empty or `.`.
+        let mut normal = true;
+        for part in text[1..].split('/') {
             match part {
-                "" | "." => {}
+                "" | "." => normal = false,
                 ".." => {
                     return Err(Error::invalid(
                         field,
                         format!("`{text}` holds `..`; give the plain absolute path"),
                     ))
                 }
-                p => parts.push(p),
+                _ => {}
             }
         }
-        Ok(RemotePath(format!("/{}", parts.join("/"))))
+        if normal || text == "/" {
+            return Ok(None);
+        }
+        let parts: Vec<&str> = text
+            .split('/')
+            .filter(|part| !matches!(*part, "" | "."))
+            .collect();
+        Ok(Some(format!("/{}", parts.join("/"))))
     }
 
     /// Parse and normalise an absolute path (errors name the field `path`).
@@ -78,7 +94,8 @@ impl fmt::Display for RemotePath {
 impl TryFrom<String> for RemotePath {
     type Error = Error;
     fn try_from(value: String) -> Result<Self> {
-        RemotePath::parse(&value)
+        let normal = RemotePath::normal_form("path", &value)?;
+        Ok(RemotePath(normal.unwrap_or(value)))
     }
 }
 
@@ -301,6 +318,28 @@ mod tests {
             let msg = err.to_string();
             assert!(msg.starts_with("invalid datasets"), "{input}: {msg}");
             assert!(msg.contains(needle), "{input}: {msg}");
+        }
+    }
+
+    #[test]
+    fn a_path_reads_in_normal_form_whether_parsed_or_read_back() {
+        for (text, normal) in [
+            ("/", "/"),
+            ("/lustre/results/job-1", "/lustre/results/job-1"),
+            ("/a.b/.c/d..e", "/a.b/.c/d..e"),
+            ("//", "/"),
+            ("/.", "/"),
+            ("/lustre//results/", "/lustre/results"),
+            ("/lustre/./results/.", "/lustre/results"),
+            ("//lustre///x", "/lustre/x"),
+        ] {
+            assert_eq!(RemotePath::parse(text).unwrap().as_str(), normal, "{text}");
+            let read: RemotePath = serde_json::from_value(serde_json::json!(text)).unwrap();
+            assert_eq!(read.as_str(), normal, "{text}");
+        }
+        for bad in ["relative", "/a/../b", "/..", "/a,b", "/a\nb", ""] {
+            assert!(RemotePath::parse(bad).is_err(), "{bad}");
+            assert!(serde_json::from_value::<RemotePath>(serde_json::json!(bad)).is_err());
         }
     }
 

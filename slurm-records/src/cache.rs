@@ -30,6 +30,24 @@ impl ReadCache {
             .collect()
     }
 
+    /// The records kept of `rows` (each an id and the version read) at the version
+    /// read, each with its place among them, in their order (one lock for all of them).
+    pub(crate) fn kept_at<'a>(
+        &self,
+        rows: impl Iterator<Item = (&'a str, i64)>,
+    ) -> Vec<(usize, JobRecord)> {
+        let kept = self.kept();
+        if kept.is_empty() {
+            return Vec::new();
+        }
+        rows.enumerate()
+            .filter_map(|(place, (id, version))| match kept.get(id) {
+                Some((at, record)) if *at == version => Some((place, record.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The record `id` kept at `version`, if that is the version kept.
     pub(crate) fn get(&self, id: &str, version: i64) -> Option<JobRecord> {
         match self.kept().get(id) {

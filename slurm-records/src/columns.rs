@@ -144,13 +144,20 @@ pub(crate) fn list_query(filter: &RecordFilter, dialect: Dialect) -> Query {
     query
 }
 
-/// Read a row's body as record `id` of `origin` (the store, for the error).
-pub(crate) fn read_body(id: &str, body: &str, origin: &str) -> Result<JobRecord> {
-    let where_ = format!("record {id} in {origin}");
-    let record = JobRecord::from_stored_json(body.as_bytes(), &where_)?;
+/// Read a row's body as record `id` of `origin` (the store, for the error). The record is
+/// named only when it cannot be read: a listing builds no name per record.
+pub(crate) fn read_body(id: &str, body: &[u8], origin: &str) -> Result<JobRecord> {
+    let where_ = || format!("record {id} in {origin}");
+    let record = JobRecord::from_stored_json(body, "").map_err(|error| match error {
+        Error::CorruptRecord { message, .. } => Error::CorruptRecord {
+            path: where_(),
+            message,
+        },
+        other => other,
+    })?;
     if record.id().as_str() != id {
         return Err(Error::CorruptRecord {
-            path: where_,
+            path: where_(),
             message: format!("holds id {} instead of {id}", record.id()),
         });
     }

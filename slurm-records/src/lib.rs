@@ -37,6 +37,7 @@
 
 mod cache;
 mod columns;
+mod listing;
 mod location;
 mod migrate;
 mod postgres;

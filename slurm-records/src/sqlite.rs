@@ -9,6 +9,8 @@
 //! write one step for every process, so a retry is claimed once. A writer waits up to
 //! [`BUSY_WAIT`] for another's transaction. Submit leases are locked files beside the
 //! database (`<file>.leases/<id>.submit`): the kernel frees them when their process dies.
+//! A listing reads its rows on the caller's thread and parses them on every core
+//! (`listing.rs`).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -25,6 +27,7 @@ use crate::columns::{
     list_query, read_body, Dialect, Row, Value, LABELS_TABLE, META_TABLE, RECORDS_TABLE,
     TABLES_VERSION,
 };
+use crate::listing::{self, list_rows, RowReader, BATCH_ROWS};
 
 /// How long a writer waits for another process's transaction before it gives up.
 pub const BUSY_WAIT: Duration = Duration::from_secs(60);
@@ -301,11 +304,54 @@ impl SqliteRecordStore {
             return Ok(record);
         }
         let body = body.ok_or_else(|| Error::NotFound(format!("job record {id}")))?;
-        let record = read_body(id, body, &self.origin())?;
+        let record = read_body(id, body.as_bytes(), &self.origin())?;
         if keep {
             self.cache.keep(id, version, &record);
         }
         Ok(record)
+    }
+
+    /// [`list_readable`](RecordStore::list_readable), the bodies parsed on up to
+    /// `parsers` threads while this one reads the rows.
+    fn list_on(&self, filter: &RecordFilter, parsers: usize) -> Result<Listing> {
+        let query = list_query(filter, Dialect::Sqlite);
+        let values: Vec<rusqlite::types::Value> = query
+            .values
+            .into_iter()
+            .map(|v| match v {
+                Value::Text(t) => rusqlite::types::Value::Text(t),
+                Value::Int(i) => rusqlite::types::Value::Integer(i),
+            })
+            .collect();
+        let origin = self.origin();
+        let reader = RowReader {
+            cache: &self.cache,
+            origin: &origin,
+            filter,
+        };
+        let fail = self.fail("listing records");
+        let connection = self.connection();
+        let mut select = connection.prepare_cached(&query.sql).map_err(&fail)?;
+        let mut rows = select
+            .query(rusqlite::params_from_iter(values))
+            .map_err(&fail)?;
+        list_rows(&reader, parsers, |batch| {
+            while batch.len() < BATCH_ROWS {
+                let Some(row) = rows.next().map_err(&fail)? else {
+                    break;
+                };
+                // The id and body as SQLite holds them, copied once, into the batch.
+                let id = row.get_ref(0).and_then(|v| Ok(v.as_str()?));
+                let version = row.get(1);
+                let body = row.get_ref(2).and_then(|v| Ok(v.as_bytes()?));
+                batch.push(
+                    id.map_err(&fail)?,
+                    version.map_err(&fail)?,
+                    body.map_err(&fail)?,
+                );
+            }
+            Ok(())
+        })
     }
 
     /// Open every record of `records` in one transaction, as they are (an import: their
@@ -486,35 +532,7 @@ impl RecordStore for SqliteRecordStore {
     }
 
     fn list_readable(&self, filter: &RecordFilter) -> Result<Listing> {
-        let query = list_query(filter, Dialect::Sqlite);
-        let values: Vec<rusqlite::types::Value> = query
-            .values
-            .into_iter()
-            .map(|v| match v {
-                Value::Text(t) => rusqlite::types::Value::Text(t),
-                Value::Int(i) => rusqlite::types::Value::Integer(i),
-            })
-            .collect();
-        let connection = self.connection();
-        let mut select = connection
-            .prepare_cached(&query.sql)
-            .map_err(self.fail("listing records"))?;
-        let mut rows = select
-            .query(rusqlite::params_from_iter(values))
-            .map_err(self.fail("listing records"))?;
-        let mut listing = Listing::default();
-        while let Some(row) = rows.next().map_err(self.fail("listing records"))? {
-            let id: String = row.get(0).map_err(self.fail("listing records"))?;
-            let version: i64 = row.get(1).map_err(self.fail("listing records"))?;
-            let body: String = row.get(2).map_err(self.fail("listing records"))?;
-            // A listing keeps nothing new: only a watch's records are worth keeping.
-            match self.record_of(&id, version, Some(&body), false) {
-                Ok(record) if filter.matches(&record) => listing.records.push(record),
-                Ok(_) => {}
-                Err(error) => listing.unreadable.push(error),
-            }
-        }
-        Ok(listing)
+        self.list_on(filter, listing::parsers())
     }
 
     fn submit_lease(&self, id: &JobId) -> Result<SubmitLease> {
@@ -523,5 +541,103 @@ impl RecordStore for SqliteRecordStore {
 
     fn submit_in_progress(&self, id: &JobId) -> Result<Option<bool>> {
         self.leases.held(id).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use slurm_core::{JobSpec, JobState, RemotePath, TransitionSource};
+
+    /// A store in a temporary folder holding `count` records `<name>-00000`, ... opened
+    /// one after the other.
+    fn store_with(
+        name: &str,
+        count: usize,
+    ) -> (SqliteRecordStore, tempfile::TempDir, Vec<JobRecord>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteRecordStore::open(dir.path().join("records.sqlite")).unwrap();
+        let spec = JobSpec::new(name, "true");
+        let results = RemotePath::parse("/results").unwrap();
+        let records: Vec<JobRecord> = (0..count)
+            .map(|i| {
+                let id = JobId::parse(&format!("{name}-{i:05}")).unwrap();
+                JobRecord::new(id.clone(), &spec, results.join(id.as_str()).unwrap()).unwrap()
+            })
+            .collect();
+        store.open_many(&records).unwrap();
+        (store, dir, records)
+    }
+
+    #[test]
+    fn a_listing_of_many_batches_keeps_the_query_order_on_any_number_of_threads() {
+        let count = 3 * BATCH_ROWS + 17;
+        let (store, _dir, records) = store_with("listed", count);
+        for record in records.iter().step_by(3) {
+            let pending = Mark::new(JobState::Pending, TransitionSource::Poll);
+            store.mark(record.id(), pending).unwrap();
+        }
+        // A torn row among them, opened with the one in the middle.
+        let mut torn = Row::of(&records[count / 2]).unwrap();
+        torn.id = "listed-torn".into();
+        torn.body = torn.body[..torn.body.len() / 2].to_string();
+        assert!(store.insert_row(&torn).unwrap());
+        // The order of the query: oldest first, ties by id.
+        let mut order: Vec<(i64, String)> = records
+            .iter()
+            .map(|r| (Row::of(r).unwrap().submitted_at, r.id().to_string()))
+            .chain([(torn.submitted_at, torn.id.clone())])
+            .collect();
+        order.sort();
+        let readable: Vec<&str> = order
+            .iter()
+            .map(|(_, id)| id.as_str())
+            .filter(|id| *id != torn.id)
+            .collect();
+        let pending: Vec<&str> = readable
+            .iter()
+            .copied()
+            .filter(|id| id["listed-".len()..].parse::<usize>().unwrap() % 3 == 0)
+            .collect();
+        // One record kept by a read (a listing hands back the record kept).
+        let kept = store.get(records[BATCH_ROWS + 1].id()).unwrap();
+        for parsers in [1, 2, 3, 8] {
+            let listing = store.list_on(&RecordFilter::any(), parsers).unwrap();
+            let listed: Vec<&str> = listing.records.iter().map(|r| r.id().as_str()).collect();
+            assert_eq!(listed, readable, "{parsers} parsers");
+            assert_eq!(listing.unreadable.len(), 1, "{:?}", listing.unreadable);
+            let error = &listing.unreadable[0];
+            assert_eq!(
+                error.kind(),
+                slurm_core::ErrorKind::CorruptRecord,
+                "{error}"
+            );
+            assert!(
+                error.to_string().contains("listed-torn in sqlite://"),
+                "{error}"
+            );
+            assert!(listing.records.contains(&kept));
+
+            let filter = RecordFilter::any().state(JobState::Pending);
+            let listing = store.list_on(&filter, parsers).unwrap();
+            let listed: Vec<&str> = listing.records.iter().map(|r| r.id().as_str()).collect();
+            assert_eq!(listed, pending, "{parsers} parsers");
+        }
+    }
+
+    #[test]
+    fn a_listing_of_whole_batches_or_none_lists_every_record() {
+        for count in [0, 1, BATCH_ROWS - 1, BATCH_ROWS, 2 * BATCH_ROWS] {
+            let (store, _dir, _) = store_with("whole", count);
+            for parsers in [1, 2] {
+                let listing = store.list_on(&RecordFilter::any(), parsers).unwrap();
+                assert_eq!(
+                    listing.records.len(),
+                    count,
+                    "{count} records, {parsers} parsers"
+                );
+                assert!(listing.unreadable.is_empty());
+            }
+        }
     }
 }

@@ -20,6 +20,7 @@ pub enum TransitionSource {
 /// One entry of a record's history, read through its accessors.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transition {
+    #[serde(deserialize_with = "super::timestamp::deserialize")]
     pub(crate) at: DateTime<Utc>,
     pub(crate) state: JobState,
     pub(crate) source: TransitionSource,

@@ -79,7 +79,8 @@ impl fmt::Display for JobId {
 impl TryFrom<String> for JobId {
     type Error = Error;
     fn try_from(value: String) -> Result<Self> {
-        JobId::parse(&value)
+        validate_safe_name("job id", &value)?;
+        Ok(JobId(value))
     }
 }
 

@@ -47,7 +47,9 @@ pub struct JobRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) retry_of: Option<JobId>,
     pub(crate) attempt: u32,
+    #[serde(deserialize_with = "super::timestamp::deserialize")]
     pub(crate) submitted_at: DateTime<Utc>,
+    #[serde(deserialize_with = "super::timestamp::deserialize")]
     pub(crate) updated_at: DateTime<Utc>,
     #[serde(default)]
     pub(crate) history: Vec<Transition>,
@@ -69,8 +71,10 @@ pub struct JobRecord {
     pub(crate) excluded_nodes: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) scheduler_release: Option<String>,
+    /// Boxed: a spec is half the size of a record, and a listing moves its records by
+    /// the hundred thousand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) spec: Option<JobSpec>,
+    pub(crate) spec: Option<Box<JobSpec>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) secret_names: Vec<String>,
     #[serde(default, skip_serializing_if = "is_false")]
@@ -236,7 +240,7 @@ impl JobRecord {
     /// read back from the cluster (which the job itself could rewrite). It holds secret
     /// names only, never values.
     pub fn spec(&self) -> Option<&JobSpec> {
-        self.spec.as_ref()
+        self.spec.as_deref()
     }
 
     /// The names of the secrets the job receives (never their values): what log
@@ -360,7 +364,7 @@ impl JobRecord {
             failed_nodes: Vec::new(),
             excluded_nodes: Vec::new(),
             scheduler_release: None,
-            spec: Some(spec.clone()),
+            spec: Some(Box::new(spec.clone())),
             secret_names: spec.secrets.clone(),
             secrets_staged: false,
             submit_attempts: None,
@@ -492,7 +496,7 @@ impl JobRecord {
                     message: "the kept spec does not match the record's spec_digest; submit the spec again by hand".into(),
                 });
             }
-            return Ok(spec.clone());
+            return Ok(JobSpec::clone(spec));
         }
         let text = cluster_copy.ok_or_else(|| {
             Error::NotFound(format!(

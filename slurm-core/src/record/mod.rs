@@ -16,6 +16,7 @@ mod read_cache;
 mod segments;
 mod store;
 mod tasks;
+mod timestamp;
 mod unsettled;
 
 pub use file::FileRecordStore;

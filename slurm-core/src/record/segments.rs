@@ -73,6 +73,7 @@ pub struct Segment {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) nodes: Vec<String>,
     /// When it was seen running.
+    #[serde(deserialize_with = "super::timestamp::deserialize")]
     pub(crate) started_at: DateTime<Utc>,
     /// When it was seen ending (`None` while it runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -230,8 +230,12 @@ impl JobRecord {
             path: origin.to_string(),
             message,
         };
-        let record: JobRecord =
-            serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+        // Text known to be UTF-8 is read without checking each of its strings again.
+        let record: JobRecord = match std::str::from_utf8(bytes) {
+            Ok(text) => serde_json::from_str(text),
+            Err(_) => serde_json::from_slice(bytes),
+        }
+        .map_err(|e| corrupt(e.to_string()))?;
         if record.schema_version > super::SCHEMA_VERSION {
             return Err(corrupt(format!(
                 "schema version {} is newer than this slurm-run ({}); upgrade slurm-run",

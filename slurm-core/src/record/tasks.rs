@@ -26,6 +26,7 @@ pub struct TaskRecord {
     pub(crate) message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) exit_code: Option<i32>,
+    #[serde(deserialize_with = "super::timestamp::deserialize")]
     pub(crate) updated_at: DateTime<Utc>,
 }
 

@@ -196,7 +196,7 @@ impl PostgresRecordStore {
             .map_err(|_| self.gone())?;
         let body = body_rx.recv().map_err(|_| self.gone())??;
         let body = body.ok_or_else(|| self.not_found(id))?;
-        let record = read_body(id.as_str(), &body, &self.target);
+        let record = read_body(id.as_str(), body.as_bytes(), &self.target);
         let decided = record.and_then(|record| {
             let next = change(&record)?;
             Ok((record, next))
@@ -240,7 +240,7 @@ impl PostgresRecordStore {
         }
         let body =
             body.ok_or_else(|| Error::NotFound(format!("job record {id} in {}", self.target)))?;
-        let record = read_body(id, body, &self.target)?;
+        let record = read_body(id, body.as_bytes(), &self.target)?;
         if keep {
             self.cache.keep(id, version, &record);
         }

@@ -336,7 +336,7 @@ impl Session {
                 continue;
             };
             let version = *version;
-            let mut next = match read_body(id.as_str(), body, &target) {
+            let mut next = match read_body(id.as_str(), body.as_bytes(), &target) {
                 Ok(record) => record,
                 Err(error) => {
                     answers.push(Err(error));
