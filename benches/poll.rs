@@ -19,7 +19,8 @@ use slurm_records::{PostgresRecordStore, SqliteRecordStore};
 use slurm_render::HandlebarsRenderer;
 use slurm_run_testsupport::backend::Harness;
 use slurm_run_testsupport::bench::cluster::{
-    cancel_all, fresh_ssh, fresh_ssh_each, held_jobs, idle_shell, over_connection, track, user_rpcs,
+    bare_once, cancel_all, fresh_ssh, fresh_ssh_each, held_jobs, idle_shell, over_connection,
+    track, user_rpcs,
 };
 use slurm_run_testsupport::bench::{median, Area, Baseline, Row, Series};
 use slurm_run_testsupport::{backend, examples};
@@ -107,7 +108,12 @@ async fn main() {
         let ids = &records[..n];
         let jobs = &all[..n];
         h.backend.status_many(ids).await.expect("warm-up poll");
-        let mut times = Vec::new();
+        let by_list = squeue_of(jobs);
+        bare_once(&h, &by_list).await;
+        bare_once(&h, &me).await;
+        // slurm-run's samples and the bare commands' interleaved: a load that comes and
+        // goes (slurmdbd still recording the held jobs just made) falls on all of them.
+        let (mut times, mut lists, mut mes) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..samples {
             h.transport.reset();
             idle_shell().await;
@@ -116,10 +122,11 @@ async fn main() {
             times.push(start.elapsed());
             assert_eq!(statuses.len(), n);
             assert_eq!(h.transport.count(), 1, "one round trip per poll");
+            lists.push(bare_once(&h, &by_list).await);
+            mes.push(bare_once(&h, &me).await);
         }
         let library = median(times);
-        let list = over_connection(&h, &squeue_of(jobs), samples).await;
-        let by_me = over_connection(&h, &me, samples).await;
+        let (list, by_me) = (median(lists), median(mes));
         let (bare_what, bare) = if list <= by_me {
             ("squeue --jobs=<ids>", list)
         } else {

@@ -89,16 +89,23 @@ pub async fn cancel_all(h: &Harness, ids: &[SlurmJobId]) {
 pub async fn over_connection(h: &Harness, command: &Command, samples: usize) -> Duration {
     let mut times = Vec::with_capacity(samples);
     for i in 0..=samples {
-        idle_shell().await;
-        let start = Instant::now();
-        let out = h.transport.run(command).await.expect("bare command");
-        let took = start.elapsed();
-        assert!(out.success(), "{}: {}", command.label(), out.stderr_text());
+        let took = bare_once(h, command).await;
         if i > 0 {
             times.push(took);
         }
     }
     median(times)
+}
+
+/// The time of one run of `command` over the harness's open connection, on an idle
+/// shell ([`idle_shell`]); it must succeed.
+pub async fn bare_once(h: &Harness, command: &Command) -> Duration {
+    idle_shell().await;
+    let start = Instant::now();
+    let out = h.transport.run(command).await.expect("bare command");
+    let took = start.elapsed();
+    assert!(out.success(), "{}: {}", command.label(), out.stderr_text());
+    took
 }
 
 /// A pause before a timed command: the long-lived shell finishes what it does after an
