@@ -91,8 +91,13 @@ async fn submit_latency(h: &Harness, area: &mut Area, jobs: &mut Vec<SlurmJobId>
 /// How many times each step of a submit is timed on its own.
 const STEP_RUNS: usize = 30;
 
-/// The remote steps of a submit timed one by one (`submit_steps.sh`).
-const SUBMIT_STEPS: &str = include_str!("submit_steps.sh");
+/// The remote steps of a submit timed one by one (`submit_steps.sh`), after the claim
+/// functions the submit script itself runs.
+const SUBMIT_STEPS: &str = concat!(
+    include_str!("../slurm-core/src/slurm/scripts/claim.sh"),
+    "\n",
+    include_str!("submit_steps.sh")
+);
 
 /// The cost of each step of one submit, measured on its own in this run: the remote
 /// steps in one shell over the same connection (each over `STEP_RUNS` runs), the

@@ -2,7 +2,7 @@
 # The remote steps of one submit, each timed on its own (bash's EPOCHREALTIME) over $2
 # runs in a folder $1 made for it and removed after; the steps the submit script no
 # longer takes are timed beside the ones that replaced them. Prints one line per step:
-# NAME MEDIAN_MICROSECONDS.
+# NAME MEDIAN_MICROSECONDS. The claim timed is the submit's own (claim.sh, prepended).
 work=$1 runs=$2
 umask 077
 mkdir -p -- "$work/sample/job/sbatch" "$work/sample/job/specs" "$work/sample/job/logs" || exit 1
@@ -25,11 +25,7 @@ program=$(type -P true)
 for ((i = 0; i < runs; i++)); do
   dir=$work/r$i/job
   now a; mkdir -p -- "$dir"; now b; add mkdir_p "$a" "$b"
-  now a
-  set -C; { printf '%s\n' "$token" >"$dir/.owner"; } 2>/dev/null; set +C
-  IFS= read -r -n 200 owner <"$dir/.owner"
-  now b; add claim "$a" "$b"
-  [ "$owner" = "$token" ] || exit 1
+  now a; claim_folder "$dir" "$token" || exit 1; now b; add claim "$a" "$b"
   now a
   printf '%s\n' "$token" >"$dir/.tmp.$i" && ln -- "$dir/.tmp.$i" "$dir/.owner-ln" 2>/dev/null
   rm -f -- "$dir/.tmp.$i"
