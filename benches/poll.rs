@@ -56,6 +56,59 @@ fn squeue_of(ids: &[SlurmJobId]) -> Command {
     ])
 }
 
+/// The medians of interleaved samples: slurm-run's poll, and the two bare squeues of the
+/// same jobs (by id list and by `--me`) taken right after each of its samples.
+struct InterleavedPolls {
+    library: Duration,
+    list: Duration,
+    by_me: Duration,
+}
+
+impl InterleavedPolls {
+    /// The cheaper bare squeue (the limit): its name and median.
+    fn bare(&self) -> (&'static str, Duration) {
+        if self.list <= self.by_me {
+            ("squeue --jobs=<ids>", self.list)
+        } else {
+            ("squeue --me", self.by_me)
+        }
+    }
+}
+
+/// `samples` polls of `ids` through `backend`, each followed by the bare `by_list` and
+/// `me` squeues, every sample on an idle shell: a load that comes and goes (slurmdbd
+/// still recording the held jobs just made) falls on slurm-run's samples and the bare
+/// commands' alike. Asserts that each poll is one round trip.
+async fn interleaved_polls<B: Backend>(
+    h: &Harness,
+    backend: &B,
+    ids: &[JobId],
+    by_list: &Command,
+    me: &Command,
+    samples: usize,
+) -> InterleavedPolls {
+    backend.status_many(ids).await.expect("warm-up poll");
+    bare_once(h, by_list).await;
+    bare_once(h, me).await;
+    let (mut times, mut lists, mut mes) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..samples {
+        h.transport.reset();
+        idle_shell().await;
+        let start = Instant::now();
+        let statuses = backend.status_many(ids).await.expect("poll");
+        times.push(start.elapsed());
+        assert_eq!(statuses.len(), ids.len());
+        assert_eq!(h.transport.count(), 1, "one round trip per poll");
+        lists.push(bare_once(h, by_list).await);
+        mes.push(bare_once(h, me).await);
+    }
+    InterleavedPolls {
+        library: median(times),
+        list: median(lists),
+        by_me: median(mes),
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     if !std::env::args().any(|a| a == "--bench") {
@@ -102,37 +155,14 @@ async fn main() {
         points: Vec::new(),
     };
     let me = Command::new("squeue").args(["--noheader", "--states=all", FORMAT, "--me"]);
-    let mut bares = std::collections::BTreeMap::new();
     for n in SIZES {
         let samples = if n >= 10_000 { 5 } else { 9 };
         let ids = &records[..n];
         let jobs = &all[..n];
-        h.backend.status_many(ids).await.expect("warm-up poll");
         let by_list = squeue_of(jobs);
-        bare_once(&h, &by_list).await;
-        bare_once(&h, &me).await;
-        // slurm-run's samples and the bare commands' interleaved: a load that comes and
-        // goes (slurmdbd still recording the held jobs just made) falls on all of them.
-        let (mut times, mut lists, mut mes) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..samples {
-            h.transport.reset();
-            idle_shell().await;
-            let start = Instant::now();
-            let statuses = h.backend.status_many(ids).await.expect("poll");
-            times.push(start.elapsed());
-            assert_eq!(statuses.len(), n);
-            assert_eq!(h.transport.count(), 1, "one round trip per poll");
-            lists.push(bare_once(&h, &by_list).await);
-            mes.push(bare_once(&h, &me).await);
-        }
-        let library = median(times);
-        let (list, by_me) = (median(lists), median(mes));
-        let (bare_what, bare) = if list <= by_me {
-            ("squeue --jobs=<ids>", list)
-        } else {
-            ("squeue --me", by_me)
-        };
-        bares.insert(n, (bare_what, bare));
+        let polls = interleaved_polls(&h, &h.backend, ids, &by_list, &me, samples).await;
+        let (library, list, by_me) = (polls.library, polls.list, polls.by_me);
+        let (bare_what, bare) = polls.bare();
         let line = |id: &SlurmJobId| format!("sacct -j {id} -X -n -o State%30");
         let fresh = if n <= 100 {
             Baseline::measured(
@@ -181,23 +211,13 @@ async fn main() {
     let copies = database_copies(&h, &records);
     for (name, backend, _keep) in &copies {
         for n in [100, 10_000] {
-            let ids = &records[..n];
-            backend.status_many(ids).await.expect("warm-up poll");
-            let mut times = Vec::new();
-            for _ in 0..5 {
-                h.transport.reset();
-                idle_shell().await;
-                let start = Instant::now();
-                let statuses = backend.status_many(ids).await.expect("poll");
-                times.push(start.elapsed());
-                assert_eq!(statuses.len(), n);
-                assert_eq!(h.transport.count(), 1, "one round trip per poll");
-            }
-            let (bare_what, bare) = bares[&n];
+            let by_list = squeue_of(&all[..n]);
+            let polls = interleaved_polls(&h, backend, &records[..n], &by_list, &me, 5).await;
+            let (bare_what, bare) = polls.bare();
             area.push(
                 Row::new(
                     format!("poll of {n} pending jobs, records in {name}"),
-                    median(times),
+                    polls.library,
                 )
                 .bare(Baseline::measured(bare_what, bare))
                 .aim(1.2),
