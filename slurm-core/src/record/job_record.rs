@@ -1,6 +1,7 @@
 //! The [`JobRecord`]: a job as slurm-run remembers it, and the record format's version.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -71,10 +72,11 @@ pub struct JobRecord {
     pub(crate) excluded_nodes: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) scheduler_release: Option<String>,
-    /// Boxed: a spec is half the size of a record, and a listing moves its records by
-    /// the hundred thousand.
+    /// Shared: a spec is half the size of a record, a listing moves its records by the
+    /// hundred thousand, and a poll copies each record it reads from a store's cache;
+    /// a shared spec is copied by a count. It is never changed once recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) spec: Option<Box<JobSpec>>,
+    pub(crate) spec: Option<Arc<JobSpec>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) secret_names: Vec<String>,
     #[serde(default, skip_serializing_if = "is_false")]
@@ -364,7 +366,7 @@ impl JobRecord {
             failed_nodes: Vec::new(),
             excluded_nodes: Vec::new(),
             scheduler_release: None,
-            spec: Some(Box::new(spec.clone())),
+            spec: Some(Arc::new(spec.clone())),
             secret_names: spec.secrets.clone(),
             secrets_staged: false,
             submit_attempts: None,

@@ -32,14 +32,23 @@ part() {
 part_empty() {
   printf '@@begin %s\n@@end %s 0\n' "$1" "$1"
 }
-# framed O|E FILE: each line of FILE prefixed `O ` or `E `, with bash's builtins only (no
-# process is started: a poll's parts cost no more than the tools they run).
+# framed O|E FILE: each line of FILE prefixed `O ` or `E `. Bash's printf writes each
+# line with a write of its own when it prints to a file (1.3 ms for 100 lines here, 20 ms
+# for 10,000), so the lines are joined first (`printf -v`: 0.5 ms for 100) and written
+# at once, with bash's builtins only (no process started: a poll's parts cost no more
+# than the tools they run); a file of more than 2000 lines is prefixed by one awk
+# instead (a process start, then a tenth of bash's time a line).
 framed() {
-  local lines
+  local lines text
   [ -s "$2" ] || return 0
   mapfile -t lines <"$2"
+  if [ "${#lines[@]}" -gt 2000 ]; then
+    awk -v tag="$1 " '{ sub(/^/, tag); print }' "$2"
+    return
+  fi
   case $1 in
-    O) printf 'O %s\n' "${lines[@]}" ;;
-    *) printf 'E %s\n' "${lines[@]}" ;;
+    O) printf -v text 'O %s\n' "${lines[@]}" ;;
+    *) printf -v text 'E %s\n' "${lines[@]}" ;;
   esac
+  printf '%s' "$text"
 }

@@ -152,6 +152,43 @@ mod tests {
         assert_eq!(parts[3].stdout, b"no newline $(x)\n");
     }
 
+    #[tokio::test]
+    async fn short_and_long_outputs_come_back_as_written() {
+        // Up to 2000 lines bash joins the prefixed lines; above, awk prefixes them: both
+        // keep empty lines, odd characters and a last line without a newline (given one).
+        let lines = |n: usize| -> String {
+            (0..n)
+                .map(|i| match i % 4 {
+                    0 => format!("é{i}"),
+                    1 => format!("line {i} %s \\n $HOME"),
+                    2 => String::new(),
+                    _ => format!("  tab\there {i}"),
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        for n in [1, 3, 2000, 2001, 10_000] {
+            let text = lines(n);
+            let commands = vec![
+                Command::new("printf").arg("%s").arg(&text),
+                Command::new("bash")
+                    .arg("-c")
+                    .arg("printf '%s' \"$1\" >&2")
+                    .arg("err")
+                    .arg(&text),
+            ];
+            let output = LocalTransport::new().run(&join(&commands)).await.unwrap();
+            let parts = split(&output, commands.len()).unwrap();
+            let expected = if text.ends_with('\n') {
+                text.clone()
+            } else {
+                format!("{text}\n")
+            };
+            assert_eq!(parts[0].stdout_text(), expected, "{n} lines");
+            assert_eq!(parts[1].stderr_text(), expected, "{n} lines");
+        }
+    }
+
     #[test]
     fn a_truncated_round_trip_is_an_error() {
         let output = Output {

@@ -67,7 +67,8 @@ pub(crate) fn poll_command(groups: &BTreeMap<Option<String>, Group>) -> Result<C
 
 /// Up to this many jobs of one cluster, the poll script decides which need sacct with
 /// bash's builtins; above, one `awk` does (a process start, about 2 ms here, against
-/// bash's loops growing with the list).
+/// bash's loops growing with the list). Up to this many listed keys in all, bash's
+/// builtins write the lists from standard input into their files; above, one `awk`.
 const BASH_DECIDES_UP_TO: usize = 200;
 
 /// [`poll_command`], with bash deciding what needs sacct up to `bash_decides_up_to` jobs
@@ -109,5 +110,16 @@ pub(super) fn poll_command_deciding(
         list("R", group.running.iter().map(column).collect());
         list("E", group.expected.iter().map(column).collect());
     }
+    // The lists reach their files by bash's builtins up to the same size as the deciders.
+    let listed = groups
+        .values()
+        .map(|g| g.jobs.len() + g.running.len() + g.expected.len())
+        .sum::<usize>();
+    let lists_by = if listed <= bash_decides_up_to {
+        "bash"
+    } else {
+        "awk"
+    };
+    params.insert(1, lists_by.to_string());
     Ok(POLL.command(params).stdin(stdin.into_bytes()))
 }

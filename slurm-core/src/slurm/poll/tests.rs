@@ -283,3 +283,66 @@ fn sacct_is_asked_for_failed_node_only_where_the_client_has_it() {
     assert!(formats(false).contains(&SACCT_FORMAT.to_string()));
     assert!(!formats(false).contains(&SACCT_FORMAT_WITH_FAILED_NODE.to_string()));
 }
+
+#[tokio::test]
+async fn lists_of_several_clusters_reach_the_same_files_by_bash_and_by_awk() {
+    use crate::transport::{LocalTransport, Transport};
+    // Two clusters, each with jobs, RUNNING keys and array tasks; one list empty.
+    let mut first = jobs(&[11, 12, 13], &[12]);
+    first.expected = vec![(SlurmJobId::new(13).unwrap(), Some(4))];
+    let second = jobs(&[21, 22], &[]);
+    let groups: BTreeMap<Option<String>, Group> =
+        [(None, first), (Some("other".to_string()), second)].into();
+    let bin = tempfile::tempdir().unwrap();
+    for tool in ["squeue", "sacct"] {
+        use std::os::unix::fs::PermissionsExt;
+        let path = bin.path().join(tool);
+        std::fs::write(&path, "#!/bin/bash\nexit 0\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut lists = Vec::new();
+    for bash_decides_up_to in [usize::MAX, 0] {
+        let poll = poll_command_deciding(&groups, bash_decides_up_to).unwrap();
+        let by = if bash_decides_up_to == 0 {
+            "awk"
+        } else {
+            "bash"
+        };
+        // bash -c SCRIPT poll LIVE LISTS-BY ...
+        assert_eq!(poll.get_args()[4], by);
+        let frame = tempfile::tempdir().unwrap();
+        let command = Command::new("env")
+            .arg(format!(
+                "PATH={}:{}",
+                bin.path().display(),
+                std::env::var("PATH").unwrap_or_default()
+            ))
+            .arg(format!("__SR_FRAME={}", frame.path().display()))
+            .arg(poll.program())
+            .args(poll.get_args().iter().cloned())
+            .stdin(poll.stdin_bytes().unwrap().to_vec());
+        let output = LocalTransport::new().run(&command).await.unwrap();
+        assert!(output.success(), "{}", output.stderr_text());
+        let files: BTreeMap<String, String> = std::fs::read_dir(frame.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with(['J', 'R', 'E']))
+            .map(|name| {
+                let text = std::fs::read_to_string(frame.path().join(&name)).unwrap();
+                (name, text)
+            })
+            .collect();
+        lists.push(files);
+    }
+    let expected: BTreeMap<String, String> = [
+        ("J.0", "11\n12\n13\n"),
+        ("R.0", "12\n"),
+        ("E.0", "13_4\n"),
+        ("J.1", "21\n22\n"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(lists[0], expected, "bash's lists");
+    assert_eq!(lists[1], expected, "awk's lists");
+}
