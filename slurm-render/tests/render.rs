@@ -413,7 +413,7 @@ fn directives_follow_the_context() {
     assert!(s.contains(
         "--container-image=/lustre/images/nvcr.io_nvidia_tao_5.5.sqsh --container-mounts='/lustre/data:/data:ro,/lustre/users/me/results/resnet-train-a1b2c3:/results'"
     ));
-    assert!(s.contains("shred -u"));
+    assert!(s.contains("shred -- -"));
     let n = renderer
         .render(TemplateKind::SingleNode, &no_image())
         .unwrap();
@@ -827,7 +827,7 @@ fn an_array_task_never_removes_the_sidecar_its_array_shares() {
             !script.contains("trap slurm_run_forget_env EXIT"),
             "{script}"
         );
-        assert!(!script.contains("shred -u"), "{script}");
+        assert!(!script.contains("shred --"), "{script}");
         let single = ScriptContext {
             array: None,
             ..array
