@@ -22,17 +22,12 @@ fn jobs(all: &[u64], running: &[u64]) -> Group {
     }
 }
 
-/// Runs the poll script locally against fake `squeue` / `sacct` programs (squeue
-/// prints `squeue_lines` and exits `squeue_rc`; sacct prints nothing); returns the
-/// two parts, every `--jobs=` squeue was given (one a line), every `--jobs=` sacct was
-/// given (None when it was not run), and the files the run with bash deciding left in
-/// its frame folder (the long-lived shell's `__SR_FRAME`), sorted.
-async fn poll_group_locally(
-    squeue_lines: &str,
-    squeue_rc: i32,
-    group: Group,
-) -> (Vec<Output>, String, Option<String>, Vec<String>) {
-    use crate::transport::{LocalTransport, Transport};
+/// Stand-ins for `squeue` and `sacct` in a folder of their own: squeue prints
+/// `squeue_lines`, exits `squeue_rc` and logs each `--jobs=` it is given (`mine` for
+/// `--me`) to `squeue.jobs` there; sacct prints nothing and logs each `--jobs=` to
+/// `sacct.jobs`.
+fn fake_tools(squeue_lines: &str, squeue_rc: i32) -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path();
     std::fs::write(bin.join("squeue.out"), squeue_lines).unwrap();
@@ -53,28 +48,50 @@ async fn poll_group_locally(
     )
     .unwrap();
     for tool in ["squeue", "sacct"] {
-        use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(bin.join(tool), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let path = format!(
-        "PATH={}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    dir
+}
+
+/// Runs the poll command `poll` locally, the stand-ins of `bin` first on PATH, with a
+/// frame folder of its own (the long-lived shell's `__SR_FRAME`), returned beside the
+/// output so the caller can read the files the script left there.
+async fn run_locally(poll: &Command, bin: &std::path::Path) -> (Output, tempfile::TempDir) {
+    use crate::transport::{LocalTransport, Transport};
+    let frame = tempfile::tempdir().unwrap();
+    let command = Command::new("env")
+        .arg(format!(
+            "PATH={}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        ))
+        .arg(format!("__SR_FRAME={}", frame.path().display()))
+        .arg(poll.program())
+        .args(poll.get_args().iter().cloned())
+        .stdin(poll.stdin_bytes().unwrap().to_vec());
+    let output = LocalTransport::new().run(&command).await.unwrap();
+    (output, frame)
+}
+
+/// Runs the poll script locally against fake `squeue` / `sacct` programs (squeue
+/// prints `squeue_lines` and exits `squeue_rc`; sacct prints nothing); returns the
+/// two parts, every `--jobs=` squeue was given (one a line), every `--jobs=` sacct was
+/// given (None when it was not run), and the files the run with bash deciding left in
+/// its frame folder (the long-lived shell's `__SR_FRAME`), sorted.
+async fn poll_group_locally(
+    squeue_lines: &str,
+    squeue_rc: i32,
+    group: Group,
+) -> (Vec<Output>, String, Option<String>, Vec<String>) {
+    let tools = fake_tools(squeue_lines, squeue_rc);
+    let bin = tools.path();
     let groups: BTreeMap<Option<String>, Group> = [(None, group)].into();
     // Once with bash deciding what needs sacct, once with awk: both must agree.
     let mut answers = Vec::new();
     let mut frames = Vec::new();
     for bash_decides_up_to in [usize::MAX, 0] {
         let poll = poll_command_deciding(&groups, bash_decides_up_to).unwrap();
-        let frame = tempfile::tempdir().unwrap();
-        let command = Command::new("env")
-            .arg(&path)
-            .arg(format!("__SR_FRAME={}", frame.path().display()))
-            .arg(poll.program())
-            .args(poll.get_args().iter().cloned())
-            .stdin(poll.stdin_bytes().unwrap().to_vec());
-        let output = LocalTransport::new().run(&command).await.unwrap();
+        let (output, frame) = run_locally(&poll, bin).await;
         let parts = round_trip::split(&output, 2).unwrap();
         let squeue = std::fs::read_to_string(bin.join("squeue.jobs")).unwrap_or_default();
         let sacct = std::fs::read_to_string(bin.join("sacct.jobs"))
@@ -286,20 +303,13 @@ fn sacct_is_asked_for_failed_node_only_where_the_client_has_it() {
 
 #[tokio::test]
 async fn lists_of_several_clusters_reach_the_same_files_by_bash_and_by_awk() {
-    use crate::transport::{LocalTransport, Transport};
     // Two clusters, each with jobs, RUNNING keys and array tasks; one list empty.
     let mut first = jobs(&[11, 12, 13], &[12]);
     first.expected = vec![(SlurmJobId::new(13).unwrap(), Some(4))];
     let second = jobs(&[21, 22], &[]);
     let groups: BTreeMap<Option<String>, Group> =
         [(None, first), (Some("other".to_string()), second)].into();
-    let bin = tempfile::tempdir().unwrap();
-    for tool in ["squeue", "sacct"] {
-        use std::os::unix::fs::PermissionsExt;
-        let path = bin.path().join(tool);
-        std::fs::write(&path, "#!/bin/bash\nexit 0\n").unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    let tools = fake_tools("", 0);
     let mut lists = Vec::new();
     for bash_decides_up_to in [usize::MAX, 0] {
         let poll = poll_command_deciding(&groups, bash_decides_up_to).unwrap();
@@ -310,18 +320,7 @@ async fn lists_of_several_clusters_reach_the_same_files_by_bash_and_by_awk() {
         };
         // bash -c SCRIPT poll LIVE LISTS-BY ...
         assert_eq!(poll.get_args()[4], by);
-        let frame = tempfile::tempdir().unwrap();
-        let command = Command::new("env")
-            .arg(format!(
-                "PATH={}:{}",
-                bin.path().display(),
-                std::env::var("PATH").unwrap_or_default()
-            ))
-            .arg(format!("__SR_FRAME={}", frame.path().display()))
-            .arg(poll.program())
-            .args(poll.get_args().iter().cloned())
-            .stdin(poll.stdin_bytes().unwrap().to_vec());
-        let output = LocalTransport::new().run(&command).await.unwrap();
+        let (output, frame) = run_locally(&poll, tools.path()).await;
         assert!(output.success(), "{}", output.stderr_text());
         let files: BTreeMap<String, String> = std::fs::read_dir(frame.path())
             .unwrap()
