@@ -26,6 +26,9 @@ pub(crate) const MULTINODE_TEMPLATE: &str = include_str!("../templates/multinode
 pub(crate) const MULTIROLE_TEMPLATE: &str = include_str!("../templates/multirole.sbatch.hbs");
 /// The resume partial (`{{> resume}}`): a resumable job's signal trap, wait and requeue.
 pub(crate) const RESUME_PARTIAL: &str = include_str!("../templates/resume.sh.hbs");
+/// The env sidecar partial (`{{> env_sidecar}}`, in `singlenode` and `multinode`): the
+/// sidecar sourced by the batch shell and its clean-up when the run ends.
+pub(crate) const ENV_SIDECAR_PARTIAL: &str = include_str!("../templates/env_sidecar.sh.hbs");
 
 /// The file name suffix of a template in a user template directory: `<kind>.sbatch.hbs`.
 pub(crate) const TEMPLATE_SUFFIX: &str = ".sbatch.hbs";
@@ -227,6 +230,9 @@ fn new_registry() -> Handlebars<'static> {
     registry
         .register_partial("resume", RESUME_PARTIAL)
         .expect("the resume partial parses (checked by the tests)");
+    registry
+        .register_partial("env_sidecar", ENV_SIDECAR_PARTIAL)
+        .expect("the env sidecar partial parses (checked by the tests)");
     registry.register_helper("sh", Box::new(ShHelper));
     registry.register_helper("sbatch", Box::new(SbatchHelper { whole_line: false }));
     registry.register_helper("sbatch_line", Box::new(SbatchHelper { whole_line: true }));
