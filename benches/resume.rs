@@ -11,27 +11,14 @@
 
 use std::time::{Duration, Instant};
 
+use slurm_core::testing::backend_suite::resume_counter;
 use slurm_core::{Backend, Command, JobState, ResumeSpec, SubmitOptions, Transport, WallTime};
 use slurm_run_testsupport::backend::{self, remote, wait_terminal, Harness};
 use slurm_run_testsupport::bench::{median, Area, Baseline, Row};
 
-/// A command counting `total` one-second steps, checkpointing its count when warned.
-fn counter(total: u32) -> String {
-    format!(
-        r#"mkdir -p ckpt
-i=0
-if [ -n "$SLURM_RUN_RESUME_FROM" ]; then i=$(cat "$SLURM_RUN_RESUME_FROM"); fi
-trap 'printf "%s\n" "$i" > "ckpt/step-$(printf %06d "$i").ckpt"; exit 0' USR2
-while [ "$i" -lt {total} ]; do
-  sleep 1 & wait $!
-  i=$((i + 1))
-done"#
-    )
-}
-
 /// The gaps of a resumable run: each segment's end to the next one's start.
 async fn library_gaps(h: &Harness) -> Vec<Duration> {
-    let mut spec = backend::small_spec("benchresume", &counter(70));
+    let mut spec = backend::small_spec("benchresume", &resume_counter(Duration::from_secs(1), 70));
     spec.time = Some(WallTime::from_minutes(1));
     spec.resume = Some(ResumeSpec {
         warn_before: WallTime::from_secs(30),

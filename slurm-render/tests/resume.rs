@@ -318,13 +318,15 @@ fn status(child: Child) -> i32 {
         .unwrap_or(-1)
 }
 
-/// What the command does in these tests: note its restart count and checkpoint, say it
-/// started, then count; warned, it checkpoints and exits 0.
-const COUNTER: &str = r#"mkdir -p ckpt
+/// What the command does in these tests: listen first (a warning may come as soon as
+/// the command starts), note its restart count and checkpoint, say it started, then
+/// count; warned, it checkpoints and exits 0.
+const COUNTER: &str = r#"trap 'warned=1' USR2
+mkdir -p ckpt
 echo "restart=$SLURM_RUN_RESTART_COUNT from=$SLURM_RUN_RESUME_FROM" >> seen
-trap 'printf 5 > ckpt/step-5.pt; exit 0' USR2
 touch started
-while :; do sleep 0.05 & wait $!; done"#;
+while [ -z "${warned:-}" ]; do sleep 0.05 & wait $!; done
+printf 5 > ckpt/step-5.pt"#;
 
 #[test]
 fn a_warned_segment_checkpoints_and_is_requeued_with_its_line() {

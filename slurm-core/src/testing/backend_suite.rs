@@ -54,7 +54,7 @@ mod resume;
 pub use resume::{
     a_cancel_after_a_continuation_stops_the_run, a_failure_inside_a_segment_is_not_continued,
     a_run_of_three_segments_completes_with_its_work_continuous,
-    a_run_over_its_budget_ends_error_naming_it,
+    a_run_over_its_budget_ends_error_naming_it, resume_counter,
 };
 
 /// What the suite needs to know of a backend: the backend, and how to write a small job

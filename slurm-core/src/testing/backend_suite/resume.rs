@@ -16,19 +16,34 @@ use super::{submit_case_job, wait_terminal_within, BackendFixture};
 const WALL: WallTime = WallTime::from_minutes(1);
 const WARN_BEFORE: WallTime = WallTime::from_secs(30);
 
-/// A command that counts `total` steps of the fixture's step length, writing each
-/// finished step to `progress.txt` (`<restart count> <step>`); warned, it checkpoints the
-/// count in `ckpt/` and exits 0; started again, it resumes from `SLURM_RUN_RESUME_FROM`.
-/// At the end it prints the progress file.
-fn counter(step: Duration, total: u32) -> String {
+/// A command that counts `total` steps of `step`, writing each finished step to
+/// `progress.txt` (`<restart count> <step>`); warned, it checkpoints the count in
+/// `ckpt/` and exits 0; started again, it resumes from `SLURM_RUN_RESUME_FROM`. At the
+/// end it prints the progress file.
+///
+/// It keeps the resume contract the way a program must. Its first act is to listen:
+/// Slurm may send the warning as a segment starts, and one that comes before the
+/// handler is lost. The handler only notes the warning and the loop acts on it between
+/// steps, so the checkpoint holds the last step written wherever the warning falls.
+/// Every process of the command gets the warning, so nothing it needs runs in a child
+/// process once warned (a `mkdir` or `cat` then would die of it): the checkpoint is
+/// loaded and named by builtins, and its folder made when it is written.
+pub fn resume_counter(step: Duration, total: u32) -> String {
     let step = format!("{:.3}", step.as_secs_f64());
     format!(
-        r#"mkdir -p ckpt
+        r#"trap 'warned=1' USR2
 i=0
-if [ -n "${{SLURM_RUN_RESUME_FROM:-}}" ]; then i=$(cat "$SLURM_RUN_RESUME_FROM"); fi
-trap 'printf "%s\n" "$i" > "ckpt/step-$(printf %06d "$i").ckpt"; exit 0' USR2
+if [ -n "${{SLURM_RUN_RESUME_FROM:-}}" ]; then read -r i < "$SLURM_RUN_RESUME_FROM"; fi
+checkpoint() {{
+  [ -d ckpt ] || mkdir -p ckpt
+  printf -v name 'ckpt/step-%06d.ckpt' "$i"
+  printf '%s\n' "$i" > "$name"
+  exit 0
+}}
 while [ "$i" -lt {total} ]; do
+  [ -z "${{warned:-}}" ] || checkpoint
   sleep {step} & wait $!
+  if [ -n "${{warned:-}}" ]; then kill $! 2>/dev/null; checkpoint; fi
   i=$((i + 1))
   echo "$SLURM_RUN_RESTART_COUNT $i" >> progress.txt
 done
@@ -77,7 +92,7 @@ pub async fn a_run_of_three_segments_completes_with_its_work_continuous<
     let spec = long_run(
         fixture,
         "conf-resume-three",
-        &counter(fixture.resume_step(), total),
+        &resume_counter(fixture.resume_step(), total),
         5,
     );
     let record = submit_case_job(fixture, &spec).await;
@@ -134,7 +149,7 @@ pub async fn a_run_over_its_budget_ends_error_naming_it<F: BackendFixture + ?Siz
     let spec = long_run(
         fixture,
         "conf-resume-budget",
-        &counter(fixture.resume_step(), 100_000),
+        &resume_counter(fixture.resume_step(), 100_000),
         1,
     );
     let record = submit_case_job(fixture, &spec).await;
@@ -158,7 +173,7 @@ pub async fn a_cancel_after_a_continuation_stops_the_run<F: BackendFixture + ?Si
     let spec = long_run(
         fixture,
         "conf-resume-cancel",
-        &counter(fixture.resume_step(), 100_000),
+        &resume_counter(fixture.resume_step(), 100_000),
         5,
     );
     let record = submit_case_job(fixture, &spec).await;
@@ -212,4 +227,149 @@ pub async fn a_failure_inside_a_segment_is_not_continued<F: BackendFixture + ?Si
         Some(3),
         "{done:?}"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use super::resume_counter;
+    use crate::render::resume_step_command;
+    use crate::spec::WARNING_CARRIER;
+
+    const TOTAL: u32 = 40;
+
+    /// Stand-ins for `mkdir` and `cat` that take 0.2 s, as a program's start does on a
+    /// busy node: a warning then falls inside them.
+    fn slow_tools(dir: &Path) {
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        for tool in ["mkdir", "cat"] {
+            let path = bin.join(tool);
+            std::fs::write(
+                &path,
+                format!("#!/bin/bash\nsleep 0.2\nPATH=/usr/bin:/bin exec {tool} \"$@\"\n"),
+            )
+            .unwrap();
+            Command::new("chmod").arg("+x").arg(&path).status().unwrap();
+        }
+    }
+
+    fn wait_for(path: &Path) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !path.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "{} never appeared",
+                path.display()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The newest checkpoint in `dir/ckpt` (the highest step), as a path under `dir`.
+    fn newest_checkpoint(dir: &Path) -> Option<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir.join("ckpt"))
+            .ok()?
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names.pop().map(|name| format!("ckpt/{name}"))
+    }
+
+    /// One segment of the counter run by the library's step shell in `dir`, resumed
+    /// from its newest checkpoint; warned as the batch script warns it (the carrier
+    /// signal to the step shell) `warn_after` the command has noted its start (never
+    /// when `None`). The segment's exit status.
+    fn segment(dir: &Path, restart: u32, warn_after: Option<Duration>) -> i32 {
+        let ready = dir.join("ready");
+        let _ = std::fs::remove_dir_all(&ready);
+        std::fs::create_dir_all(&ready).unwrap();
+        let step = resume_step_command(
+            &resume_counter(Duration::from_millis(10), TOTAL),
+            "USR2",
+            &ready.display().to_string(),
+        )
+        .unwrap();
+        let from = newest_checkpoint(dir)
+            .map(|relative| dir.join(relative).display().to_string())
+            .unwrap_or_default();
+        let mut child = Command::new("bash")
+            .arg("-c")
+            .arg(step)
+            .current_dir(dir)
+            .env("PATH", format!("{}/bin:/usr/bin:/bin", dir.display()))
+            .env("SLURM_RUN_RESTART_COUNT", restart.to_string())
+            .env("SLURM_RUN_RESUME_FROM", from)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        if let Some(after) = warn_after {
+            wait_for(&ready.join("0"));
+            std::thread::sleep(after);
+            Command::new("kill")
+                .args(["-s", WARNING_CARRIER.0, &child.id().to_string()])
+                .status()
+                .unwrap();
+        }
+        child.wait().unwrap().code().unwrap_or(-1)
+    }
+
+    /// The steps written so far, each with its segment's restart count.
+    fn progress(dir: &Path) -> Vec<(u32, u32)> {
+        std::fs::read_to_string(dir.join("progress.txt"))
+            .unwrap_or_default()
+            .lines()
+            .map(|line| {
+                let (restart, step) = line.split_once(' ').unwrap();
+                (restart.parse().unwrap(), step.parse().unwrap())
+            })
+            .collect()
+    }
+
+    /// Wherever the warning falls (as the command starts, while its start is still
+    /// busy, inside its steps), the counter checkpoints the last step it wrote, and the
+    /// segments together write every step once, in order. Slurm may warn a segment as it
+    /// starts: a counter that set its handler after its first programs lost that warning
+    /// and counted on to the wall (CI, 26.05).
+    #[test]
+    fn a_warning_anywhere_in_a_segment_checkpoints_the_last_step_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
+        slow_tools(dir);
+        let last_written = |dir: &Path| progress(dir).last().map_or(0, |(_, step)| *step);
+        let warnings = [
+            Some(Duration::ZERO),
+            Some(Duration::from_millis(150)),
+            Some(Duration::ZERO),
+            Some(Duration::from_millis(100)),
+        ];
+        for (restart, warn_after) in warnings.into_iter().enumerate() {
+            assert_eq!(
+                segment(dir, restart as u32, warn_after),
+                0,
+                "{warn_after:?}"
+            );
+            let checkpoint = newest_checkpoint(dir).expect("a warned segment checkpoints");
+            let held = std::fs::read_to_string(dir.join(&checkpoint)).unwrap();
+            assert_eq!(
+                held.trim().parse::<u32>().unwrap(),
+                last_written(dir),
+                "segment {restart} warned {warn_after:?}: {checkpoint}"
+            );
+        }
+        assert!(last_written(dir) < TOTAL, "the warned segments left work");
+        assert_eq!(segment(dir, warnings.len() as u32, None), 0);
+        let written = progress(dir);
+        let steps: Vec<u32> = written.iter().map(|(_, step)| *step).collect();
+        assert_eq!(
+            steps,
+            (1..=TOTAL).collect::<Vec<_>>(),
+            "each step once, in order"
+        );
+        assert!(written.windows(2).all(|w| w[0].0 <= w[1].0), "{written:?}");
+    }
 }
