@@ -26,7 +26,7 @@ pub(crate) const MULTINODE_TEMPLATE: &str = include_str!("../templates/multinode
 pub(crate) const MULTIROLE_TEMPLATE: &str = include_str!("../templates/multirole.sbatch.hbs");
 /// The resume partial (`{{> resume}}`): a resumable job's signal trap, wait and requeue.
 pub(crate) const RESUME_PARTIAL: &str = include_str!("../templates/resume.sh.hbs");
-/// The env sidecar partial (`{{> env_sidecar}}`, in `singlenode` and `multinode`): the
+/// The env sidecar partial (`{{> env_sidecar}}`, in every built-in template): the
 /// sidecar sourced by the batch shell and its clean-up when the run ends.
 pub(crate) const ENV_SIDECAR_PARTIAL: &str = include_str!("../templates/env_sidecar.sh.hbs");
 
