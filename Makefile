@@ -26,14 +26,18 @@ demo: testbed-up
 ## end-to-end), then the test-bed tests (the Backend and Transport conformance suites and every
 ## end-to-end test) on 24.11 and on 26.05; every release runs even when one fails.
 ## The test-bed tests mostly wait on the cluster, so four test threads (RUST_TEST_THREADS) even on two cores.
+## When a test fails, the end of the output repeats what each failed test said (testbed/failures).
 test: testbeds-up
-	@status=0; while read -r release dir offset; do \
+	@status=0; logs=$$(mktemp -d); trap 'rm -rf "$$logs"' EXIT; while read -r release dir offset; do \
 	  echo "==== Slurm $$release test bed ($$dir, port offset $$offset) ===="; \
 	  if [ "$$release" = 22.05 ]; then scope="--workspace"; else scope="--test testbed"; fi; \
 	  ( eval "$$(SLURM_RUN_TESTBED_DIR=$$dir SLURM_RUN_TESTBED_PORT_OFFSET=$$offset testbed/env)" && \
-	    RUST_TEST_THREADS=$${RUST_TEST_THREADS:-4} cargo test $$scope --features testbed --no-fail-fast ) || \
-	    { status=1; echo "==== Slurm $$release: FAILED ===="; }; \
-	done < <(testbed/beds); exit $$status
+	    RUST_TEST_THREADS=$${RUST_TEST_THREADS:-4} cargo test $$scope --features testbed --no-fail-fast ) 2>&1 | \
+	    tee "$$logs/$$release.log"; \
+	  if [ "$${PIPESTATUS[0]}" != 0 ]; then status=1; echo "==== Slurm $$release: FAILED ===="; fi; \
+	done < <(testbed/beds); \
+	if [ "$$status" != 0 ]; then echo "==== What the failed tests said ===="; testbed/failures "$$logs"/*.log; fi; \
+	exit $$status
 
 ## Benchmarks (most need the test bed): each figure against the bare Slurm command measured in the same
 ## run; the benches with aims again in rounds on the idle and on a loaded machine (benches/rounds:
