@@ -5,8 +5,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use slurm_core::testing::wait_until_blocking;
 use slurm_core::{
     resume_step_command, Renderer, ResumeContext, ScriptContext, SecretRegistry, TemplateKind,
 };
@@ -298,15 +299,8 @@ impl Drop for Bed {
 }
 
 fn wait_for(path: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !path.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let what = format!("{} appearing", path.display());
+    wait_until_blocking(&what, Duration::from_secs(20), || path.exists());
 }
 
 fn status(child: Child) -> i32 {

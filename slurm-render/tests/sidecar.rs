@@ -5,8 +5,9 @@
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use slurm_core::testing::wait_until_blocking;
 use slurm_core::{Renderer, ScriptContext, TemplateKind};
 use slurm_render::HandlebarsRenderer;
 
@@ -20,15 +21,6 @@ fn tool(bin: &Path, name: &str, text: &str) {
     std::fs::write(&path, text).unwrap();
     let status = Command::new("chmod").arg("+x").arg(&path).status().unwrap();
     assert!(status.success());
-}
-
-/// Polls `done` every 20 ms until it holds, for 20 s at most.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what} never happened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Ends the process group of `child` (the script's leftovers) when dropped.
@@ -104,14 +96,18 @@ fn sidecar_survives_a_cancel(kind: TemplateKind, requeue: bool) -> bool {
         .unwrap();
     let _group = Group(child.id());
     let started = dir.path().join("job/started");
-    wait_until("the command's start", || started.exists());
+    wait_until_blocking("the command's start", Duration::from_secs(20), || {
+        started.exists()
+    });
     // scancel: SIGTERM to the batch shell.
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
-    wait_until("the script's end", || child.try_wait().unwrap().is_some());
+    wait_until_blocking("the script's end", Duration::from_secs(20), || {
+        child.try_wait().unwrap().is_some()
+    });
     env_file.exists()
 }
 

@@ -58,6 +58,24 @@ pub fn assert_bash_n(name: &str, text: &str) {
     );
 }
 
+/// Polls `done` until it holds, for `within` at most, then panics naming `what`: how a
+/// test waits, without a runtime, for a process it started (a file the process writes,
+/// its exit). Polls every 5 ms.
+pub fn wait_until_blocking(
+    what: &str,
+    within: std::time::Duration,
+    mut done: impl FnMut() -> bool,
+) {
+    let deadline = std::time::Instant::now() + within;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} never happened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// Every remote script of slurm-run, by name, as bash runs it (prelude included), and
 /// the NCCL probe's ladder and per-node command: for linting them (`bash -n`,
 /// shellcheck) outside the crate.

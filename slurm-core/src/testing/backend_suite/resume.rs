@@ -123,13 +123,7 @@ pub async fn a_run_of_three_segments_completes_with_its_work_continuous<
         .await
         .unwrap();
     assert!(log.contains(&format!("counted to {total}")), "{log}");
-    let progress: Vec<(u32, u32)> = log
-        .lines()
-        .filter_map(|line| {
-            let (restart, step) = line.split_once(' ')?;
-            Some((restart.parse().ok()?, step.parse().ok()?))
-        })
-        .collect();
+    let progress = progress_lines(&log);
     let steps: Vec<u32> = progress.iter().map(|(_, step)| *step).collect();
     assert_eq!(
         steps,
@@ -153,6 +147,17 @@ pub async fn a_run_of_three_segments_completes_with_its_work_continuous<
     }
     let restarts: Vec<u32> = progress.iter().map(|(restart, _)| *restart).collect();
     assert_eq!(restarts, expected, "each segment's steps: {record:?}");
+}
+
+/// The progress lines of [`resume_counter`] in `text` (`<restart count> <step>`), in
+/// order; other lines are skipped.
+fn progress_lines(text: &str) -> Vec<(u32, u32)> {
+    text.lines()
+        .filter_map(|line| {
+            let (restart, step) = line.split_once(' ')?;
+            Some((restart.parse().ok()?, step.parse().ok()?))
+        })
+        .collect()
 }
 
 /// The step a checkpoint of [`resume_counter`] holds, read from its name
@@ -256,11 +261,12 @@ pub async fn a_failure_inside_a_segment_is_not_continued<F: BackendFixture + ?Si
 mod tests {
     use std::path::Path;
     use std::process::{Command, Stdio};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
-    use super::resume_counter;
+    use super::{progress_lines, resume_counter};
     use crate::render::resume_step_command;
     use crate::spec::WARNING_CARRIER;
+    use crate::testing::wait_until_blocking;
 
     const TOTAL: u32 = 40;
 
@@ -277,18 +283,6 @@ mod tests {
             )
             .unwrap();
             Command::new("chmod").arg("+x").arg(&path).status().unwrap();
-        }
-    }
-
-    fn wait_for(path: &Path) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !path.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "{} never appeared",
-                path.display()
-            );
-            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
@@ -331,7 +325,10 @@ mod tests {
             .spawn()
             .unwrap();
         if let Some(after) = warn_after {
-            wait_for(&ready.join("0"));
+            let note = ready.join("0");
+            wait_until_blocking("the command's ready note", Duration::from_secs(20), || {
+                note.exists()
+            });
             std::thread::sleep(after);
             Command::new("kill")
                 .args(["-s", WARNING_CARRIER.0, &child.id().to_string()])
@@ -342,22 +339,19 @@ mod tests {
     }
 
     /// The steps written so far, each with its segment's restart count.
+    /// Every line of `progress.txt` must be one.
     fn progress(dir: &Path) -> Vec<(u32, u32)> {
-        std::fs::read_to_string(dir.join("progress.txt"))
-            .unwrap_or_default()
-            .lines()
-            .map(|line| {
-                let (restart, step) = line.split_once(' ').unwrap();
-                (restart.parse().unwrap(), step.parse().unwrap())
-            })
-            .collect()
+        let text = std::fs::read_to_string(dir.join("progress.txt")).unwrap_or_default();
+        let lines = progress_lines(&text);
+        assert_eq!(lines.len(), text.lines().count(), "{text}");
+        lines
     }
 
     /// Wherever the warning falls (as the command starts, while its start is still
     /// busy, inside its steps), the counter checkpoints the last step it wrote, and the
     /// segments together write every step once, in order. Slurm may warn a segment as it
-    /// starts: a counter that set its handler after its first programs lost that warning
-    /// and counted on to the wall (CI, 26.05).
+    /// starts: a counter that set its handler after its first programs would lose that
+    /// warning and count on to the wall.
     #[test]
     fn a_warning_anywhere_in_a_segment_checkpoints_the_last_step_written() {
         let dir = tempfile::tempdir().unwrap();
