@@ -51,13 +51,17 @@ fn native(i: usize) -> u64 {
 /// and from poll `end_at` on it is no longer listed and accounting says COMPLETED (so a
 /// watch ends by itself). Every `sample_every` polls it notes the heap and resident
 /// memory (the poll count, heap MiB, resident MiB), so the watch's memory is read at its
-/// own pace, without a clock.
+/// own pace, without a clock. It keeps a poll's rows as the login node's script does
+/// (`poll.sh`'s memo): a poll naming the slot whose rows it lists again is answered
+/// `@@memo same`.
 #[derive(Debug)]
 struct SimulatedCluster {
     polls: AtomicUsize,
     end_at: usize,
     sample_every: usize,
     samples: std::sync::Mutex<Vec<(usize, f64, f64)>>,
+    /// squeue's rows kept, by client and slot.
+    kept: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
 }
 
 impl SimulatedCluster {
@@ -67,6 +71,7 @@ impl SimulatedCluster {
             end_at,
             sample_every,
             samples: std::sync::Mutex::new(Vec::new()),
+            kept: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
 }
@@ -114,7 +119,23 @@ impl Transport for SimulatedCluster {
                 squeue.push_str(&format!("O {id}|PENDING|Priority|(null)|bench\n"));
             }
         }
-        let out = format!("@@begin 0\n{squeue}@@end 0 0\n@@begin 1\n{sacct}@@end 1 0\n");
+        let mut out = format!("@@begin 0\n{squeue}@@end 0 0\n@@begin 1\n{sacct}@@end 1 0\n");
+        // bash -c SCRIPT poll LIVE LISTS-BY MEMO ...: the memo, `CLIENT:HELD:WRITE` or `-`.
+        let memo = command.get_args().get(5).cloned().unwrap_or_default();
+        let mut words = memo.split(':');
+        if let (Some(client), Some(held), Some(write)) = (words.next(), words.next(), words.next())
+        {
+            let mut kept = self.kept.lock().unwrap();
+            let slot = |slot: &str| (client.to_string(), slot.to_string());
+            if kept.get(&slot(held)) == Some(&squeue) && sacct.is_empty() {
+                out = "@@memo same\n".to_string();
+            } else if sacct.is_empty() {
+                kept.insert(slot(write), squeue);
+                out.push_str(&format!("@@memo kept {write}\n"));
+            } else {
+                out.push_str("@@memo none\n");
+            }
+        }
         Ok(Output {
             status: 0,
             stdout: out.into_bytes(),

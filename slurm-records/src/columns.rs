@@ -13,6 +13,9 @@ pub(crate) const RECORDS_TABLE: &str = "slurm_run_records";
 pub(crate) const LABELS_TABLE: &str = "slurm_run_record_labels";
 /// The store's own facts (`schema`: the version of these tables).
 pub(crate) const META_TABLE: &str = "slurm_run_meta";
+/// The one-row table whose value every write of a record raises (a trigger): the
+/// store's revision (`RecordStore::revision`).
+pub(crate) const REVISION_TABLE: &str = "slurm_run_revision";
 
 /// The version of the tables this slurm-run writes (a newer one is refused).
 pub(crate) const TABLES_VERSION: i64 = 1;

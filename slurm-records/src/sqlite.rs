@@ -25,7 +25,7 @@ use slurm_core::{
 use crate::cache::ReadCache;
 use crate::columns::{
     list_query, read_body, Dialect, Row, Value, LABELS_TABLE, META_TABLE, RECORDS_TABLE,
-    TABLES_VERSION,
+    REVISION_TABLE, TABLES_VERSION,
 };
 use crate::listing::{self, list_rows, RowReader, BATCH_ROWS};
 
@@ -53,6 +53,14 @@ CREATE TABLE IF NOT EXISTS slurm_run_record_labels (
 );
 CREATE INDEX IF NOT EXISTS slurm_run_labels_by_value ON slurm_run_record_labels (key, value);
 CREATE TABLE IF NOT EXISTS slurm_run_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS slurm_run_revision (one INTEGER PRIMARY KEY CHECK (one = 1), value INTEGER NOT NULL);
+INSERT OR IGNORE INTO slurm_run_revision (one, value) VALUES (1, 0);
+CREATE TRIGGER IF NOT EXISTS slurm_run_records_inserted AFTER INSERT ON slurm_run_records
+    BEGIN UPDATE slurm_run_revision SET value = value + 1 WHERE one = 1; END;
+CREATE TRIGGER IF NOT EXISTS slurm_run_records_updated AFTER UPDATE ON slurm_run_records
+    BEGIN UPDATE slurm_run_revision SET value = value + 1 WHERE one = 1; END;
+CREATE TRIGGER IF NOT EXISTS slurm_run_records_deleted AFTER DELETE ON slurm_run_records
+    BEGIN UPDATE slurm_run_revision SET value = value + 1 WHERE one = 1; END;
 ";
 
 /// Records in one SQLite database file (see the module's documentation).
@@ -541,6 +549,18 @@ impl RecordStore for SqliteRecordStore {
 
     fn submit_in_progress(&self, id: &JobId) -> Result<Option<bool>> {
         self.leases.held(id).map(Some)
+    }
+
+    fn revision(&self) -> Result<Option<u64>> {
+        let revision: i64 = self
+            .connection()
+            .query_row(
+                &format!("SELECT value FROM {REVISION_TABLE} WHERE one = 1"),
+                [],
+                |row| row.get(0),
+            )
+            .map_err(self.fail("reading the records' revision"))?;
+        Ok(Some(revision as u64))
     }
 }
 

@@ -44,7 +44,9 @@
 //!    on a memory file system when the user can write one (`$XDG_RUNTIME_DIR`, else
 //!    `/dev/shm`; else beside the output files), empties each once its command has
 //!    answered, and removes them with the old output files, so a poll starts no
-//!    `mktemp` and no `rm` of its own.
+//!    `mktemp` and no `rm` of its own. Their folder (`__SR_KEEP`) lives as long as the
+//!    shell: a script may keep there what its next run compares with (a watch's poll
+//!    keeps squeue's rows).
 //!    A fixed script ([`Command::fixed_script`]) is sent as `__sr_run MARKER N
 //!    'FUNCTION PARAMS' FUNCTION 'TEXT'` the first time: the shell defines TEXT as the
 //!    function FUNCTION ([`FixedScript::function`](slurm_core::FixedScript::function): its digest) once the trailer has come,

@@ -98,10 +98,12 @@ __sr_next() {
   : > "$__sr_d/o.$n"
   : > "$__sr_d/e.$n"
 }
-# __sr_body LINE: a command's subshell: the user's umask, its marker and frame, LINE.
+# __sr_body LINE: a command's subshell: the user's umask, its marker and frame, the
+# folder of the frames (where a script keeps what its next run compares with: it lives
+# as long as the shell), LINE.
 __sr_body() {
   umask "$__sr_um"
-  export __SR_JOB="$__sr_m" __SR_FRAME="$__sr_fd/f.$__sr_n"
+  export __SR_JOB="$__sr_m" __SR_FRAME="$__sr_fd/f.$__sr_n" __SR_KEEP="$__sr_fd"
   eval "$1"
 }
 # __sr_run MARKER N LINE [NAME TEXT]: run LINE once the trailer MARKER follows its N

@@ -17,6 +17,7 @@ mod half_open;
 mod host_keys;
 mod into_job;
 mod pipelines;
+mod poll_memo;
 mod probe;
 mod records;
 mod releases;

@@ -1,6 +1,7 @@
 //! `MemoryRecordStore`: records in a map, for tests and for callers that need no durability.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::record::{JobId, JobRecord, Mark, RecordFilter, RecordStore, SubmitLease};
@@ -15,6 +16,8 @@ pub struct MemoryRecordStore {
     redactor: Option<SecretRegistry>,
     /// Records whose submit is in progress (their leases are alive).
     leases: Arc<Mutex<BTreeSet<JobId>>>,
+    /// Counts the writes (see [`RecordStore::revision`]); bumped under the map's lock.
+    revision: AtomicU64,
 }
 
 /// A held lease of the memory store: removes its id when dropped.
@@ -68,6 +71,7 @@ impl RecordStore for MemoryRecordStore {
             record.redact_history(r);
         }
         map.insert(record.id.clone(), record);
+        self.revision.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 
@@ -81,6 +85,7 @@ impl RecordStore for MemoryRecordStore {
         let mut next = current.clone();
         next.apply_mark(mark, self.redactor.as_ref())?;
         map.insert(id.clone(), next.clone());
+        self.revision.fetch_add(1, Ordering::SeqCst);
         Ok(next)
     }
 
@@ -93,6 +98,7 @@ impl RecordStore for MemoryRecordStore {
         let current = map.get(id).ok_or_else(|| not_found(id))?;
         let next = current.apply_update(change)?;
         map.insert(id.clone(), next.clone());
+        self.revision.fetch_add(1, Ordering::SeqCst);
         Ok(next)
     }
 
@@ -125,6 +131,12 @@ impl RecordStore for MemoryRecordStore {
                 .unwrap_or_else(|p| p.into_inner())
                 .contains(id),
         ))
+    }
+
+    fn revision(&self) -> Result<Option<u64>> {
+        // Read under the map's lock: a write is either wholly before it or after it.
+        let _map = self.map();
+        Ok(Some(self.revision.load(Ordering::SeqCst)))
     }
 }
 

@@ -91,6 +91,15 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
         let _ = id;
         Ok(None)
     }
+
+    /// The store's revision: a number that changes whenever a record is opened, marked
+    /// or updated, by this process or another sharing the store; `None` when this store
+    /// cannot tell it cheaply (the default). A poll repeated over the same records reads
+    /// it to know, without reading them, that none changed. Read it before the records:
+    /// a change between the two then costs a read again, never a stale answer.
+    fn revision(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
 }
 
 /// What [`RecordStore::list_readable`] read.
@@ -200,6 +209,9 @@ macro_rules! forward_record_store {
             }
             fn submit_in_progress(&self, id: &JobId) -> Result<Option<bool>> {
                 (**self).submit_in_progress(id)
+            }
+            fn revision(&self) -> Result<Option<u64>> {
+                (**self).revision()
             }
         }
     };

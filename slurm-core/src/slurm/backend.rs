@@ -21,6 +21,7 @@ use super::facts::ClusterFacts;
 use super::forward::{forward, ForwardOptions, JobForward};
 use super::images::stage_image;
 use super::logs::{follow_logs, logs};
+use super::poll::PollMemo;
 use super::preflight::{cluster_name, preflight};
 use super::probe::probe_nccl;
 use super::resubmit::resubmit;
@@ -81,6 +82,7 @@ struct Inner<T, R, S> {
     secrets: SecretMemory,
     locks: Locks,
     hooks: Hooks,
+    memo: PollMemo,
 }
 
 impl<T, R, S> ContextOwner for Inner<T, R, S>
@@ -99,6 +101,7 @@ where
             &self.secrets,
             &self.locks,
             &self.hooks,
+            &self.memo,
         )
     }
 }
@@ -145,6 +148,7 @@ where
                 secrets: SecretMemory::default(),
                 locks: Locks::default(),
                 hooks: Hooks::default(),
+                memo: PollMemo::default(),
             }),
         }
     }

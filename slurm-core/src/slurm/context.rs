@@ -9,6 +9,7 @@
 
 use super::config::SlurmConfig;
 use super::facts::ClusterFacts;
+use super::poll::PollMemo;
 use super::secrets::SecretMemory;
 use crate::record::RecordStore;
 use crate::render::Renderer;
@@ -65,6 +66,7 @@ pub(super) struct Context<'a> {
     secrets: &'a SecretMemory,
     locks: &'a Locks,
     hooks: &'a Hooks,
+    memo: &'a PollMemo,
 }
 
 impl<'a> Context<'a> {
@@ -79,6 +81,7 @@ impl<'a> Context<'a> {
         secrets: &'a SecretMemory,
         locks: &'a Locks,
         hooks: &'a Hooks,
+        memo: &'a PollMemo,
     ) -> Self {
         Context {
             transport,
@@ -89,7 +92,13 @@ impl<'a> Context<'a> {
             secrets,
             locks,
             hooks,
+            memo,
         }
+    }
+
+    /// What the backend's last quiet poll answered (see [`PollMemo`]).
+    pub(super) fn poll_memo(&self) -> &'a PollMemo {
+        self.memo
     }
 
     /// What the caller asked to hear about.

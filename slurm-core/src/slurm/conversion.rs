@@ -123,6 +123,14 @@ pub(crate) struct Concluded {
     pub(crate) cancels: Vec<SlurmJob>,
 }
 
+/// Whether `record` is an image conversion that ended and whose end is not yet read (a
+/// poll of it reads how it ended).
+pub(crate) fn awaits_verdict(record: &JobRecord) -> bool {
+    is_conversion(record)
+        && record.state.is_terminal()
+        && !record.labels.contains_key(CONVERSION_VERDICT_LABEL)
+}
+
 /// Read the end of every conversion among `records` that ended and was not read yet:
 /// a completed one marks its image present; any other ends the jobs that wait for it
 /// with what enroot said. A failure to read is logged and tried again by a later poll.
@@ -130,12 +138,7 @@ pub(crate) async fn conclude(ctx: &Context<'_>, records: &[&JobRecord]) -> Concl
     let mut seen = HashSet::new();
     let ended: Vec<JobRecord> = records
         .iter()
-        .filter(|r| {
-            is_conversion(r)
-                && r.state.is_terminal()
-                && !r.labels.contains_key(CONVERSION_VERDICT_LABEL)
-                && seen.insert(r.id.clone())
-        })
+        .filter(|r| awaits_verdict(r) && seen.insert(r.id.clone()))
         .map(|r| (*r).clone())
         .collect();
     if ended.is_empty() {

@@ -80,6 +80,8 @@ mod preflight_tests;
 #[cfg(test)]
 mod resubmit_tests;
 #[cfg(test)]
+mod status_memo_tests;
+#[cfg(test)]
 mod status_tests;
 #[cfg(test)]
 mod testkit;

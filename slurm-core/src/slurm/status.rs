@@ -20,22 +20,30 @@
 //! 8. **Cancels**: the jobs steps 5-7 ended that still wait on the cluster, one `scancel`
 //!    round trip.
 //! 9. **Secrets** of the records steps 6-7 ended.
+//!
+//! A poll of the same jobs as the backend's last *quiet* poll (one that wrote nothing
+//! and needed nothing but squeue's rows), with the store at the same revision, first
+//! asks the login node whether squeue's rows changed since: when they did not, it
+//! answers what that poll answered, having read no record and parsed no row
+//! ([`memo`](super::poll::PollMemo)); when they did, the same round trip answered in
+//! full and the steps above run on it.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use super::context::Context;
-use super::conversion::conclude as conclude_conversions;
+use super::conversion::{awaits_verdict as awaits_conversion, conclude as conclude_conversions};
 use super::dependants::{follow_retries, next_step, DependantStep};
 use super::job::scancel_quietly;
-use super::poll::observe_jobs;
-use super::probe::conclude;
+use super::poll::{observe_jobs, take_answer, Held, MemoAnswer, MemoUse};
+use super::probe::{awaits_verdict, conclude};
 use super::reconcile::{settle_left, SETTLE_AFTER};
 use super::sidecars::{forget, forget_commands, forgotten, note_forgotten};
 use crate::backend::{JobStatus, NativeStatus};
 use crate::dependency::Attempts;
 use crate::nccl::PROBE_LABEL;
 use crate::record::{JobId, JobRecord};
+use crate::state::JobState;
 use crate::Result;
 
 /// The status of `ids`, in their order (see the module's steps); `SUBMITTING` records
@@ -52,8 +60,36 @@ pub(super) async fn status_settling(
     settle_after: Duration,
 ) -> Result<Vec<JobStatus>> {
     let store = ctx.store();
+    // The memo: read before the records (a write between the two costs a full poll).
+    let revision = store.revision()?;
+    let mut memo = revision.and(ctx.poll_memo().try_take());
+    let mut answered = None;
+    if let (Some(guard), Some(revision)) = (memo.as_mut(), revision) {
+        if let Some(held) = guard.as_ref().filter(|h| h.answers(ids, revision)) {
+            let ask = ctx.poll_memo().ask(Some(held.slot()));
+            let request = held.request().clone();
+            let command = request
+                .command(Some(ask.word()))
+                .display_as(format!("poll {} job(s) again", ids.len()));
+            let mut output = ctx.transport().run(&command).await?;
+            let answer = take_answer(&mut output)?;
+            if answer == MemoAnswer::Same {
+                return Ok(held.statuses().to_vec());
+            }
+            answered = Some((request, output, answer));
+        }
+        // Held again only if this poll is quiet too.
+        **guard = None;
+    }
+    let memo_use = MemoUse {
+        ask: memo.as_ref().map(|_| ctx.poll_memo().ask(None)),
+        answered,
+    };
+
     // Each record is read once per poll: a poll of 10,000 jobs reads 10,000 files.
     let mut records: Vec<JobRecord> = store.get_many(ids)?;
+    // Whether this poll depends on nothing but the records and squeue's rows, so far.
+    let mut quiet = !records.iter().any(|r| r.state == JobState::Submitting);
 
     // 1. Stale submits.
     settle_left(ctx, &mut records, settle_after).await?;
@@ -92,8 +128,11 @@ pub(super) async fn status_settling(
         }
     }
 
+    quiet &= !waits && parents.is_empty();
+
     // 3. Poll.
-    let mut observed = observe_jobs(ctx, records).await?;
+    let mut observed = observe_jobs(ctx, records, memo_use).await?;
+    let kept = observed.kept().cloned();
 
     // 4. Follow-ups, and the secrets of jobs that have ended, in one round trip.
     let forget_now: Vec<JobRecord> = observed
@@ -106,6 +145,7 @@ pub(super) async fn status_settling(
         })
         .map(|(_, record)| record.clone())
         .collect();
+    quiet &= forget_now.is_empty();
     let forget_refs: Vec<&JobRecord> = forget_now.iter().collect();
     let answers = observed
         .follow_up(ctx, forget_commands(&forget_refs))
@@ -130,6 +170,9 @@ pub(super) async fn status_settling(
         .map(|s| &s.record)
         .chain(parents.values().filter(|p| p.state.is_terminal()))
         .collect();
+    quiet &= !candidates
+        .iter()
+        .any(|r| awaits_verdict(r) || awaits_conversion(r));
     let mut concluded = conclude(ctx, &candidates, &natives).await;
     cancels.append(&mut concluded.cancels);
     // Image conversions that ended: a failed one ends the jobs waiting for it.
@@ -171,6 +214,7 @@ pub(super) async fn status_settling(
     }
 
     // 8. Cancels.
+    quiet &= cancels.is_empty() && follow.is_empty() && ended.is_empty();
     scancel_quietly(ctx, &cancels, "jobs that can never run").await;
 
     // 9. Secrets of the records ended in steps 6-7.
@@ -180,6 +224,15 @@ pub(super) async fn status_settling(
             if ended.iter().any(|r| r.id == status.record.id) {
                 status.record = store.get(&status.record.id)?;
             }
+        }
+    }
+
+    // The memo: a quiet poll that wrote nothing is held for the next poll of these ids.
+    if let (Some(guard), Some(revision), Some((slot, request)), true) =
+        (memo.as_mut(), revision, kept, quiet)
+    {
+        if store.revision()? == Some(revision) {
+            **guard = Some(Held::new(ids, revision, slot, request, statuses.clone()));
         }
     }
     Ok(statuses)

@@ -8,12 +8,14 @@ use async_trait::async_trait;
 use crate::transport::{Command, ForwardTarget, Forwarding, Output, OutputSink, Transport};
 use crate::Result;
 
-/// Counts the commands (round trips) that reach the wrapped transport, and keeps their labels.
+/// Counts the commands (round trips) that reach the wrapped transport, and keeps their
+/// labels and the size of each answer.
 #[derive(Debug)]
 pub struct CountingTransport<T> {
     inner: T,
     count: AtomicUsize,
     labels: Mutex<Vec<String>>,
+    answered: Mutex<Vec<usize>>,
 }
 
 impl<T: Transport> CountingTransport<T> {
@@ -23,6 +25,7 @@ impl<T: Transport> CountingTransport<T> {
             inner,
             count: AtomicUsize::new(0),
             labels: Mutex::new(Vec::new()),
+            answered: Mutex::new(Vec::new()),
         }
     }
 
@@ -36,10 +39,17 @@ impl<T: Transport> CountingTransport<T> {
         self.labels.lock().expect("labels lock").clone()
     }
 
+    /// The bytes of standard output each command run so far answered (`run` only),
+    /// oldest first.
+    pub fn answered_bytes(&self) -> Vec<usize> {
+        self.answered.lock().expect("answers lock").clone()
+    }
+
     /// Forget what was counted.
     pub fn reset(&self) {
         self.count.store(0, Ordering::SeqCst);
         self.labels.lock().expect("labels lock").clear();
+        self.answered.lock().expect("answers lock").clear();
     }
 
     /// The wrapped transport.
@@ -56,7 +66,12 @@ impl<T: Transport> Transport for CountingTransport<T> {
             .lock()
             .expect("labels lock")
             .push(command.label());
-        self.inner.run(command).await
+        let output = self.inner.run(command).await?;
+        self.answered
+            .lock()
+            .expect("answers lock")
+            .push(output.stdout.len());
+        Ok(output)
     }
     // The file operations go through `run` (the defaults), so they are counted too.
 

@@ -7,14 +7,18 @@
 # The long-lived remote shell hands each command an empty private folder of its own
 # (`__SR_FRAME`, made ahead and removed later by the shell): then no process starts
 # here. The first script claims it (a script it runs makes its own); without one (another
-# transport), a folder is made and removed here.
+# transport), a folder is made and removed here. `keep_dir` is the shell's folder of
+# frames (`__SR_KEEP`), private to the user, where a script may keep what its next run
+# compares with (it outlives the command and goes with the shell); empty without one.
+keep_dir=
 if [ -n "${__SR_FRAME:-}" ] && [ -d "$__SR_FRAME" ] && [ -O "$__SR_FRAME" ]; then
   frame_dir=$__SR_FRAME
+  if [ -n "${__SR_KEEP:-}" ] && [ -d "$__SR_KEEP" ] && [ -O "$__SR_KEEP" ]; then keep_dir=$__SR_KEEP; fi
 else
   frame_dir=$(mktemp -d "${TMPDIR:-/tmp}/slurm-run-frame.XXXXXXXX") || exit "$EXIT_NO_TEMP_DIR"
   trap 'rm -rf -- "$frame_dir"' EXIT
 fi
-unset __SR_FRAME
+unset __SR_FRAME __SR_KEEP
 part() {
   local n=$1 rc
   shift

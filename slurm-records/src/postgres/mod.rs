@@ -315,6 +315,11 @@ impl RecordStore for PostgresRecordStore {
         })
     }
 
+    fn revision(&self) -> Result<Option<u64>> {
+        let revision = self.call(|session| session.revision())?;
+        Ok(Some(revision as u64))
+    }
+
     fn mark_many(&self, marks: Vec<(JobId, Mark)>) -> Result<Vec<Result<JobRecord>>> {
         let redactor = self.redactor.clone();
         let answers = self.call(move |session| session.mark_many(marks, redactor.as_ref()))?;

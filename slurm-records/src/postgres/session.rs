@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use slurm_core::{Error, JobId, JobRecord, Mark, Result, SecretRegistry};
 
 use crate::columns::{
-    read_body, Row, Value, LABELS_TABLE, META_TABLE, RECORDS_TABLE, TABLES_VERSION,
+    read_body, Row, Value, LABELS_TABLE, META_TABLE, RECORDS_TABLE, REVISION_TABLE, TABLES_VERSION,
 };
 
 /// The tables, made when missing (under an advisory lock: two processes may start at once).
@@ -46,6 +46,25 @@ CREATE TABLE IF NOT EXISTS slurm_run_record_labels (
 );
 CREATE INDEX IF NOT EXISTS slurm_run_labels_by_value ON slurm_run_record_labels (key, value);
 CREATE TABLE IF NOT EXISTS slurm_run_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS slurm_run_revision (one SMALLINT PRIMARY KEY CHECK (one = 1), value BIGINT NOT NULL);
+INSERT INTO slurm_run_revision (one, value) VALUES (1, 0) ON CONFLICT (one) DO NOTHING;
+CREATE OR REPLACE FUNCTION slurm_run_revise() RETURNS trigger LANGUAGE plpgsql AS $revise$
+BEGIN
+    UPDATE slurm_run_revision SET value = value + 1 WHERE one = 1;
+    RETURN NULL;
+END
+$revise$;
+DO $made$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_trigger
+        WHERE tgname = 'slurm_run_records_revise' AND tgrelid = 'slurm_run_records'::regclass
+    ) THEN
+        CREATE TRIGGER slurm_run_records_revise AFTER INSERT OR UPDATE OR DELETE ON slurm_run_records
+            FOR EACH STATEMENT EXECUTE FUNCTION slurm_run_revise();
+    END IF;
+END
+$made$;
 "#;
 
 /// The advisory lock that serialises making the tables.
@@ -179,6 +198,20 @@ impl Session {
             .iter()
             .map(|row| (row.get(0), row.get(1), row.get(2)))
             .collect())
+    }
+
+    /// The tables' revision: raised by every statement that writes a record (a trigger),
+    /// in the writer's transaction, so it is seen with the records it counts.
+    pub(super) fn revision(&mut self) -> Result<i64> {
+        let row = {
+            let client = self.records()?;
+            client.query_one(
+                &format!("SELECT value FROM {REVISION_TABLE} WHERE one = 1"),
+                &[],
+            )
+        }
+        .map_err(self.fail("reading the records' revision"))?;
+        Ok(row.get(0))
     }
 
     /// Rows `(id, version, body)` of a listing.

@@ -11,8 +11,10 @@
 //! |---|---|
 //! | `mod.rs` | [`observe_jobs`] and [`Observed`]: the round trips and the marks they lead to |
 //! | `request.rs` | the request protocol of `poll.sh` |
+//! | `memo.rs` | the memo of a poll repeated over the same jobs |
 //! | `observe.rs` | pure: rows merged into observations, an observation's decision |
 
+mod memo;
 mod observe;
 mod request;
 mod resume;
@@ -38,10 +40,11 @@ use crate::state::JobState;
 use crate::transport::{round_trip, Command, Output};
 use crate::{Error, Result};
 
+pub(super) use self::memo::{take_answer, Held, MemoAnswer, MemoAsk, PollMemo, Slot};
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use self::request::poll_command;
 pub(crate) use self::request::Group;
-pub(super) use self::request::MINE_FROM;
+pub(super) use self::request::{PollRequest, MINE_FROM};
 
 /// The most commands of one follow-up round trip (their arguments stay far below the
 /// kernel's limits); more go in further round trips.
@@ -57,11 +60,30 @@ pub(super) struct Observed {
     decisions: Vec<Vec<(Key, Decision)>>,
     /// What the batch script of each multi-role job that ends wrote of its roles.
     role_ends: Vec<Option<roles::RoleEnds>>,
+    /// Where the login node kept squeue's rows, and the request, when the round trip
+    /// was quiet: squeue alone settled every job and nothing needs a follow-up or a
+    /// cancel (see [`memo`]).
+    kept: Option<(Slot, PollRequest)>,
+}
+
+/// How a poll uses its backend's memo (see [`memo`]).
+#[derive(Default)]
+pub(super) struct MemoUse {
+    /// What the script is asked to compare with and keep (none: no memo).
+    pub(super) ask: Option<MemoAsk>,
+    /// The full answer of a held request sent again whose rows had changed, and what
+    /// the script said of its memo: the answer of this poll when it makes the same
+    /// request.
+    pub(super) answered: Option<(PollRequest, Output, MemoAnswer)>,
 }
 
 /// Observe the jobs of `records` (as just read): one round trip for any number of jobs
 /// and array tasks, and scontrol for jobs neither squeue nor sacct knows (rare).
-pub(super) async fn observe_jobs(ctx: &Context<'_>, records: Vec<JobRecord>) -> Result<Observed> {
+pub(super) async fn observe_jobs(
+    ctx: &Context<'_>,
+    records: Vec<JobRecord>,
+    memo: MemoUse,
+) -> Result<Observed> {
     // Each record's keys: the job itself, or its array tasks not yet ended.
     let mut keys: Vec<Vec<Key>> = Vec::with_capacity(records.len());
     let mut groups: BTreeMap<Option<String>, Group> = BTreeMap::new();
@@ -106,14 +128,17 @@ pub(super) async fn observe_jobs(ctx: &Context<'_>, records: Vec<JobRecord>) -> 
         }
         keys.push(own);
     }
-    let Polled {
-        mut observations,
-        kept: notes,
-        unavailable,
-    } = if groups.is_empty() {
-        Polled::default()
+    let (
+        Polled {
+            mut observations,
+            kept: notes,
+            unavailable,
+        },
+        rows_kept,
+    ) = if groups.is_empty() {
+        (Polled::default(), None)
     } else {
-        poll_groups(ctx, &groups).await?
+        poll_groups(ctx, &groups, memo).await?
     };
 
     // Jobs neither squeue nor sacct knows, and ends squeue showed while accounting
@@ -145,7 +170,7 @@ pub(super) async fn observe_jobs(ctx: &Context<'_>, records: Vec<JobRecord>) -> 
         }
     }
 
-    let decisions = records
+    let decisions: Vec<Vec<(Key, Decision)>> = records
         .iter()
         .zip(&keys)
         .map(|(record, own)| {
@@ -172,10 +197,18 @@ pub(super) async fn observe_jobs(ctx: &Context<'_>, records: Vec<JobRecord>) -> 
         })
         .collect();
     let role_ends = vec![None; records.len()];
+    let quiet = missing.is_empty()
+        && notes.is_empty()
+        && unavailable.is_empty()
+        && decisions
+            .iter()
+            .flatten()
+            .all(|(_, d)| matches!(d.followup, Followup::None) && !d.cancel);
     Ok(Observed {
         records,
         decisions,
         role_ends,
+        kept: rows_kept.filter(|_| quiet),
     })
 }
 
@@ -183,6 +216,12 @@ impl Observed {
     /// The records observed, as read before the poll.
     pub(super) fn records(&self) -> &[JobRecord] {
         &self.records
+    }
+
+    /// Where the login node kept squeue's rows of this poll, and its request, when the
+    /// round trip was quiet (see [`memo`]).
+    pub(super) fn kept(&self) -> Option<&(Slot, PollRequest)> {
+        self.kept.as_ref()
     }
 
     /// Whether this poll ends the job of record `index` (or reads its logs or
@@ -440,17 +479,41 @@ struct Polled {
 }
 
 /// squeue for every group and, in the same round trip, sacct for the jobs squeue
-/// cannot settle (`poll.sh`).
+/// cannot settle (`poll.sh`); with where the login node kept squeue's rows, when it
+/// did, and the request.
 async fn poll_groups(
     ctx: &Context<'_>,
     groups: &BTreeMap<Option<String>, Group>,
-) -> Result<Polled> {
+    memo: MemoUse,
+) -> Result<(Polled, Option<(Slot, PollRequest)>)> {
     let label = format!(
         "poll {} job(s)",
         groups.values().map(|g| g.jobs.len()).sum::<usize>()
     );
-    let command = request::poll_command(groups)?.display_as(label);
-    let output = ctx.transport().run(&command).await?;
+    let request = request::poll_request(groups)?;
+    let (output, answer) = match memo.answered {
+        Some((asked, output, answer)) if asked == request => (output, Some(answer)),
+        _ => {
+            let ask = memo.ask.as_ref().filter(|_| request.memo_able);
+            let command = request.command(ask.map(MemoAsk::word)).display_as(label);
+            let mut output = ctx.transport().run(&command).await?;
+            let answer = match ask {
+                Some(_) => Some(take_answer(&mut output)?),
+                None => None,
+            };
+            (output, answer)
+        }
+    };
+    let kept = match answer {
+        Some(MemoAnswer::Kept(slot)) => Some((slot, request)),
+        Some(MemoAnswer::Same) => {
+            return Err(Error::parse(
+                "poll output",
+                "the login node answered `same` to a poll that held no rows",
+            ))
+        }
+        _ => None,
+    };
     let parts = round_trip::split(&output, 2 * groups.len())?;
     let mut polled = Polled::default();
     for ((cluster, group), pair) in groups.iter().zip(parts.chunks(2)) {
@@ -469,7 +532,7 @@ async fn poll_groups(
             polled.unavailable.insert(cluster.clone(), why);
         }
     }
-    Ok(polled)
+    Ok((polled, kept))
 }
 
 /// `scontrol show job` for jobs squeue and sacct did not know.

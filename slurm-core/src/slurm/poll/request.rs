@@ -61,8 +61,47 @@ pub(crate) const MINE_FROM: usize = 64;
 /// jobs, then sacct for those squeue cannot settle. What to ask travels on standard
 /// input (a `K KIND COUNT` line, then COUNT lines: `J` jobs, `R` RUNNING keys, `E`
 /// array tasks not ended), so any number of jobs and tasks fits.
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn poll_command(groups: &BTreeMap<Option<String>, Group>) -> Result<Command> {
-    poll_command_deciding(groups, BASH_DECIDES_UP_TO)
+    Ok(poll_request(groups)?.command(None))
+}
+
+/// What one poll of `groups` asks `poll.sh`, its memo not yet named.
+pub(crate) fn poll_request(groups: &BTreeMap<Option<String>, Group>) -> Result<PollRequest> {
+    poll_request_deciding(groups, BASH_DECIDES_UP_TO)
+}
+
+/// A poll's request to `poll.sh` but its memo (the third parameter, named per run):
+/// the same records make the same request, which a repeated poll sends again as it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PollRequest {
+    /// The script's parameters, the memo left out.
+    params: Vec<String>,
+    /// The lists of jobs and keys.
+    stdin: Vec<u8>,
+    /// Whether every group asks squeue for the user's own jobs: only then does the
+    /// script keep squeue's rows for the next poll.
+    pub(super) memo_able: bool,
+}
+
+impl PollRequest {
+    /// The command of this request, with `memo` (a memo's word, `CLIENT:HELD:WRITE`;
+    /// none: `-`) as the script's memo.
+    pub(crate) fn command(&self, memo: Option<String>) -> Command {
+        let mut params = self.params.clone();
+        params.insert(2, memo.unwrap_or_else(|| "-".to_string()));
+        POLL.command(params).stdin(self.stdin.clone())
+    }
+}
+
+/// [`poll_command`], with bash deciding what needs sacct up to `bash_decides_up_to`
+/// jobs of a cluster (the tests run both ways).
+#[cfg(test)]
+pub(super) fn poll_command_deciding(
+    groups: &BTreeMap<Option<String>, Group>,
+    bash_decides_up_to: usize,
+) -> Result<Command> {
+    Ok(poll_request_deciding(groups, bash_decides_up_to)?.command(None))
 }
 
 /// Up to this many jobs of one cluster, the poll script decides which need sacct with
@@ -71,12 +110,12 @@ pub(crate) fn poll_command(groups: &BTreeMap<Option<String>, Group>) -> Result<C
 /// builtins write the lists from standard input into their files; above, one `awk`.
 const BASH_DECIDES_UP_TO: usize = 200;
 
-/// [`poll_command`], with bash deciding what needs sacct up to `bash_decides_up_to` jobs
-/// of a cluster (the tests run both ways).
-pub(super) fn poll_command_deciding(
+/// [`poll_request`], with bash deciding what needs sacct up to `bash_decides_up_to` jobs
+/// of a cluster.
+pub(super) fn poll_request_deciding(
     groups: &BTreeMap<Option<String>, Group>,
     bash_decides_up_to: usize,
-) -> Result<Command> {
+) -> Result<PollRequest> {
     let mut params = vec![live_state_names()];
     let mut stdin = String::new();
     for (k, (cluster, group)) in groups.iter().enumerate() {
@@ -121,5 +160,9 @@ pub(super) fn poll_command_deciding(
         "awk"
     };
     params.insert(1, lists_by.to_string());
-    Ok(POLL.command(params).stdin(stdin.into_bytes()))
+    Ok(PollRequest {
+        params,
+        stdin: stdin.into_bytes(),
+        memo_able: groups.values().all(|g| g.jobs.len() >= MINE_FROM),
+    })
 }

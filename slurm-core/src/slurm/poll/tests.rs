@@ -345,3 +345,147 @@ async fn lists_of_several_clusters_reach_the_same_files_by_bash_and_by_awk() {
     assert_eq!(lists[0], expected, "bash's lists");
     assert_eq!(lists[1], expected, "awk's lists");
 }
+
+/// Runs `poll` locally as the long-lived shell runs a command: in a fresh frame folder
+/// `f.N` of `shell`, the shell's private folder, which outlives its commands.
+async fn run_in_shell(poll: &Command, bin: &std::path::Path, shell: &std::path::Path) -> Output {
+    use crate::transport::{LocalTransport, Transport};
+    let n = std::fs::read_dir(shell).unwrap().count();
+    let frame = shell.join(format!("f.{n}"));
+    std::fs::create_dir(&frame).unwrap();
+    let command = Command::new("env")
+        .arg(format!(
+            "PATH={}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        ))
+        .arg(format!("__SR_FRAME={}", frame.display()))
+        .arg(format!("__SR_KEEP={}", shell.display()))
+        .arg(poll.program())
+        .args(poll.get_args().iter().cloned())
+        .stdin(poll.stdin_bytes().unwrap().to_vec());
+    LocalTransport::new().run(&command).await.unwrap()
+}
+
+/// squeue's rows of jobs `all`, every one PENDING but `running`.
+fn rows_of(all: &[u64], running: &[u64]) -> String {
+    all.iter()
+        .map(|n| match running.contains(n) {
+            true => format!("{n}|RUNNING|None|n1|job\n"),
+            false => format!("{n}|PENDING|Priority|(null)|job\n"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_repeated_poll_whose_rows_did_not_change_answers_same_and_nothing_else() {
+    use super::memo::{take_answer, MemoAnswer, Slot};
+    use super::request::poll_request;
+    let all: Vec<u64> = (1..=MINE_FROM as u64).collect();
+    let last = *all.last().unwrap();
+    let tools = fake_tools(&rows_of(&all, &[]), 0);
+    let bin = tools.path();
+    let shell = tempfile::tempdir().unwrap();
+    let request = poll_request(&[(None, jobs(&all, &[]))].into()).unwrap();
+    assert!(request.memo_able, "a poll asking for the user's own jobs");
+    let poll = |memo: &str| request.command(Some(format!("c0ffee:{memo}")));
+    let squeues = || std::fs::read_to_string(bin.join("squeue.jobs")).unwrap_or_default();
+
+    // Nothing held: a full answer, squeue's rows kept in slot a.
+    let mut first = run_in_shell(&poll("-:a"), bin, shell.path()).await;
+    assert_eq!(take_answer(&mut first).unwrap(), MemoAnswer::Kept(Slot::A));
+    let parts = round_trip::split(&first, 2).unwrap();
+    assert_eq!(parts[0].stdout_text().lines().count(), all.len());
+
+    // Holding a, the same rows: the answer is `same` alone, and sacct is not run.
+    let same = run_in_shell(&poll("a:b"), bin, shell.path()).await;
+    assert_eq!(
+        same.stdout_text(),
+        "@@memo same\n",
+        "{}",
+        same.stderr_text()
+    );
+    assert_eq!(squeues(), "mine\nmine\n", "squeue is asked each time");
+
+    // One job started: a full answer with its new row, kept in b.
+    std::fs::write(bin.join("squeue.out"), rows_of(&all, &[last])).unwrap();
+    let mut changed = run_in_shell(&poll("a:b"), bin, shell.path()).await;
+    assert_eq!(
+        take_answer(&mut changed).unwrap(),
+        MemoAnswer::Kept(Slot::B)
+    );
+    let parts = round_trip::split(&changed, 2).unwrap();
+    assert!(parts[0].stdout_text().contains(&format!("{last}|RUNNING")));
+    // Had that answer been lost, the client would still hold a: a is as it was, so
+    // the rows differ from it.
+    let mut stale = run_in_shell(&poll("a:b"), bin, shell.path()).await;
+    assert_eq!(take_answer(&mut stale).unwrap(), MemoAnswer::Kept(Slot::B));
+    // Holding b, nothing new: `same`.
+    let same = run_in_shell(&poll("b:a"), bin, shell.path()).await;
+    assert_eq!(same.stdout_text(), "@@memo same\n");
+
+    // Another client's slots are its own: nothing of c0ffee's answers for it.
+    let other = request.command(Some("beef:a:b".to_string()));
+    let mut other = run_in_shell(&other, bin, shell.path()).await;
+    assert_eq!(take_answer(&mut other).unwrap(), MemoAnswer::Kept(Slot::B));
+
+    // A tracked job squeue no longer lists goes to sacct: the poll is not quiet and
+    // nothing is kept; `same` is never answered while a job needs sacct.
+    assert!(!std::fs::read_to_string(bin.join("sacct.jobs")).is_ok_and(|s| !s.is_empty()));
+    std::fs::write(bin.join("squeue.out"), rows_of(&all[1..], &[last])).unwrap();
+    let mut gone = run_in_shell(&poll("b:a"), bin, shell.path()).await;
+    assert_eq!(take_answer(&mut gone).unwrap(), MemoAnswer::Nothing);
+    let parts = round_trip::split(&gone, 2).unwrap();
+    assert!(parts[1].success());
+    assert_eq!(
+        std::fs::read_to_string(bin.join("sacct.jobs"))
+            .unwrap()
+            .trim(),
+        "1"
+    );
+    // squeue failing: nothing kept either.
+    std::fs::write(bin.join("squeue"), "#!/bin/bash\necho down >&2\nexit 1\n").unwrap();
+    let mut failed = run_in_shell(&poll("-:a"), bin, shell.path()).await;
+    assert_eq!(take_answer(&mut failed).unwrap(), MemoAnswer::Nothing);
+    let parts = round_trip::split(&failed, 2).unwrap();
+    assert_eq!(parts[0].status, 1);
+    assert_eq!(parts[0].stderr_text().trim(), "down");
+}
+
+#[tokio::test]
+async fn a_memo_is_kept_only_in_the_shells_private_folder_and_for_the_users_own_jobs() {
+    use super::memo::{take_answer, MemoAnswer};
+    use super::request::poll_request;
+    let all: Vec<u64> = (1..=MINE_FROM as u64).collect();
+    let tools = fake_tools(&rows_of(&all, &[]), 0);
+    // A frame folder but no folder to keep in (a shell that gives none): nothing is
+    // kept, and a second poll answers in full.
+    let request = poll_request(&[(None, jobs(&all, &[]))].into()).unwrap();
+    for memo in ["c0ffee:-:a", "c0ffee:a:b"] {
+        let (mut output, _frame) =
+            run_locally(&request.command(Some(memo.to_string())), tools.path()).await;
+        assert_eq!(take_answer(&mut output).unwrap(), MemoAnswer::Nothing);
+        assert_eq!(round_trip::split(&output, 2).unwrap().len(), 2);
+    }
+    // A few jobs, named to squeue: no memo, even when asked.
+    let shell = tempfile::tempdir().unwrap();
+    let few = poll_request(&[(None, jobs(&all[..3], &[]))].into()).unwrap();
+    assert!(!few.memo_able);
+    for memo in ["c0ffee:-:a", "c0ffee:a:b"] {
+        let mut output = run_in_shell(
+            &few.command(Some(memo.to_string())),
+            tools.path(),
+            shell.path(),
+        )
+        .await;
+        assert_eq!(take_answer(&mut output).unwrap(), MemoAnswer::Nothing);
+    }
+    // A memo word that could name another file is refused: nothing kept.
+    let mut odd = run_in_shell(
+        &request.command(Some("../x:-:a".to_string())),
+        tools.path(),
+        shell.path(),
+    )
+    .await;
+    assert_eq!(take_answer(&mut odd).unwrap(), MemoAnswer::Nothing);
+}

@@ -20,4 +20,4 @@ mod tests;
 
 pub(super) use self::on_demand::probe_nccl;
 pub(super) use self::plan::{cached_knobs, candidates, decide, probe_job_spec, NcclNeed};
-pub(super) use self::verdicts::conclude;
+pub(super) use self::verdicts::{awaits_verdict, conclude};

@@ -31,6 +31,14 @@ pub(crate) struct Concluded {
     pub(crate) cancels: Vec<SlurmJob>,
 }
 
+/// Whether `record` is an NCCL probe that ended and whose verdict is not yet read (a
+/// poll of it reads the verdict).
+pub(crate) fn awaits_verdict(record: &JobRecord) -> bool {
+    record.labels.get(PROBE_LABEL).map(String::as_str) == Some("nccl")
+        && record.state.is_terminal()
+        && !record.labels.contains_key(PROBE_VERDICT_LABEL)
+}
+
 /// Read the verdict of every probe among `records` that has ended and not been read
 /// yet. A failure to read is logged and tried again by a later poll or submit.
 /// `natives` are what this poll saw.
@@ -42,12 +50,7 @@ pub(crate) async fn conclude(
     let mut seen = HashSet::new();
     let ended: Vec<JobRecord> = records
         .iter()
-        .filter(|r| {
-            r.labels.get(PROBE_LABEL).map(String::as_str) == Some("nccl")
-                && r.state.is_terminal()
-                && !r.labels.contains_key(PROBE_VERDICT_LABEL)
-                && seen.insert(r.id.clone())
-        })
+        .filter(|r| awaits_verdict(r) && seen.insert(r.id.clone()))
         .map(|r| (*r).clone())
         .collect();
     if ended.is_empty() {

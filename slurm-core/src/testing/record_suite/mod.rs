@@ -41,9 +41,11 @@
 //! ```
 
 mod batches;
+mod revision;
 mod workers;
 
 pub use batches::mark_many_marks_each_as_mark_does;
+pub use revision::the_revision_moves_with_every_write;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -866,6 +868,7 @@ macro_rules! record_store_conformance {
             case!(probes_of_a_free_lease_never_see_each_other);
             case!(one_of_many_concurrent_claimers_wins_the_retry);
             case!(writers_in_several_processes_lose_no_update);
+            case!(the_revision_moves_with_every_write);
         }
     };
 }
