@@ -79,6 +79,8 @@ impl InterleavedPolls {
 /// `me` squeues, every sample on an idle shell: a load that comes and goes (slurmdbd
 /// still recording the held jobs just made) falls on slurm-run's samples and the bare
 /// commands' alike. Asserts that each poll is one round trip.
+/// With `renamed`, that job's name is changed before each sample (untimed), so squeue's
+/// rows differ from the last poll's at every poll.
 async fn interleaved_polls<B: Backend>(
     h: &Harness,
     backend: &B,
@@ -86,12 +88,22 @@ async fn interleaved_polls<B: Backend>(
     by_list: &Command,
     me: &Command,
     samples: usize,
+    renamed: Option<&SlurmJobId>,
 ) -> InterleavedPolls {
     backend.status_many(ids).await.expect("warm-up poll");
     bare_once(h, by_list).await;
     bare_once(h, me).await;
     let (mut times, mut lists, mut mes) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..samples {
+    for sample in 0..samples {
+        if let Some(job) = renamed {
+            let rename = Command::new("scontrol").args([
+                "update".to_string(),
+                format!("JobId={job}"),
+                format!("JobName=bench-held-renamed-{sample}"),
+            ]);
+            let out = h.transport.run(&rename).await.expect("scontrol update");
+            assert!(out.success(), "{}", out.stderr_text());
+        }
         h.transport.reset();
         idle_shell().await;
         let start = Instant::now();
@@ -160,7 +172,7 @@ async fn main() {
         let ids = &records[..n];
         let jobs = &all[..n];
         let by_list = squeue_of(jobs);
-        let polls = interleaved_polls(&h, &h.backend, ids, &by_list, &me, samples).await;
+        let polls = interleaved_polls(&h, &h.backend, ids, &by_list, &me, samples, None).await;
         let (library, list, by_me) = (polls.library, polls.list, polls.by_me);
         let (bare_what, bare) = polls.bare();
         let line = |id: &SlurmJobId| format!("sacct -j {id} -X -n -o State%30");
@@ -207,12 +219,13 @@ async fn main() {
     }
     area.series = vec![library_series, list_series, me_series, fresh_series];
 
-    // The same polls with the records in each database store, over the same connection.
+    // The same polls with the records in each database store, over the same connection:
+    // a watch's poll in which nothing changed, and one after a job's row changed.
     let copies = database_copies(&h, &records);
     for (name, backend, _keep) in &copies {
         for n in [100, 10_000] {
             let by_list = squeue_of(&all[..n]);
-            let polls = interleaved_polls(&h, backend, &records[..n], &by_list, &me, 5).await;
+            let polls = interleaved_polls(&h, backend, &records[..n], &by_list, &me, 5, None).await;
             let (bare_what, bare) = polls.bare();
             area.push(
                 Row::new(
@@ -223,6 +236,19 @@ async fn main() {
                 .aim(1.2),
             );
         }
+        let n = 10_000;
+        let by_list = squeue_of(&all[..n]);
+        let renamed = Some(&all[0]);
+        let polls = interleaved_polls(&h, backend, &records[..n], &by_list, &me, 5, renamed).await;
+        let (bare_what, bare) = polls.bare();
+        area.push(
+            Row::new(
+                format!("poll of {n} pending jobs, records in {name}, a row changed before each"),
+                polls.library,
+            )
+            .bare(Baseline::measured(bare_what, bare))
+            .note("a full poll: squeue's rows differ from the last poll's".to_string()),
+        );
     }
     drop(copies);
 
@@ -443,6 +469,23 @@ async fn main() {
          bench's per-poll time of a 10,000-job watch is that cost without the cluster), \
          which the bare command does not do. The ended jobs' figure adds sacct, asked only \
          for the jobs squeue no longer settles."
+            .to_string(),
+    );
+    area.notes.push(
+        "A watch's poll in which nothing changed. The rows `records in SQLite` and `records \
+         in PostgreSQL` poll the same jobs again and again, as a watch does: with a store \
+         that tells its revision (a number every write moves), a poll of the same ids as the \
+         last quiet one (it wrote nothing and needed nothing beyond squeue), the store at \
+         the same revision, sends that poll's request again; the login node writes squeue's \
+         rows to a file of its memory file system and compares them with the rows that poll \
+         kept, and when they are the same bytes the answer is one line and the client \
+         returns what it answered then: no record read, no row parsed or framed. What stays \
+         above the bare command is the request's lists on their way in (a `head`), the \
+         compare (a `cmp`), and a read of the store's revision. The file store tells no \
+         revision (an older slurm-run sharing its folder would not count its writes), so \
+         the rows without a store named are full polls. The rows `a row changed before each` \
+         rename one job between polls (untimed): every poll is then a full one, the cost of \
+         a watch's poll in which something changed."
             .to_string(),
     );
     cancel_all(&h, &all).await;
