@@ -35,7 +35,7 @@ use super::context::Context;
 use super::conversion::{awaits_verdict as awaits_conversion, conclude as conclude_conversions};
 use super::dependants::{follow_retries, next_step, DependantStep};
 use super::job::scancel_quietly;
-use super::poll::{observe_jobs, take_answer, Held, MemoAnswer, MemoUse};
+use super::poll::{observe_jobs, take_answer, Held, MemoAnswer, MemoUse, MINE_FROM};
 use super::probe::{awaits_verdict, conclude};
 use super::reconcile::{settle_left, SETTLE_AFTER};
 use super::sidecars::{forget, forget_commands, forgotten, note_forgotten};
@@ -60,8 +60,12 @@ pub(super) async fn status_settling(
     settle_after: Duration,
 ) -> Result<Vec<JobStatus>> {
     let store = ctx.store();
-    // The memo: read before the records (a write between the two costs a full poll).
-    let revision = store.revision()?;
+    // The memo, for a poll that may ask for the user's own jobs: the store's revision
+    // read before the records (a write between the two costs a full poll).
+    let revision = match ids.len() >= MINE_FROM {
+        true => store.revision()?,
+        false => None,
+    };
     let mut memo = revision.and(ctx.poll_memo().try_take());
     let mut answered = None;
     if let (Some(guard), Some(revision)) = (memo.as_mut(), revision) {
