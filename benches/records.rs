@@ -62,6 +62,8 @@ struct SimulatedCluster {
     samples: std::sync::Mutex<Vec<(usize, f64, f64)>>,
     /// squeue's rows kept, by client and slot.
     kept: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
+    /// The lists of jobs kept, by client.
+    lists: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl SimulatedCluster {
@@ -72,6 +74,7 @@ impl SimulatedCluster {
             sample_every,
             samples: std::sync::Mutex::new(Vec::new()),
             kept: std::sync::Mutex::new(std::collections::HashMap::new()),
+            lists: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
 }
@@ -105,7 +108,35 @@ impl Transport for SimulatedCluster {
             let sample = (poll, heap::current_mib(), memory_mib());
             self.samples.lock().unwrap().push(sample);
         }
-        let stdin = String::from_utf8_lossy(command.stdin_bytes().unwrap_or_default()).into_owned();
+        // bash -c SCRIPT poll LIVE LISTS-BY MEMO ...: the memo, `CLIENT:HELD:WRITE:LISTS`
+        // or `-`. A poll holding a slot brings no lists: those kept for its client.
+        let memo = command.get_args().get(5).cloned().unwrap_or_default();
+        let words: Vec<&str> = memo.split(':').collect();
+        let memo = match words[..] {
+            [client, held, write, _] => Some((client.to_string(), held, write)),
+            _ => None,
+        };
+        let stdin = match (&memo, command.stdin_bytes()) {
+            (Some((client, "-", _)), Some(lists)) => {
+                let lists = String::from_utf8_lossy(lists).into_owned();
+                self.lists
+                    .lock()
+                    .unwrap()
+                    .insert(client.clone(), lists.clone());
+                lists
+            }
+            (Some((client, _, _)), None) => match self.lists.lock().unwrap().get(client) {
+                Some(lists) => lists.clone(),
+                None => {
+                    return Ok(Output {
+                        status: 0,
+                        stdout: b"@@memo lost\n".to_vec(),
+                        stderr: Vec::new(),
+                    })
+                }
+            },
+            (_, lists) => String::from_utf8_lossy(lists.unwrap_or_default()).into_owned(),
+        };
         let (mut squeue, mut sacct) = (String::new(), String::new());
         for id in asked_jobs(&stdin) {
             let n: u64 = id.parse().expect("a job id");
@@ -120,13 +151,9 @@ impl Transport for SimulatedCluster {
             }
         }
         let mut out = format!("@@begin 0\n{squeue}@@end 0 0\n@@begin 1\n{sacct}@@end 1 0\n");
-        // bash -c SCRIPT poll LIVE LISTS-BY MEMO ...: the memo, `CLIENT:HELD:WRITE` or `-`.
-        let memo = command.get_args().get(5).cloned().unwrap_or_default();
-        let mut words = memo.split(':');
-        if let (Some(client), Some(held), Some(write)) = (words.next(), words.next(), words.next())
-        {
+        if let Some((client, held, write)) = memo {
             let mut kept = self.kept.lock().unwrap();
-            let slot = |slot: &str| (client.to_string(), slot.to_string());
+            let slot = |slot: &str| (client.clone(), slot.to_string());
             if kept.get(&slot(held)) == Some(&squeue) && sacct.is_empty() {
                 out = "@@memo same\n".to_string();
             } else if sacct.is_empty() {

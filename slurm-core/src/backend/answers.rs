@@ -1,6 +1,7 @@
 //! The answers of the [`Backend`](super::Backend) operations: a job's status and what a watch reports.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -29,11 +30,13 @@ pub struct NativeStatus {
 }
 
 /// A job's current state, as its record now holds it, with what the scheduler said;
-/// read through its accessors.
+/// read through its accessors. The record and the scheduler's words are shared, so a
+/// status is copied by a count (a watch's poll in which nothing changed answers the
+/// statuses of the poll before it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JobStatus {
-    pub(crate) record: JobRecord,
-    pub(crate) native: Option<NativeStatus>,
+    pub(crate) record: Arc<JobRecord>,
+    pub(crate) native: Option<Arc<NativeStatus>>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) tasks: BTreeMap<u32, NativeStatus>,
 }
@@ -48,8 +51,8 @@ impl JobStatus {
         tasks: BTreeMap<u32, NativeStatus>,
     ) -> Self {
         JobStatus {
-            record,
-            native,
+            record: Arc::new(record),
+            native: native.map(Arc::new),
             tasks,
         }
     }
@@ -61,12 +64,12 @@ impl JobStatus {
 
     /// The record, owned.
     pub fn into_record(self) -> JobRecord {
-        self.record
+        Arc::unwrap_or_clone(self.record)
     }
 
     /// The scheduler's own words, when the job was found.
     pub fn native(&self) -> Option<&NativeStatus> {
-        self.native.as_ref()
+        self.native.as_deref()
     }
 
     /// For an array: the scheduler's words on each task it spoke of, by index (their

@@ -6,6 +6,7 @@
 //! in the same round trip; only the jobs it does not show CANCELLED yet are polled.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::commands;
@@ -43,7 +44,7 @@ pub(super) async fn cancel(ctx: &Context<'_>, id: &JobId) -> Result<JobRecord> {
         record = status_settling(ctx, std::slice::from_ref(id), Duration::ZERO)
             .await?
             .remove(0)
-            .record;
+            .into_record();
         if record.state.is_terminal() {
             return Ok(record);
         }
@@ -207,7 +208,7 @@ async fn poll_until_ended(
         let mut still = Vec::new();
         for ((index, id), status) in waiting.into_iter().zip(statuses) {
             if status.record.state.is_terminal() {
-                answers[index] = Some(status.record);
+                answers[index] = Some(status.into_record());
             } else if Instant::now() >= deadline {
                 // The scheduler accepted the cancel; note it and let the next
                 // poll confirm.
@@ -331,13 +332,13 @@ async fn scancel_and_confirm(
                 );
                 mark = mark.task(task, task_mark);
             }
-            status.record = ctx.store().mark(id, mark)?;
+            status.record = Arc::new(ctx.store().mark(id, mark)?);
         }
         if done(&status.record) {
-            return Ok(status.record);
+            return Ok(status.into_record());
         }
         if status.record.is_array() && Instant::now() >= deadline {
-            return Ok(status.record);
+            return Ok(status.into_record());
         }
         if Instant::now() >= deadline {
             // The scheduler accepted the cancel; note it and let the next poll confirm.

@@ -29,6 +29,7 @@
 //! full and the steps above run on it.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::context::Context;
@@ -73,14 +74,15 @@ pub(super) async fn status_settling(
             let ask = ctx.poll_memo().ask(Some(held.slot()));
             let request = held.request().clone();
             let command = request
-                .command(Some(ask.word()))
+                .command_again(ask.word())
                 .display_as(format!("poll {} job(s) again", ids.len()));
             let mut output = ctx.transport().run(&command).await?;
-            let answer = take_answer(&mut output)?;
-            if answer == MemoAnswer::Same {
-                return Ok(held.statuses().to_vec());
+            match take_answer(&mut output)? {
+                MemoAnswer::Same => return Ok(held.statuses().to_vec()),
+                // The login node kept no lists of it (a new shell): a full poll.
+                MemoAnswer::Lost => {}
+                answer => answered = Some((request, output, answer)),
             }
-            answered = Some((request, output, answer));
         }
         // Held again only if this poll is quiet too.
         **guard = None;
@@ -167,11 +169,11 @@ pub(super) async fn status_settling(
     let natives: BTreeMap<JobId, NativeStatus> = statuses
         .iter()
         .filter(|s| s.record.labels.contains_key(PROBE_LABEL))
-        .filter_map(|s| Some((s.record.id.clone(), s.native.clone()?)))
+        .filter_map(|s| Some((s.record.id.clone(), NativeStatus::clone(s.native.as_ref()?))))
         .collect();
     let candidates: Vec<&JobRecord> = statuses
         .iter()
-        .map(|s| &s.record)
+        .map(|s| &*s.record)
         .chain(parents.values().filter(|p| p.state.is_terminal()))
         .collect();
     quiet &= !candidates
@@ -184,10 +186,10 @@ pub(super) async fn status_settling(
     cancels.append(&mut converted.cancels);
     for status in statuses.iter_mut() {
         if let Some(record) = concluded.ended.remove(&status.record.id) {
-            status.record = record;
+            status.record = Arc::new(record);
         }
         if let Some(record) = converted.ended.remove(&status.record.id) {
-            status.record = record;
+            status.record = Arc::new(record);
         }
     }
     for status in &statuses {
@@ -206,10 +208,10 @@ pub(super) async fn status_settling(
         match next_step(ctx, record, &attempts, &ended_before)? {
             DependantStep::Ended { record, job } => {
                 cancels.extend(job);
-                status.record = *record;
-                ended.push(status.record.clone());
+                ended.push(JobRecord::clone(&record));
+                status.record = Arc::new(*record);
             }
-            DependantStep::FollowRetry => follow.push(record.clone()),
+            DependantStep::FollowRetry => follow.push(JobRecord::clone(record)),
             DependantStep::Wait => {}
         }
     }
@@ -226,7 +228,7 @@ pub(super) async fn status_settling(
         forget(ctx, &ended).await;
         for status in statuses.iter_mut() {
             if ended.iter().any(|r| r.id == status.record.id) {
-                status.record = store.get(&status.record.id)?;
+                status.record = Arc::new(store.get(&status.record.id)?);
             }
         }
     }

@@ -30,6 +30,7 @@ fn full_answer(running: &[u64], memo: &str) -> Output {
 }
 
 /// A login node answering polls from `answers` in turn, noting each poll's memo word.
+/// A poll that holds a slot brings no lists; any other brings them.
 fn scripted(answers: Vec<Output>, memos: Arc<Mutex<Vec<String>>>) -> MockRemote {
     let answers = Mutex::new(answers.into_iter());
     let mut remote = MockRemote::new();
@@ -38,7 +39,10 @@ fn scripted(answers: Vec<Output>, memos: Arc<Mutex<Vec<String>>>) -> MockRemote 
         .withf(is_poll)
         .returning(move |command| {
             // bash -c SCRIPT poll LIVE LISTS-BY MEMO ...
-            memos.lock().unwrap().push(command.get_args()[5].clone());
+            let memo = command.get_args()[5].clone();
+            let holds = slots(&memo).0 != "-";
+            assert_eq!(command.stdin_bytes().is_none(), holds, "{memo}");
+            memos.lock().unwrap().push(memo);
             Ok(answers.lock().unwrap().next().expect("an answer per poll"))
         });
     remote
@@ -157,4 +161,35 @@ async fn a_poll_that_needed_more_than_squeue_is_not_held() {
     let memos = memos.lock().unwrap().clone();
     let held: Vec<String> = memos.iter().map(|w| slots(w).0).collect();
     assert_eq!(held, ["-", "-", "-"], "{memos:?}");
+}
+
+#[tokio::test]
+async fn a_login_node_that_lost_the_lists_is_asked_again_with_them() {
+    let memos = Arc::new(Mutex::new(Vec::new()));
+    // A new shell (a reconnect) keeps none of the earlier one's lists or rows.
+    let remote = scripted(
+        vec![
+            full_answer(&[], "kept a"),
+            output(0, "@@memo lost\n", ""),
+            full_answer(&[2], "kept a"),
+        ],
+        Arc::clone(&memos),
+    );
+    let backend = backend(remote);
+    let ids = pending_jobs(&backend);
+    backend.status_many(&ids).await.unwrap();
+    let statuses = backend.status_many(&ids).await.unwrap();
+    assert_eq!(
+        statuses[1].state(),
+        JobState::Running,
+        "the full poll's answer"
+    );
+    let memos = memos.lock().unwrap().clone();
+    let asked: Vec<(String, String)> = memos.iter().map(|w| slots(w)).collect();
+    let expected = [("-", "a"), ("a", "b"), ("-", "a")];
+    assert_eq!(
+        asked,
+        expected.map(|(h, w)| (h.to_string(), w.to_string())),
+        "{memos:?}"
+    );
 }

@@ -162,7 +162,7 @@ async fn a_job_that_ends_has_its_secrets_removed_and_its_logs_redacted_by_declar
     // names the record keeps (never the values).
     let other = backend_without_memory();
     std::env::set_var("SLURM_RUN_TEST_DECLARED_NAME", "declared-secret-value");
-    let mut declared = status.record.clone();
+    let mut declared = status.record().clone();
     declared.secret_names = vec!["SLURM_RUN_TEST_DECLARED_NAME".into()];
     assert_eq!(
         other

@@ -248,7 +248,10 @@ pub async fn submit_runs_a_job_to_complete<F: BackendFixture + ?Sized>(fixture: 
     let history = states(&done.record);
     assert_eq!(history.first(), Some(&JobState::Submitting), "{history:?}");
     assert_eq!(history.last(), Some(&JobState::Complete), "{history:?}");
-    assert_eq!(fixture.backend().record(&record.id).unwrap(), done.record);
+    assert_eq!(
+        &fixture.backend().record(&record.id).unwrap(),
+        done.record()
+    );
 }
 
 /// A failing program ends ERROR, classed program, and its exit code is reported.

@@ -216,11 +216,7 @@ impl LocalBackend {
             .collect();
         let whole = native(record.state, &(record.id.clone(), None));
         drop(exits);
-        JobStatus {
-            native: Some(whole),
-            tasks,
-            record,
-        }
+        JobStatus::new(record, Some(whole), tasks)
     }
 }
 

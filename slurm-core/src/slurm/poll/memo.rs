@@ -8,13 +8,15 @@
 //! squeue's rows (no submit to settle, no dependant, no verdict to read): the same
 //! records and the same rows then give the same statuses. The login-node side
 //! (`poll.sh`): squeue's rows of each quiet poll are kept in the long-lived shell's
-//! private folder, in one of the client's two [`Slot`]s. A poll of the same ids at the
-//! same revision sends the held request again, naming the slot it holds; squeue's rows
-//! are written to the other slot and compared byte for byte, and when they are the
-//! same the answer is one line (`@@memo same`) and the held statuses are the poll's.
-//! Otherwise the same round trip goes on as a full poll.
+//! private folder, in one of the client's two [`Slot`]s, beside the request's lists of
+//! jobs. A poll of the same ids at the same revision sends the held request again
+//! without its lists, naming the slot it holds; squeue's rows are written to the other
+//! slot and compared byte for byte, and when they are the same the answer is one line
+//! (`@@memo same`) and the held statuses are the poll's. Otherwise the same round trip
+//! goes on as a full poll, with the lists kept.
 //!
-//! A new shell (a reconnect) has no slot: its first poll is a full one. Only a backend's
+//! A new shell (a reconnect) keeps no lists: it answers `@@memo lost`, and the client
+//! sends the full request. Only a backend's
 //! one poll at a time uses its memo (others poll in full), so a slot is written by one
 //! poll at a time, and never while the client holds it.
 
@@ -80,10 +82,13 @@ pub(crate) enum MemoAnswer {
     Kept(Slot),
     /// A full answer follows; nothing was kept.
     Nothing,
+    /// The login node keeps no lists of the request sent again (a new shell): nothing
+    /// was asked, and the client asks again with its lists.
+    Lost,
 }
 
 /// The memo's line of `output` (a poll that named a memo), taken off it: the whole
-/// answer (`@@memo same`), or the last line of a full one.
+/// answer (`@@memo same`, `@@memo lost`), or the last line of a full one.
 pub(crate) fn take_answer(output: &mut Output) -> Result<MemoAnswer> {
     let text = output.stdout.strip_suffix(b"\n").unwrap_or(&output.stdout);
     let start = text
@@ -93,6 +98,7 @@ pub(crate) fn take_answer(output: &mut Output) -> Result<MemoAnswer> {
     let line = String::from_utf8_lossy(&text[start..]).into_owned();
     let answer = match line.as_str() {
         "@@memo same" if start == 0 => MemoAnswer::Same,
+        "@@memo lost" if start == 0 => MemoAnswer::Lost,
         "@@memo kept a" => MemoAnswer::Kept(Slot::A),
         "@@memo kept b" => MemoAnswer::Kept(Slot::B),
         "@@memo none" => MemoAnswer::Nothing,
@@ -212,6 +218,11 @@ mod tests {
             ..Output::default()
         };
         assert_eq!(take_answer(&mut same).unwrap(), MemoAnswer::Same);
+        let mut lost = Output {
+            stdout: b"@@memo lost\n".to_vec(),
+            ..Output::default()
+        };
+        assert_eq!(take_answer(&mut lost).unwrap(), MemoAnswer::Lost);
         let mut late_same = Output {
             stdout: b"@@begin 0\n@@end 0 0\n@@memo same\n".to_vec(),
             ..Output::default()

@@ -24,6 +24,7 @@ mod roles;
 mod tests;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use self::observe::{
     apply_followup, decide, from_scontrol, kept, merge_reading, Decision, Followup, TaskKey,
@@ -360,7 +361,7 @@ impl Observed {
             let answers = ctx.store().mark_many(marks)?;
             for (index, answer) in marked.into_iter().zip(answers) {
                 let status = &mut statuses[index];
-                status.record = kept_on_refusal(ctx, &status.record, answer)?;
+                status.record = Arc::new(kept_on_refusal(ctx, &status.record, answer)?);
             }
         }
         Ok((statuses, cancels))
@@ -402,20 +403,10 @@ fn record_decisions(
             }
         }
         let mark = (!mark.tasks.is_empty()).then_some(mark);
-        let status = JobStatus {
-            record,
-            native: None,
-            tasks: natives,
-        };
-        return (status, mark);
+        return (JobStatus::new(record, None, natives), mark);
     }
     let Some((_, decision)) = decided.into_iter().next() else {
-        let status = JobStatus {
-            record,
-            native: None,
-            tasks: BTreeMap::new(),
-        };
-        return (status, None);
+        return (JobStatus::new(record, None, BTreeMap::new()), None);
     };
     let Decision {
         mark,
@@ -443,12 +434,7 @@ fn record_decisions(
         // Nothing new: the store would do nothing, so it is not asked.
         (mark.state != record.state).then_some(mark)
     };
-    let status = JobStatus {
-        record,
-        native,
-        tasks: BTreeMap::new(),
-    };
-    (status, mark)
+    (JobStatus::new(record, native, BTreeMap::new()), mark)
 }
 
 /// The record a mark of `record` answered: the record as stored, or, when the scheduler
@@ -506,10 +492,10 @@ async fn poll_groups(
     };
     let kept = match answer {
         Some(MemoAnswer::Kept(slot)) => Some((slot, request)),
-        Some(MemoAnswer::Same) => {
+        Some(MemoAnswer::Same | MemoAnswer::Lost) => {
             return Err(Error::parse(
                 "poll output",
-                "the login node answered `same` to a poll that held no rows",
+                "the login node answered `same` or `lost` to a poll that held no rows",
             ))
         }
         _ => None,

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use sha2::{Digest, Sha256};
+
 use super::observe::TaskKey;
 use crate::slurm::commands;
 use crate::slurm::parse::SlurmJobId;
@@ -79,18 +81,32 @@ pub(crate) struct PollRequest {
     params: Vec<String>,
     /// The lists of jobs and keys.
     stdin: Vec<u8>,
+    /// The lists' name in a memo: the start of their SHA-256, in hex.
+    lists: String,
     /// Whether every group asks squeue for the user's own jobs: only then does the
     /// script keep squeue's rows for the next poll.
     pub(super) memo_able: bool,
 }
 
 impl PollRequest {
-    /// The command of this request, with `memo` (a memo's word, `CLIENT:HELD:WRITE`;
-    /// none: `-`) as the script's memo.
+    /// The command of this request, its lists on standard input, with `memo` (a memo's
+    /// word, `CLIENT:HELD:WRITE`, to which the lists' name is added; none: `-`) as the
+    /// script's memo.
     pub(crate) fn command(&self, memo: Option<String>) -> Command {
+        self.command_without_lists(memo).stdin(self.stdin.clone())
+    }
+
+    /// The command of this request sent again under `memo` (`CLIENT:HELD:WRITE`): the
+    /// login node kept its lists, so none travel.
+    pub(crate) fn command_again(&self, memo: String) -> Command {
+        self.command_without_lists(Some(memo))
+    }
+
+    fn command_without_lists(&self, memo: Option<String>) -> Command {
         let mut params = self.params.clone();
-        params.insert(2, memo.unwrap_or_else(|| "-".to_string()));
-        POLL.command(params).stdin(self.stdin.clone())
+        let memo = memo.map_or_else(|| "-".to_string(), |word| format!("{word}:{}", self.lists));
+        params.insert(2, memo);
+        POLL.command(params)
     }
 }
 
@@ -160,9 +176,11 @@ pub(super) fn poll_request_deciding(
         "awk"
     };
     params.insert(1, lists_by.to_string());
+    let lists = hex::encode(&Sha256::digest(stdin.as_bytes())[..8]);
     Ok(PollRequest {
         params,
         stdin: stdin.into_bytes(),
+        lists,
         memo_able: groups.values().all(|g| g.jobs.len() >= MINE_FROM),
     })
 }

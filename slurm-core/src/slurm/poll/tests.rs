@@ -68,7 +68,7 @@ async fn run_locally(poll: &Command, bin: &std::path::Path) -> (Output, tempfile
         .arg(format!("__SR_FRAME={}", frame.path().display()))
         .arg(poll.program())
         .args(poll.get_args().iter().cloned())
-        .stdin(poll.stdin_bytes().unwrap().to_vec());
+        .stdin(poll.stdin_bytes().unwrap_or_default().to_vec());
     let output = LocalTransport::new().run(&command).await.unwrap();
     (output, frame)
 }
@@ -363,7 +363,7 @@ async fn run_in_shell(poll: &Command, bin: &std::path::Path, shell: &std::path::
         .arg(format!("__SR_KEEP={}", shell.display()))
         .arg(poll.program())
         .args(poll.get_args().iter().cloned())
-        .stdin(poll.stdin_bytes().unwrap().to_vec());
+        .stdin(poll.stdin_bytes().unwrap_or_default().to_vec());
     LocalTransport::new().run(&command).await.unwrap()
 }
 
@@ -388,7 +388,11 @@ async fn a_repeated_poll_whose_rows_did_not_change_answers_same_and_nothing_else
     let shell = tempfile::tempdir().unwrap();
     let request = poll_request(&[(None, jobs(&all, &[]))].into()).unwrap();
     assert!(request.memo_able, "a poll asking for the user's own jobs");
-    let poll = |memo: &str| request.command(Some(format!("c0ffee:{memo}")));
+    // A request holding a slot brings no lists, as the client sends it.
+    let poll = |memo: &str| match memo.starts_with('-') {
+        true => request.command(Some(format!("c0ffee:{memo}"))),
+        false => request.command_again(format!("c0ffee:{memo}")),
+    };
     let squeues = || std::fs::read_to_string(bin.join("squeue.jobs")).unwrap_or_default();
 
     // Nothing held: a full answer, squeue's rows kept in slot a.
@@ -424,10 +428,17 @@ async fn a_repeated_poll_whose_rows_did_not_change_answers_same_and_nothing_else
     let same = run_in_shell(&poll("b:a"), bin, shell.path()).await;
     assert_eq!(same.stdout_text(), "@@memo same\n");
 
-    // Another client's slots are its own: nothing of c0ffee's answers for it.
-    let other = request.command(Some("beef:a:b".to_string()));
+    // Another client's slots and lists are its own: nothing of c0ffee's answers for it.
+    let other = request.command_again("beef:a:b".to_string());
     let mut other = run_in_shell(&other, bin, shell.path()).await;
-    assert_eq!(take_answer(&mut other).unwrap(), MemoAnswer::Kept(Slot::B));
+    assert_eq!(take_answer(&mut other).unwrap(), MemoAnswer::Lost);
+    // Neither does a new shell's folder, nor lists kept of another request.
+    let new_shell = tempfile::tempdir().unwrap();
+    let mut lost = run_in_shell(&poll("a:b"), bin, new_shell.path()).await;
+    assert_eq!(take_answer(&mut lost).unwrap(), MemoAnswer::Lost);
+    let fewer = poll_request(&[(None, jobs(&all[1..], &[]))].into()).unwrap();
+    let mut lost = run_in_shell(&fewer.command_again("c0ffee:b:a".into()), bin, shell.path()).await;
+    assert_eq!(take_answer(&mut lost).unwrap(), MemoAnswer::Lost);
 
     // A tracked job squeue no longer lists goes to sacct: the poll is not quiet and
     // nothing is kept; `same` is never answered while a job needs sacct.
@@ -459,27 +470,34 @@ async fn a_memo_is_kept_only_in_the_shells_private_folder_and_for_the_users_own_
     let all: Vec<u64> = (1..=MINE_FROM as u64).collect();
     let tools = fake_tools(&rows_of(&all, &[]), 0);
     // A frame folder but no folder to keep in (a shell that gives none): nothing is
-    // kept, and a second poll answers in full.
+    // kept, a poll with its lists answers in full, and one holding a slot is told the
+    // lists are lost.
     let request = poll_request(&[(None, jobs(&all, &[]))].into()).unwrap();
-    for memo in ["c0ffee:-:a", "c0ffee:a:b"] {
-        let (mut output, _frame) =
-            run_locally(&request.command(Some(memo.to_string())), tools.path()).await;
-        assert_eq!(take_answer(&mut output).unwrap(), MemoAnswer::Nothing);
-        assert_eq!(round_trip::split(&output, 2).unwrap().len(), 2);
-    }
+    let (mut output, _frame) =
+        run_locally(&request.command(Some("c0ffee:-:a".into())), tools.path()).await;
+    assert_eq!(take_answer(&mut output).unwrap(), MemoAnswer::Nothing);
+    assert_eq!(round_trip::split(&output, 2).unwrap().len(), 2);
+    let (mut output, _frame) =
+        run_locally(&request.command_again("c0ffee:a:b".into()), tools.path()).await;
+    assert_eq!(take_answer(&mut output).unwrap(), MemoAnswer::Lost);
     // A few jobs, named to squeue: no memo, even when asked.
     let shell = tempfile::tempdir().unwrap();
     let few = poll_request(&[(None, jobs(&all[..3], &[]))].into()).unwrap();
     assert!(!few.memo_able);
-    for memo in ["c0ffee:-:a", "c0ffee:a:b"] {
-        let mut output = run_in_shell(
-            &few.command(Some(memo.to_string())),
-            tools.path(),
-            shell.path(),
-        )
-        .await;
-        assert_eq!(take_answer(&mut output).unwrap(), MemoAnswer::Nothing);
-    }
+    let mut output = run_in_shell(
+        &few.command(Some("c0ffee:-:a".into())),
+        tools.path(),
+        shell.path(),
+    )
+    .await;
+    assert_eq!(take_answer(&mut output).unwrap(), MemoAnswer::Nothing);
+    let mut output = run_in_shell(
+        &few.command_again("c0ffee:a:b".into()),
+        tools.path(),
+        shell.path(),
+    )
+    .await;
+    assert_eq!(take_answer(&mut output).unwrap(), MemoAnswer::Lost);
     // A memo word that could name another file is refused: nothing kept.
     let mut odd = run_in_shell(
         &request.command(Some("../x:-:a".to_string())),

@@ -28,7 +28,7 @@ pub(crate) async fn probe_nccl(
     let verdict = read_verdicts(ctx, std::slice::from_ref(&status.record))
         .await?
         .remove(0);
-    let attempts = attempts_of(&status.record, &verdict, status.native.as_ref());
+    let attempts = attempts_of(&status.record, &verdict, status.native.as_deref());
     let knobs = verdict_of(&cluster, &attempts)?;
     // The poll that saw the end cached it already; a second write is harmless.
     let cache_file = cache_pass(ctx, &cluster, &status.record, &knobs)?;
@@ -37,7 +37,7 @@ pub(crate) async fn probe_nccl(
         knobs,
         attempts,
         cache_file,
-        job: status.record.id,
+        job: status.record.id.clone(),
     })
 }
 

@@ -32,29 +32,48 @@ while [ "$i" -lt "${#words[@]}" ]; do
   while [ "$i" -lt "${#words[@]}" ] && [ "${words[i]}" != "--slurm-run-group--" ]; do i=$((i + 1)); done
   i=$((i + 1))
 done
-# The memo: `CLIENT:HELD:WRITE`, for a client that polls the same jobs again and again
-# (a watch). When every group asks for the user's own jobs, squeue's rows of group K are
-# kept in "$keep_dir/poll.CLIENT.WRITE.K" (the long-lived shell's private folder, which
-# outlives this command and goes with the shell). When the rows HELD kept (the client's
-# last quiet poll of the same lists) are the same byte for byte, the answer is the one
-# line `@@memo same` and nothing else runs: the client already holds what the rest would
-# tell. Otherwise the poll goes on with the rows just read, and its answer ends with
-# `@@memo kept WRITE` when squeue answered every group and no job needed sacct (the
-# client may hold WRITE from now on), or `@@memo none`. HELD is `-` when the client
-# holds nothing; WRITE is never the slot it holds.
-memo_asked=$memo memo_end=none
+# The memo: `CLIENT:HELD:WRITE:LISTS`, for a client that polls the same jobs again and
+# again (a watch); LISTS names the lists of its request (a digest the client made). When
+# every group asks for the user's own jobs, the lists are kept in
+# "$keep_dir/poll.CLIENT.KIND.K" (`LISTS` in "$keep_dir/poll.CLIENT.lists" once they are
+# whole) and squeue's rows of group K in "$keep_dir/poll.CLIENT.WRITE.K": the long-lived
+# shell's private folder, which outlives this command and goes with the shell. A request
+# whose HELD is `-` brings its lists on standard input. One that names the slot HELD (the
+# client's last quiet poll, of the same lists) brings none: when the lists kept are not
+# LISTS (a new shell), the answer is the one line `@@memo lost` and the client asks
+# again with its lists. When the rows HELD kept are the same byte for byte as squeue's
+# now, the answer is the one line `@@memo same` and nothing else runs: the client already
+# holds what the rest would tell. Otherwise the poll goes on with the rows just read and
+# the lists kept, and its answer ends with `@@memo kept WRITE` when squeue answered every
+# group and no job needed sacct (the client may hold WRITE from now on), or
+# `@@memo none`. WRITE is never the slot the client holds.
+memo_asked=$memo memo_end=none lists_at=$frame_dir/
 if [ "$memo" != - ]; then
-  IFS=: read -r memo_client memo_held memo_write <<<"$memo"
+  IFS=: read -r memo_client memo_held memo_write memo_lists <<<"$memo"
   keep=${keep_dir:-}
-  case $memo_client:$memo_held:$memo_write in
+  case $memo_client:$memo_held:$memo_write:$memo_lists in
     *[!0-9a-z:-]*) keep= ;;
   esac
   for i in "${group_from[@]}"; do
     if [ "${words[i]}" != mine ]; then keep=; fi
   done
-  if [ -z "$keep" ] || [ -z "$memo_client" ] || [ -z "$memo_write" ] || [ "$memo_held" = "$memo_write" ]; then
+  if [ -z "$keep" ] || [ -z "$memo_client" ] || [ -z "$memo_write" ] || [ -z "$memo_lists" ] ||
+    [ "$memo_held" = "$memo_write" ]; then
+    if [ "$memo_held" != - ]; then
+      echo "@@memo lost"
+      exit 0
+    fi
     memo=-
   else
+    lists_at=$keep/poll.$memo_client.
+    if [ "$memo_held" != - ]; then
+      kept_lists=
+      if [ -f "${lists_at}lists" ]; then read -r kept_lists <"${lists_at}lists"; fi
+      if [ "$kept_lists" != "$memo_lists" ]; then
+        echo "@@memo lost"
+        exit 0
+      fi
+    fi
     same=1
     rows_rc=()
     for k in "${!group_from[@]}"; do
@@ -74,21 +93,33 @@ if [ "$memo" != - ]; then
     memo_end="kept $memo_write"
   fi
 fi
-# The lists into their files ($frame_dir/KIND.K): by bash's builtins for a short input
+# The lists into their files (${lists_at}KIND.K): by bash's builtins for a short input
 # (no process started), by one awk for a long one (bash's printf writes a line at a
 # time: 20 ms for 10,000 ids here, against 8 ms for the awk). Both stop at a header
-# that is not `K KIND COUNT`.
-if [ "$lists_by" = awk ]; then
+# that is not `K KIND COUNT`. A request that holds a slot brings no lists: those kept
+# are its lists. Lists kept are emptied first (they outlive the command), and named
+# LISTS once whole.
+if [ "$memo" != - ] && [ "$memo_held" != - ]; then
+  :
+elif [ "$lists_by" = awk ]; then
+  if [ "$memo" != - ]; then
+    : >"${lists_at}lists"
+    for k in "${!group_from[@]}"; do : >"${lists_at}J.$k" && : >"${lists_at}R.$k" && : >"${lists_at}E.$k"; done
+  fi
   # The folder travels in the environment: `-v` would read backslashes as escapes.
-  SR_LISTS_DIR=$frame_dir awk '
-    BEGIN { dir = ENVIRON["SR_LISTS_DIR"] }
+  SR_LISTS_AT=$lists_at awk '
+    BEGIN { at = ENVIRON["SR_LISTS_AT"] }
     left == 0 {
       if (NF != 3 || $3 !~ /^[0-9]+$/) exit
-      left = $3; file = dir "/" $2 "." $1
+      left = $3; file = at $2 "." $1
       next
     }
     { print > file; left-- }'
 else
+  if [ "$memo" != - ]; then
+    : >"${lists_at}lists"
+    for k in "${!group_from[@]}"; do : >"${lists_at}J.$k" && : >"${lists_at}R.$k" && : >"${lists_at}E.$k"; done
+  fi
   mapfile -t input
   i=0
   while [ "$i" -lt "${#input[@]}" ]; do
@@ -98,11 +129,12 @@ else
     # Joined, then written at once (see `framed`).
     if [ "$count" -gt 0 ]; then
       printf -v list '%s\n' "${input[@]:i+1:count}"
-      printf '%s' "$list" >>"$frame_dir/$kind.$k"
+      printf '%s' "$list" >>"$lists_at$kind.$k"
     fi
     i=$((i + 1 + count))
   done
 fi
+if [ "$memo" != - ] && [ "$memo_held" = - ]; then printf '%s\n' "$memo_lists" >"${lists_at}lists"; fi
 # needs_sacct RUN EXPECTED ROWS JOBS: the jobs of JOBS that sacct must settle, into the
 # array `needed`, with bash's builtins; the same decision as the awk program below.
 needs_sacct() {
@@ -178,7 +210,7 @@ while [ $# -gt 0 ]; do
   [ $# -gt 0 ] && shift
   while [ $# -gt 0 ] && [ "$1" != "--slurm-run-group--" ]; do sacct_argv+=("$1"); shift; done
   [ $# -gt 0 ] && shift
-  all=$frame_dir/J.$k run=$frame_dir/R.$k expected=$frame_dir/E.$k need=$frame_dir/need.$k
+  all=${lists_at}J.$k run=${lists_at}R.$k expected=${lists_at}E.$k need=$frame_dir/need.$k
   # A list the input did not give is empty: read from /dev/null rather than made (a file
   # made costs more here than the rest of a poll's own work on a few jobs).
   [ -e "$all" ] || all=/dev/null

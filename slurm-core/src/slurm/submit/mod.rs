@@ -315,7 +315,7 @@ async fn wait_for_probe(
         false => status_many(ctx, &candidates)
             .await?
             .into_iter()
-            .map(|s| s.record)
+            .map(|s| s.into_record())
             .find(|r| !r.state.is_terminal()),
     };
     if let NcclNeed::Knobs(knobs) = probe::decide(ctx, spec, resources, slurm).await? {
