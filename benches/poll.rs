@@ -476,12 +476,14 @@ async fn main() {
          in PostgreSQL` poll the same jobs again and again, as a watch does: with a store \
          that tells its revision (a number every write moves), a poll of the same ids as the \
          last quiet one (it wrote nothing and needed nothing beyond squeue), the store at \
-         the same revision, sends that poll's request again; the login node writes squeue's \
-         rows to a file of its memory file system and compares them with the rows that poll \
-         kept, and when they are the same bytes the answer is one line and the client \
-         returns what it answered then: no record read, no row parsed or framed. What stays \
-         above the bare command is the request's lists on their way in (a `head`), the \
-         compare (a `cmp`), and a read of the store's revision. The file store tells no \
+         the same revision, sends that poll's request again without its lists of jobs (the \
+         login node kept them); the login node writes squeue's rows to a file of its memory \
+         file system and compares them with the rows that poll kept, and when they are the \
+         same bytes the answer is one line and the client returns what it answered then, \
+         each status shared, not copied: nothing per job is sent, read, parsed, framed or \
+         copied. What stays above the bare command is the compare (a `cmp`) and a read of \
+         the store's revision, against the 400 KB of rows the bare command frames and \
+         sends. The file store tells no \
          revision (an older slurm-run sharing its folder would not count its writes), so \
          the rows without a store named are full polls. The rows `a row changed before each` \
          rename one job between polls (untimed): every poll is then a full one, the cost of \
