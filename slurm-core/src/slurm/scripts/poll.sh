@@ -99,13 +99,13 @@ fi
 # that is not `K KIND COUNT`. A request that holds a slot brings no lists: those kept
 # are its lists. Lists kept are emptied first (they outlive the command), and named
 # LISTS once whole.
+if [ "$memo" != - ] && [ "$memo_held" = - ]; then
+  : >"${lists_at}lists"
+  for k in "${!group_from[@]}"; do : >"${lists_at}J.$k" && : >"${lists_at}R.$k" && : >"${lists_at}E.$k"; done
+fi
 if [ "$memo" != - ] && [ "$memo_held" != - ]; then
   :
 elif [ "$lists_by" = awk ]; then
-  if [ "$memo" != - ]; then
-    : >"${lists_at}lists"
-    for k in "${!group_from[@]}"; do : >"${lists_at}J.$k" && : >"${lists_at}R.$k" && : >"${lists_at}E.$k"; done
-  fi
   # The folder travels in the environment: `-v` would read backslashes as escapes.
   SR_LISTS_AT=$lists_at awk '
     BEGIN { at = ENVIRON["SR_LISTS_AT"] }
@@ -116,10 +116,6 @@ elif [ "$lists_by" = awk ]; then
     }
     { print > file; left-- }'
 else
-  if [ "$memo" != - ]; then
-    : >"${lists_at}lists"
-    for k in "${!group_from[@]}"; do : >"${lists_at}J.$k" && : >"${lists_at}R.$k" && : >"${lists_at}E.$k"; done
-  fi
   mapfile -t input
   i=0
   while [ "$i" -lt "${#input[@]}" ]; do
