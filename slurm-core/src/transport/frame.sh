@@ -10,9 +10,11 @@
 # transport), a folder is made and removed here. `keep_dir` is the shell's folder of
 # frames (`__SR_KEEP`), private to the user, where a script may keep what its next run
 # compares with (it outlives the command and goes with the shell); empty without one.
+# shellcheck disable=SC2034 # read by the scripts framed with it that keep files (poll.sh)
 keep_dir=
 if [ -n "${__SR_FRAME:-}" ] && [ -d "$__SR_FRAME" ] && [ -O "$__SR_FRAME" ]; then
   frame_dir=$__SR_FRAME
+  # shellcheck disable=SC2034 # as above
   if [ -n "${__SR_KEEP:-}" ] && [ -d "$__SR_KEEP" ] && [ -O "$__SR_KEEP" ]; then keep_dir=$__SR_KEEP; fi
 else
   frame_dir=$(mktemp -d "${TMPDIR:-/tmp}/slurm-run-frame.XXXXXXXX") || exit "$EXIT_NO_TEMP_DIR"
