@@ -36,7 +36,7 @@ use super::context::Context;
 use super::conversion::{awaits_verdict as awaits_conversion, conclude as conclude_conversions};
 use super::dependants::{follow_retries, next_step, DependantStep};
 use super::job::scancel_quietly;
-use super::poll::{observe_jobs, take_answer, Held, MemoAnswer, MemoUse, MINE_FROM};
+use super::poll::{observe_jobs, poll_again, Again, Held, MemoUse, MINE_FROM};
 use super::probe::{awaits_verdict, conclude};
 use super::reconcile::{settle_left, SETTLE_AFTER};
 use super::sidecars::{forget, forget_commands, forgotten, note_forgotten};
@@ -71,17 +71,11 @@ pub(super) async fn status_settling(
     let mut answered = None;
     if let (Some(guard), Some(revision)) = (memo.as_mut(), revision) {
         if let Some(held) = guard.as_ref().filter(|h| h.answers(ids, revision)) {
-            let ask = ctx.poll_memo().ask(Some(held.slot()));
-            let request = held.request().clone();
-            let command = request
-                .command_again(ask.word())
-                .display_as(format!("poll {} job(s) again", ids.len()));
-            let mut output = ctx.transport().run(&command).await?;
-            match take_answer(&mut output)? {
-                MemoAnswer::Same => return Ok(held.statuses().to_vec()),
-                // The login node kept no lists of it (a new shell): a full poll.
-                MemoAnswer::Lost => {}
-                answer => answered = Some((request, output, answer)),
+            match poll_again(ctx, held, ids.len()).await? {
+                Again::Unchanged => return Ok(held.statuses().to_vec()),
+                Again::Changed(answer) => answered = Some(answer),
+                // A new shell: a full poll, its lists sent.
+                Again::Lost => {}
             }
         }
         // Held again only if this poll is quiet too.

@@ -16,9 +16,9 @@
 //! goes on as a full poll, with the lists kept.
 //!
 //! A new shell (a reconnect) keeps no lists: it answers `@@memo lost`, and the client
-//! sends the full request. Only a backend's
-//! one poll at a time uses its memo (others poll in full), so a slot is written by one
-//! poll at a time, and never while the client holds it.
+//! sends the full request. Only a backend's one poll at a time uses its memo (others
+//! poll in full), so a slot is written by one poll at a time, and never while the
+//! client holds it.
 
 use crate::backend::JobStatus;
 use crate::record::JobId;
@@ -51,7 +51,8 @@ impl Slot {
     }
 }
 
-/// What one poll asks of the script's memo (its third parameter, `CLIENT:HELD:WRITE`).
+/// What one poll asks of the script's memo (its third parameter, `CLIENT:HELD:WRITE`,
+/// to which the request adds its lists' name).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct MemoAsk {
     client: String,

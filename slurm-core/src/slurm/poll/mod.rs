@@ -41,7 +41,8 @@ use crate::state::JobState;
 use crate::transport::{round_trip, Command, Output};
 use crate::{Error, Result};
 
-pub(super) use self::memo::{take_answer, Held, MemoAnswer, MemoAsk, PollMemo, Slot};
+use self::memo::{take_answer, MemoAnswer, MemoAsk, Slot};
+pub(super) use self::memo::{Held, PollMemo};
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use self::request::poll_command;
 pub(crate) use self::request::Group;
@@ -462,6 +463,32 @@ struct Polled {
     kept: HashMap<Key, String>,
     /// Clusters whose sacct could not answer now, and why.
     unavailable: HashMap<Option<String>, String>,
+}
+
+/// What the login node said of a held request sent again ([`poll_again`]).
+pub(super) enum Again {
+    /// squeue's rows are those the held poll saw: its statuses are this poll's.
+    Unchanged,
+    /// They changed: the round trip answered in full (what [`MemoUse::answered`] holds).
+    Changed((PollRequest, Output, MemoAnswer)),
+    /// The login node kept no lists of it (a new shell): nothing was asked.
+    Lost,
+}
+
+/// The request `held` asked, sent again without its lists (see [`memo`]), for a poll of
+/// `jobs` jobs: one round trip.
+pub(super) async fn poll_again(ctx: &Context<'_>, held: &Held, jobs: usize) -> Result<Again> {
+    let ask = ctx.poll_memo().ask(Some(held.slot()));
+    let request = held.request().clone();
+    let command = request
+        .command_again(ask.word())
+        .display_as(format!("poll {jobs} job(s) again"));
+    let mut output = ctx.transport().run(&command).await?;
+    Ok(match take_answer(&mut output)? {
+        MemoAnswer::Same => Again::Unchanged,
+        MemoAnswer::Lost => Again::Lost,
+        answer => Again::Changed((request, output, answer)),
+    })
 }
 
 /// squeue for every group and, in the same round trip, sacct for the jobs squeue

@@ -57,20 +57,36 @@ fn fake_tools(squeue_lines: &str, squeue_rc: i32) -> tempfile::TempDir {
 /// frame folder of its own (the long-lived shell's `__SR_FRAME`), returned beside the
 /// output so the caller can read the files the script left there.
 async fn run_locally(poll: &Command, bin: &std::path::Path) -> (Output, tempfile::TempDir) {
-    use crate::transport::{LocalTransport, Transport};
     let frame = tempfile::tempdir().unwrap();
-    let command = Command::new("env")
+    let output = run_in_frame(poll, bin, frame.path(), None).await;
+    (output, frame)
+}
+
+/// Runs the poll command `poll` locally, the stand-ins of `bin` first on PATH, in the
+/// frame folder `frame` (`__SR_FRAME`) and, with `keep`, the shell's folder that
+/// outlives its commands (`__SR_KEEP`).
+async fn run_in_frame(
+    poll: &Command,
+    bin: &std::path::Path,
+    frame: &std::path::Path,
+    keep: Option<&std::path::Path>,
+) -> Output {
+    use crate::transport::{LocalTransport, Transport};
+    let mut command = Command::new("env")
         .arg(format!(
             "PATH={}:{}",
             bin.display(),
             std::env::var("PATH").unwrap_or_default()
         ))
-        .arg(format!("__SR_FRAME={}", frame.path().display()))
+        .arg(format!("__SR_FRAME={}", frame.display()));
+    if let Some(keep) = keep {
+        command = command.arg(format!("__SR_KEEP={}", keep.display()));
+    }
+    let command = command
         .arg(poll.program())
         .args(poll.get_args().iter().cloned())
         .stdin(poll.stdin_bytes().unwrap_or_default().to_vec());
-    let output = LocalTransport::new().run(&command).await.unwrap();
-    (output, frame)
+    LocalTransport::new().run(&command).await.unwrap()
 }
 
 /// Runs the poll script locally against fake `squeue` / `sacct` programs (squeue
@@ -349,22 +365,10 @@ async fn lists_of_several_clusters_reach_the_same_files_by_bash_and_by_awk() {
 /// Runs `poll` locally as the long-lived shell runs a command: in a fresh frame folder
 /// `f.N` of `shell`, the shell's private folder, which outlives its commands.
 async fn run_in_shell(poll: &Command, bin: &std::path::Path, shell: &std::path::Path) -> Output {
-    use crate::transport::{LocalTransport, Transport};
     let n = std::fs::read_dir(shell).unwrap().count();
     let frame = shell.join(format!("f.{n}"));
     std::fs::create_dir(&frame).unwrap();
-    let command = Command::new("env")
-        .arg(format!(
-            "PATH={}:{}",
-            bin.display(),
-            std::env::var("PATH").unwrap_or_default()
-        ))
-        .arg(format!("__SR_FRAME={}", frame.display()))
-        .arg(format!("__SR_KEEP={}", shell.display()))
-        .arg(poll.program())
-        .args(poll.get_args().iter().cloned())
-        .stdin(poll.stdin_bytes().unwrap_or_default().to_vec());
-    LocalTransport::new().run(&command).await.unwrap()
+    run_in_frame(poll, bin, &frame, Some(shell)).await
 }
 
 /// squeue's rows of jobs `all`, every one PENDING but `running`.
@@ -484,26 +488,15 @@ async fn a_memo_is_kept_only_in_the_shells_private_folder_and_for_the_users_own_
     let shell = tempfile::tempdir().unwrap();
     let few = poll_request(&[(None, jobs(&all[..3], &[]))].into()).unwrap();
     assert!(!few.memo_able);
-    let mut output = run_in_shell(
-        &few.command(Some("c0ffee:-:a".into())),
-        tools.path(),
-        shell.path(),
-    )
-    .await;
-    assert_eq!(take_answer(&mut output).unwrap(), MemoAnswer::Nothing);
-    let mut output = run_in_shell(
-        &few.command_again("c0ffee:a:b".into()),
-        tools.path(),
-        shell.path(),
-    )
-    .await;
-    assert_eq!(take_answer(&mut output).unwrap(), MemoAnswer::Lost);
+    let answer_of = |poll: Command| {
+        let (bin, shell) = (tools.path().to_path_buf(), shell.path().to_path_buf());
+        async move { take_answer(&mut run_in_shell(&poll, &bin, &shell).await).unwrap() }
+    };
+    let asked = few.command(Some("c0ffee:-:a".into()));
+    assert_eq!(answer_of(asked).await, MemoAnswer::Nothing);
+    let again = few.command_again("c0ffee:a:b".into());
+    assert_eq!(answer_of(again).await, MemoAnswer::Lost);
     // A memo word that could name another file is refused: nothing kept.
-    let mut odd = run_in_shell(
-        &request.command(Some("../x:-:a".to_string())),
-        tools.path(),
-        shell.path(),
-    )
-    .await;
-    assert_eq!(take_answer(&mut odd).unwrap(), MemoAnswer::Nothing);
+    let odd = request.command(Some("../x:-:a".to_string()));
+    assert_eq!(answer_of(odd).await, MemoAnswer::Nothing);
 }

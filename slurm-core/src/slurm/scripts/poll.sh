@@ -32,6 +32,15 @@ while [ "$i" -lt "${#words[@]}" ]; do
   while [ "$i" -lt "${#words[@]}" ] && [ "${words[i]}" != "--slurm-run-group--" ]; do i=$((i + 1)); done
   i=$((i + 1))
 done
+# group K: group K's words into how, decider, squeue_argv and sacct_argv.
+group() {
+  local i=${group_from[$1]}
+  how=${words[i]} decider=${words[i + 1]} squeue_argv=() sacct_argv=()
+  i=$((i + 2))
+  while [ "$i" -lt "${#words[@]}" ] && [ "${words[i]}" != "--slurm-run-next--" ]; do squeue_argv+=("${words[i]}"); i=$((i + 1)); done
+  i=$((i + 1))
+  while [ "$i" -lt "${#words[@]}" ] && [ "${words[i]}" != "--slurm-run-group--" ]; do sacct_argv+=("${words[i]}"); i=$((i + 1)); done
+}
 # The memo: `CLIENT:HELD:WRITE:LISTS`, for a client that polls the same jobs again and
 # again (a watch); LISTS names the lists of its request (a digest the client made). When
 # every group asks for the user's own jobs, the lists are kept in
@@ -77,8 +86,7 @@ if [ "$memo" != - ]; then
     same=1
     rows_rc=()
     for k in "${!group_from[@]}"; do
-      i=$((group_from[k] + 2)) squeue_argv=()
-      while [ "${words[i]}" != "--slurm-run-next--" ]; do squeue_argv+=("${words[i]}"); i=$((i + 1)); done
+      group "$k"
       "${squeue_argv[@]}" </dev/null >"$keep/poll.$memo_client.$memo_write.$k" 2>"$frame_dir/rows.$k.err"
       rows_rc+=("$?")
       if [ "${rows_rc[k]}" -ne 0 ] || [ -s "$frame_dir/rows.$k.err" ] || [ "$memo_held" = - ] ||
@@ -196,16 +204,8 @@ memo_rows() {
   fi
   return "${rows_rc[$2]}"
 }
-k=0
-while [ $# -gt 0 ]; do
-  how=$1 decider=$2
-  shift 2
-  squeue_argv=()
-  sacct_argv=()
-  while [ $# -gt 0 ] && [ "$1" != "--slurm-run-next--" ]; do squeue_argv+=("$1"); shift; done
-  [ $# -gt 0 ] && shift
-  while [ $# -gt 0 ] && [ "$1" != "--slurm-run-group--" ]; do sacct_argv+=("$1"); shift; done
-  [ $# -gt 0 ] && shift
+for k in "${!group_from[@]}"; do
+  group "$k"
   all=${lists_at}J.$k run=${lists_at}R.$k expected=${lists_at}E.$k need=$frame_dir/need.$k
   # A list the input did not give is empty: read from /dev/null rather than made (a file
   # made costs more here than the rest of a poll's own work on a few jobs).
@@ -267,7 +267,6 @@ while [ $# -gt 0 ]; do
   else
     part_empty $((2 * k + 1))
   fi
-  k=$((k + 1))
 done
 if [ "$memo_asked" != - ]; then echo "@@memo $memo_end"; fi
 exit 0
