@@ -402,7 +402,10 @@ fn watch(
     );
     let (first, took, peak) = measured(|| {
         rt.block_on(async {
-            let live = backend.records(&RecordFilter::any().active()).unwrap();
+            let live = backend
+                .records(&RecordFilter::any().active())
+                .await
+                .unwrap();
             let ids: Vec<JobId> = live.iter().map(|r| r.id().clone()).collect();
             assert_eq!(ids.len(), LIVE);
             backend.status_many(&ids).await.unwrap()

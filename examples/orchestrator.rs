@@ -284,7 +284,9 @@ impl Orchestrator {
                 }
             }
             if !cancelled
-                && self.all_done(ids.iter().filter(|id| !optional.contains(*id)), &latest)?
+                && self
+                    .all_done(ids.iter().filter(|id| !optional.contains(*id)), &latest)
+                    .await?
             {
                 cancelled = true;
                 for first in &optional {
@@ -297,27 +299,32 @@ impl Orchestrator {
                 }
             }
         }
-        ids.iter()
-            .map(|first| self.backend.record(&latest[first]))
-            .collect()
+        let mut records = Vec::with_capacity(ids.len());
+        for first in ids {
+            records.push(self.backend.record(&latest[&first]).await?);
+        }
+        Ok(records)
     }
 
     /// Whether every job in `firsts` reached its end: terminal, and not an ERROR the
     /// retry policy is about to resubmit.
-    fn all_done<'a>(
+    async fn all_done<'a>(
         &self,
-        mut firsts: impl Iterator<Item = &'a JobId>,
+        firsts: impl Iterator<Item = &'a JobId>,
         latest: &HashMap<JobId, JobId>,
     ) -> Result<bool> {
-        firsts.try_fold(true, |done, first| {
-            let record = self.backend.record(&latest[first])?;
+        for first in firsts {
+            let record = self.backend.record(&latest[first]).await?;
             let retried = match (&self.watch.retry, record.err_class()) {
                 (Some(policy), Some(class)) if record.state() == JobState::Error => {
                     policy.should_retry(class, record.attempt())
                 }
                 _ => false,
             };
-            Ok(done && record.state().is_terminal() && !retried)
-        })
+            if !record.state().is_terminal() || retried {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 }

@@ -125,7 +125,7 @@ async fn run() -> Result<ExitCode> {
     // 4. What each ended as; the sweep task by task, with its log.
     let mut ok = true;
     for id in &latest {
-        let record = backend.record(id)?;
+        let record = backend.record(id).await?;
         ok &= record.state() == JobState::Complete;
         println!("{id}: {}", record.state());
         for (state, tasks) in record.task_groups() {

@@ -176,7 +176,7 @@ async fn run() -> Result<ExitCode> {
     if let Some(bar) = spinner {
         bar.finish_and_clear();
     }
-    let record = backend.record(&id)?;
+    let record = backend.record(&id).await?;
     println!(
         "   {} after {:.1}s",
         record.state(),

@@ -4,9 +4,8 @@
 //! failures were tied to, and its dependants following the new attempt.
 
 use crate::backend::SubmitOptions;
-use crate::record::{JobId, JobRecord, Mark, RecordStore, TransitionSource};
+use crate::record::{JobId, JobRecord, RecordStore, RetryClaim};
 use crate::spec::JobSpec;
-use crate::state::JobState;
 use crate::{Error, Result};
 
 /// Where a submit stands with the record it retries (`SubmitOptions::retry_of`).
@@ -94,54 +93,22 @@ pub(crate) fn retry_options(
     }
 }
 
-/// How [`claim_retry`] went.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum RetryClaim {
-    /// `next` now holds the claim: submit it.
-    Won,
-    /// Another record already retries `previous`: follow it, submit nothing.
-    Taken(JobId),
-}
-
-/// Claim the retry of `previous` for the record `next` (already opened), under
-/// `previous`'s lock: the first claim wins and is kept in `retried_as`; every later
-/// claim, from this process or another sharing the store, sees the winner.
-pub(crate) fn claim_retry(
+/// Open `record`: a retry's record together with its claim of the retry
+/// ([`RecordStore::open_retry`]), any other as it is. `None` when it was opened and is
+/// to be submitted; else another record already retries the same one, nothing was
+/// opened, and that record is the answer (nothing is to be submitted).
+pub(crate) fn open_or_follow(
     store: &dyn RecordStore,
-    previous: &JobId,
-    next: &JobId,
-) -> Result<RetryClaim> {
-    let mut winner: Option<JobId> = None;
-    store.update(previous, &mut |record| {
-        match &record.retried_as {
-            Some(existing) if existing != next => winner = Some(existing.clone()),
-            _ => record.retried_as = Some(next.clone()),
-        }
-        Ok(())
-    })?;
-    Ok(match winner {
-        Some(other) => RetryClaim::Taken(other),
-        None => RetryClaim::Won,
-    })
-}
-
-/// Claim the retry of `previous` for `next` (just opened): `None` when `next` won and
-/// is to be submitted; else `next` ends NOT_SUBMITTED and the winner's record is the
-/// answer.
-pub(crate) fn claim_or_follow(
-    store: &dyn RecordStore,
-    previous: &JobId,
-    next: &JobId,
+    record: &JobRecord,
 ) -> Result<Option<JobRecord>> {
-    match claim_retry(store, previous, next)? {
+    if record.retry_of.is_none() {
+        store.open(record)?;
+        return Ok(None);
+    }
+    match store.open_retry(record)? {
         RetryClaim::Won => Ok(None),
         RetryClaim::Taken(winner) => {
-            store.mark(
-                next,
-                Mark::new(JobState::NotSubmitted, TransitionSource::Agent).message(format!(
-                    "not submitted: {winner} already retries {previous}"
-                )),
-            )?;
+            tracing::info!(job = %record.id, %winner, "the retry was claimed elsewhere; following it");
             store.get(&winner).map(Some)
         }
     }

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use slurm_core::{
     BackendRef, ErrorClass, ErrorKind, JobId, JobRecord, JobSpec, JobState, Mark,
-    MemoryRecordStore, RecordFilter, RecordStore, RemotePath, Result, SecretRegistry,
+    MemoryRecordStore, RecordFilter, RecordStore, RemotePath, Result, RetryClaim, SecretRegistry,
     TransitionSource, UnsettledKind,
 };
 
@@ -133,7 +133,8 @@ fn every_field_reads_through_its_accessor() {
 }
 
 /// A store written outside slurm-core, keeping records in a map by the rules
-/// `JobRecord` offers every store (apply_mark, apply_update, redact_history).
+/// `JobRecord` offers every store (apply_mark, apply_update, redact_history,
+/// retried_record and retry_claim).
 #[derive(Debug, Default)]
 struct OutsideStore {
     records: Mutex<BTreeMap<JobId, JobRecord>>,
@@ -151,6 +152,22 @@ impl RecordStore for OutsideStore {
             .unwrap()
             .insert(record.id().clone(), record);
         Ok(())
+    }
+
+    fn open_retry(&self, retry: &JobRecord) -> Result<RetryClaim> {
+        let previous = retry.retried_record()?.clone();
+        let mut records = self.records.lock().unwrap();
+        let stored = records
+            .get(&previous)
+            .ok_or_else(|| slurm_core::Error::NotFound(previous.to_string()))?;
+        match stored.retry_claim(retry)? {
+            Err(winner) => Ok(RetryClaim::Taken(winner)),
+            Ok(claimed) => {
+                records.insert(retry.id().clone(), retry.clone());
+                records.insert(previous, claimed);
+                Ok(RetryClaim::Won)
+            }
+        }
     }
 
     fn get(&self, id: &JobId) -> Result<JobRecord> {
@@ -256,4 +273,34 @@ fn a_store_written_outside_the_crate_keeps_the_rules_of_the_crates_own() {
     assert_eq!(expected[5], format!("{:?}", ErrorKind::InvalidTransition));
     assert_eq!(expected[6], expected[4]);
     assert!(expected[7].starts_with("ERROR"));
+}
+
+/// The claim of a retry by the crate's rule (`retry_claim`): an outside store opens one
+/// retry of a record; a second retry finds the first and opens nothing; a record that
+/// retries nothing is refused naming `retry_of`.
+#[test]
+fn a_store_written_outside_the_crate_claims_a_retry_once() {
+    let store = OutsideStore::default();
+    let spec = JobSpec::new("outside", "true");
+    let results = RemotePath::parse("/shared/results/outside").unwrap();
+    let first = JobRecord::new(JobId::mint("outside"), &spec, results.clone()).unwrap();
+    store.open(&first).unwrap();
+    let json = |record: &JobRecord| serde_json::to_value(record).unwrap();
+    let retry_of = |id: &JobId| {
+        let mut value =
+            json(&JobRecord::new(JobId::mint("outside"), &spec, results.clone()).unwrap());
+        value["retry_of"] = serde_json::Value::String(id.to_string());
+        serde_json::from_value::<JobRecord>(value).unwrap()
+    };
+    let (a, b) = (retry_of(first.id()), retry_of(first.id()));
+    assert_eq!(store.open_retry(&a).unwrap(), RetryClaim::Won);
+    assert_eq!(
+        store.open_retry(&b).unwrap(),
+        RetryClaim::Taken(a.id().clone())
+    );
+    assert!(store.get(b.id()).is_err(), "the loser opened nothing");
+    assert_eq!(store.get(first.id()).unwrap().retried_as(), Some(a.id()));
+    let stray = JobRecord::new(JobId::mint("outside"), &spec, results).unwrap();
+    let error = store.open_retry(&stray).unwrap_err();
+    assert!(error.to_string().contains("retry_of"), "{error}");
 }

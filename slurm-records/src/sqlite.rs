@@ -19,7 +19,7 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use slurm_core::{
     Error, JobId, JobRecord, LeaseFiles, Listing, Mark, RecordFilter, RecordStore, Result,
-    SecretRegistry, SubmitLease,
+    RetryClaim, SecretRegistry, SubmitLease,
 };
 
 use crate::cache::ReadCache;
@@ -459,6 +459,49 @@ impl RecordStore for SqliteRecordStore {
         }
     }
 
+    /// One immediate transaction: the retried record read and its claim written, the
+    /// retry's row inserted, committed together (or rolled back together).
+    fn open_retry(&self, retry: &JobRecord) -> Result<RetryClaim> {
+        let previous = retry.retried_record()?;
+        let mut record = retry.clone();
+        if let Some(registry) = &self.redactor {
+            record.redact_history(registry);
+        }
+        let row = Row::of(&record)?;
+        let mut connection = self.connection();
+        let tx = connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.fail("opening a retry"))?;
+        let mut taken = None;
+        let mut repeated = false;
+        let claimed =
+            self.change_in(&tx, previous, |stored| match stored.retry_claim(retry)? {
+                Ok(claimed) => {
+                    repeated = stored.retried_as() == Some(retry.id());
+                    Ok((!repeated).then_some(claimed))
+                }
+                Err(winner) => {
+                    taken = Some(winner);
+                    Ok(None)
+                }
+            })??;
+        if let Some(winner) = taken {
+            return Ok(RetryClaim::Taken(winner)); // rolled back as `tx` drops
+        }
+        if !self.insert_in(&tx, &row)? {
+            return match repeated {
+                true => Ok(RetryClaim::Won),
+                false => Err(Error::invalid(
+                    "id",
+                    format!("record {} already exists; mint a new id", retry.id()),
+                )),
+            };
+        }
+        tx.commit().map_err(self.fail("opening a retry"))?;
+        let _ = self.cache.keep_written(vec![Ok(claimed)]);
+        Ok(RetryClaim::Won)
+    }
+
     fn get(&self, id: &JobId) -> Result<JobRecord> {
         let mut records = self.get_many(std::slice::from_ref(id))?;
         Ok(records.remove(0))
@@ -543,8 +586,8 @@ impl RecordStore for SqliteRecordStore {
         self.list_on(filter, listing::parsers())
     }
 
-    fn submit_lease(&self, id: &JobId) -> Result<SubmitLease> {
-        self.leases.take(id)
+    fn try_submit_lease(&self, id: &JobId) -> Result<Option<SubmitLease>> {
+        self.leases.try_take(id)
     }
 
     fn submit_in_progress(&self, id: &JobId) -> Result<Option<bool>> {

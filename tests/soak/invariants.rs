@@ -164,7 +164,7 @@ pub fn exactly_once(v: &mut Verdicts, records: &[JobRecord], view: &ClusterView,
 
 /// sacct consistency: every submitted record ended terminal, in the state sacct gives
 /// (COMPLETE with COMPLETED, ERROR with FAILED), and in the one its command meant.
-pub fn records_agree_with_sacct(
+pub async fn records_agree_with_sacct(
     v: &mut Verdicts,
     h: &Harness,
     records: &[JobRecord],
@@ -180,7 +180,7 @@ pub fn records_agree_with_sacct(
     let mut inconsistent = Vec::new();
     for record in records.iter().filter(|r| r.backend_ref().is_some()) {
         let id = slurm_id(record.backend_ref().expect("filtered"));
-        let current = h.backend.record(record.id()).expect("record");
+        let current = h.backend.record(record.id()).await.expect("record");
         let sacct = view.sacct_state.get(&id).map(String::as_str);
         let fits = match (current.state(), sacct) {
             (JobState::Complete, Some("COMPLETED")) => true,

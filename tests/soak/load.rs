@@ -93,19 +93,33 @@ async fn follow(
                 Err(error) => log.ended_with.push(format!("{:?}: {error}", error.kind())),
             }
         }
-        ids.retain(|id| {
-            h.backend
+        let mut active = Vec::with_capacity(ids.len());
+        for id in ids {
+            let ended = h
+                .backend
+                .record(&id)
+                .await
+                .is_ok_and(|r| r.state().is_terminal());
+            if !ended {
+                active.push(id);
+            }
+        }
+        ids = active;
+        let mut ended_quietly = Vec::new();
+        for id in &ids {
+            // Ended without a reported transition (counted by the checks): free its slot.
+            if h.backend
                 .record(id)
-                .map(|r| !r.state().is_terminal())
-                .unwrap_or(true)
-        });
+                .await
+                .is_ok_and(|r| r.state().is_terminal())
+            {
+                ended_quietly.push(id.clone());
+            }
+        }
         {
             let mut slots = slots.lock().expect("slots lock");
-            for id in &ids {
-                // Ended without a reported transition (counted by the checks): free its slot.
-                if h.backend.record(id).is_ok_and(|r| r.state().is_terminal()) {
-                    slots.remove(id);
-                }
+            for id in &ended_quietly {
+                slots.remove(id);
             }
         }
         if ids.is_empty() {

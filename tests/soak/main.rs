@@ -127,6 +127,7 @@ async fn soak() {
     let records = h
         .backend
         .records(&RecordFilter::any())
+        .await
         .expect("list the records");
     let view = cluster_view::settled(&h, &remote_start, &records, &prefix, VERIFY_LIMIT).await;
     let resources_end = Resources::settled(resources_start, SETTLE_LIMIT).await;
@@ -141,7 +142,7 @@ async fn soak() {
     let mut v = Verdicts::default();
     invariants::every_submit_answered(&mut v, &outcomes);
     invariants::exactly_once(&mut v, &records, &view, &prefix);
-    invariants::records_agree_with_sacct(&mut v, &h, &records, &view, &outcomes);
+    invariants::records_agree_with_sacct(&mut v, &h, &records, &view, &outcomes).await;
     invariants::one_terminal_report_per_job(&mut v, &records, &watch);
     invariants::no_resource_growth(&mut v, resources_start, resources_end);
     invariants::chaos_happened(&mut v, &chaos);

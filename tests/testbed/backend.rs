@@ -66,7 +66,12 @@ async fn preflight_passes_and_names_each_failure_with_a_remedy() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Invalid);
     assert!(err.to_string().contains("time"), "{err}");
-    assert!(h.backend.records(&Default::default()).unwrap().is_empty());
+    assert!(h
+        .backend
+        .records(&Default::default())
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -375,7 +380,7 @@ async fn secrets_reach_the_job_through_a_shredded_sidecar_and_nowhere_else() {
         !shown.contains(secret) && shown.contains("leak=[REDACTED]"),
         "{shown}"
     );
-    let json = serde_json::to_string(&h.backend.record(record.id()).unwrap()).unwrap();
+    let json = serde_json::to_string(&h.backend.record(record.id()).await.unwrap()).unwrap();
     assert!(!json.contains(secret));
 }
 
@@ -458,7 +463,7 @@ async fn follow_streams_the_log_until_the_job_ends_and_infra_failures_are_retrie
     let retried = retried.expect("the infra failure was retried");
     assert_eq!(retried.retry_of().as_ref(), Some(&first.id()));
     assert_eq!(retried.attempt(), 2);
-    let failed = h.backend.record(first.id()).unwrap();
+    let failed = h.backend.record(first.id()).await.unwrap();
     assert_eq!(
         (failed.state(), failed.err_class()),
         (JobState::Error, Some(ErrorClass::Infra))

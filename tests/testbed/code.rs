@@ -126,7 +126,7 @@ async fn a_tree_is_sent_once_then_only_what_changed<T: Transport + 'static>(
 
     // Uncommitted changes: refused, nothing recorded.
     std::fs::write(tree.path().join("pkg1/mod0001.py"), "VALUE = 'dirty'\n").unwrap();
-    let before = b.records(&Default::default()).unwrap().len();
+    let before = b.records(&Default::default()).await.unwrap().len();
     let err = b
         .submit(
             &code_spec(&format!("code3-{tag}"), tree.path(), None),
@@ -139,7 +139,7 @@ async fn a_tree_is_sent_once_then_only_what_changed<T: Transport + 'static>(
         err.to_string().contains("uncommitted changes") && err.to_string().contains("allow_dirty"),
         "{err}"
     );
-    assert_eq!(b.records(&Default::default()).unwrap().len(), before);
+    assert_eq!(b.records(&Default::default()).await.unwrap().len(), before);
     git(tree.path(), &["checkout", "-q", "--", "."]);
 
     // A fresh backend (another process) finds the tree whole and sends nothing.

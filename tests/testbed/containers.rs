@@ -208,7 +208,12 @@ async fn no_credentials_fail_before_anything_is_queued_and_a_wrong_password_is_n
         "{text}"
     );
     // Nothing was queued: no record, no job under the spec's name, no conversion.
-    assert!(h.backend.records(&Default::default()).unwrap().is_empty());
+    assert!(h
+        .backend
+        .records(&Default::default())
+        .await
+        .unwrap()
+        .is_empty());
     let jobs = remote(
         &h,
         Command::new("bash").arg("-c").arg(
@@ -603,7 +608,7 @@ async fn a_direct_sqsh_runs_and_a_truncated_one_is_refused() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Invalid, "{err}");
     assert!(err.to_string().contains("truncated"), "{err}");
-    let records = h.backend.records(&Default::default()).unwrap();
+    let records = h.backend.records(&Default::default()).await.unwrap();
     let refused = records.iter().find(|r| r.name() == "truncated").unwrap();
     assert_eq!(refused.state(), JobState::Error);
     assert!(

@@ -103,6 +103,7 @@ async fn secrets_are_gone_after_a_refusal_a_cancel_a_dependency_and_a_completion
     let record = h
         .backend
         .records(&RecordFilter::any())
+        .await
         .unwrap()
         .into_iter()
         .find(|r| r.name() == "refused")
@@ -378,7 +379,7 @@ async fn a_job_that_rewrites_its_spec_is_retried_with_the_spec_the_client_kept()
         !staged.contains("./env/"),
         "an environment secret was staged: {staged}"
     );
-    let first = h.backend.record(first.id()).unwrap();
+    let first = h.backend.record(first.id()).await.unwrap();
     assert_eq!(first.retried_as().as_ref(), Some(&retry.id()));
 }
 

@@ -188,7 +188,7 @@ async fn an_array_of_eight_runs_two_at_a_time_polled_in_one_round_trip() {
         one_trip_polls > polls / 2,
         "{one_trip_polls} of {polls} polls were one round trip"
     );
-    let record = h.backend.record(record.id()).unwrap();
+    let record = h.backend.record(record.id()).await.unwrap();
     assert_eq!(record.tasks().len(), 8);
     assert!(record
         .tasks()
@@ -319,10 +319,14 @@ async fn a_node_failure_retry_avoids_the_node_and_the_dependant_follows() {
     .await;
     assert!(errors.is_empty(), "{errors:?}");
     let retry = retries.into_iter().next();
-    let first = h.backend.record(parent.id()).unwrap();
+    let first = h.backend.record(parent.id()).await.unwrap();
     assert_eq!(first.state(), JobState::Error);
     assert!(first.node_fault(), "{first:?}");
-    let retry = h.backend.record(retry.expect("retried").id()).unwrap();
+    let retry = h
+        .backend
+        .record(retry.expect("retried").id())
+        .await
+        .unwrap();
     assert_eq!(retry.excluded_nodes(), vec![bad.clone()]);
     let (_, _, ran_on) = sacct_times(&h, &retry).await;
     assert!(
@@ -330,7 +334,7 @@ async fn a_node_failure_retry_avoids_the_node_and_the_dependant_follows() {
         "the retry ran on {ran_on}, not {bad}"
     );
     assert_eq!(retry.state(), JobState::Complete, "{retry:?}");
-    let child = h.backend.record(child.id()).unwrap();
+    let child = h.backend.record(child.id()).await.unwrap();
     assert_eq!(
         child.after(),
         vec![Dependency::ok(retry.id().clone())],
@@ -372,8 +376,8 @@ async fn retries_exclude_faulty_nodes_until_too_few_remain() {
     let refusal = errors.into_iter().next();
     // Two nodes: the first retry avoids one, the second would avoid both.
     assert_eq!(retries.len(), 1, "{retries:?}");
-    let retry = h.backend.record(retries[0].id()).unwrap();
-    let first = h.backend.record(first.id()).unwrap();
+    let retry = h.backend.record(retries[0].id()).await.unwrap();
+    let first = h.backend.record(first.id()).await.unwrap();
     assert!(first.node_fault() && retry.node_fault());
     assert_eq!(retry.excluded_nodes(), first.nodes());
     assert_ne!(retry.nodes(), first.nodes(), "the retry ran elsewhere");

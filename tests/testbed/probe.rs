@@ -72,9 +72,9 @@ async fn cat(h: &Harness, path: &str) -> String {
 }
 
 /// The probe record a job waited for.
-fn probe_of(h: &Harness, job: &JobRecord) -> JobRecord {
+async fn probe_of(h: &Harness, job: &JobRecord) -> JobRecord {
     let id = &job.after().first().expect("the job waits for a probe").job;
-    h.backend.record(id).unwrap()
+    h.backend.record(id).await.unwrap()
 }
 
 /// Issue 13, points 1, 2 and 5: our nccl_probe.py under torchrun, in the real torch
@@ -119,7 +119,7 @@ async fn a_two_node_probe_passes_with_the_real_torch_image() {
     let entry = cached.for_shape(2, 2).unwrap();
     assert!(entry.env.is_empty());
     assert_eq!(entry.probe_job, report.job);
-    let probe = h.backend.record(&report.job).unwrap();
+    let probe = h.backend.record(&report.job).await.unwrap();
     assert_eq!(probe.labels()[PROBE_SHAPE_LABEL], "2x2");
     assert_eq!(probe.state(), JobState::Complete);
 }
@@ -151,7 +151,7 @@ async fn the_ladder_finds_the_knob_that_stops_the_hang_and_a_later_job_skips_the
         .await
         .unwrap();
     assert_eq!(record.state(), JobState::Pending);
-    let probe = probe_of(&h, &record);
+    let probe = probe_of(&h, &record).await;
     let out = completed_output(&h.backend, record.id(), 600).await;
     eprintln!(
         "a real probe climbing one rung past a {}-s hang, then the job: {:?}",
@@ -160,7 +160,7 @@ async fn the_ladder_finds_the_knob_that_stops_the_hang_and_a_later_job_skips_the
     );
     assert_eq!(out.matches("p2p=1").count(), 2, "{out}");
     // One probe job, two rungs: the hang, then the knob.
-    let probe = h.backend.record(probe.id()).unwrap();
+    let probe = h.backend.record(probe.id()).await.unwrap();
     assert_eq!(probe.state(), JobState::Complete);
     assert_eq!(probe.labels()[PROBE_VERDICT_LABEL], "OK");
     let verdict = cat(&h, &format!("{}/nccl/verdict", probe.results_dir())).await;
@@ -190,7 +190,7 @@ async fn the_ladder_finds_the_knob_that_stops_the_hang_and_a_later_job_skips_the
     let out = completed_output(&h.backend, later.id(), 180).await;
     assert_eq!(out.matches("p2p=1").count(), 2, "{out}");
     assert_eq!(
-        h.backend.records(&probes()).unwrap().len(),
+        h.backend.records(&probes()).await.unwrap().len(),
         1,
         "no new probe"
     );
@@ -211,7 +211,7 @@ async fn a_probe_in_an_image_without_torchrun_gives_the_clear_error() {
         .await
         .unwrap();
     assert_eq!(record.state(), JobState::Pending);
-    let probe = probe_of(&h, &record);
+    let probe = probe_of(&h, &record).await;
     let status = wait_terminal(&h.backend, record.id(), 180).await;
     assert_eq!(status.state(), JobState::Error, "{status:?}");
     let message = status.record().last_message().to_string();
@@ -225,7 +225,7 @@ async fn a_probe_in_an_image_without_torchrun_gives_the_clear_error() {
         assert!(message.contains(needle), "{needle} missing: {message}");
     }
     assert!(message.contains(probe.id().as_str()), "{message}");
-    let probe = h.backend.record(probe.id()).unwrap();
+    let probe = h.backend.record(probe.id()).await.unwrap();
     assert_eq!(probe.labels()[PROBE_VERDICT_LABEL], "FAILED");
     assert!(h.backend.knob_cache("testbed").unwrap().is_none());
     // The job never ran: nothing in its log.
@@ -274,7 +274,7 @@ async fn a_probe_queued_behind_a_blocker_leaves_the_submit_free() {
         "{:?}",
         started.elapsed()
     );
-    let probe = probe_of(&h, &record);
+    let probe = probe_of(&h, &record).await;
     // Both wait on the scheduler: the probe for resources, the job for the probe.
     let job = wait_until(&h.backend, record.id(), 30, |s| {
         s.native().as_ref().and_then(|n| n.reason.as_deref()) == Some("Dependency")
@@ -315,8 +315,13 @@ async fn a_hang_climbs_to_p2p_disable_in_one_probe_job_which_later_jobs_use() {
     let json: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(json["shapes"][0]["env"]["NCCL_P2P_DISABLE"], "1", "{text}");
     // One probe job for the whole ladder, hidden from the user's list.
-    assert!(h.backend.records(&RecordFilter::any()).unwrap().is_empty());
-    assert_eq!(h.backend.records(&probes()).unwrap().len(), 1);
+    assert!(h
+        .backend
+        .records(&RecordFilter::any())
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(h.backend.records(&probes()).await.unwrap().len(), 1);
 
     let later = two_nodes(
         "after",
@@ -345,7 +350,7 @@ async fn a_hang_climbs_to_p2p_disable_in_one_probe_job_which_later_jobs_use() {
         assert_eq!(out.matches(expected).count(), count, "{expected}: {out}");
     }
     assert_eq!(
-        h.backend.records(&probes()).unwrap().len(),
+        h.backend.records(&probes()).await.unwrap().len(),
         1,
         "no new probe"
     );
@@ -371,7 +376,7 @@ async fn a_wrong_sum_is_an_error_that_caches_nothing() {
     assert!(text.contains("sum=3 expected=10"), "{text}");
     assert!(text.contains("admins"), "{text}");
     assert!(h.backend.knob_cache("testbed").unwrap().is_none());
-    let probe = h.backend.records(&probes()).unwrap().remove(0);
+    let probe = h.backend.records(&probes()).await.unwrap().remove(0);
     let verdict = cat(&h, &format!("{}/nccl/verdict", probe.results_dir())).await;
     assert_eq!(
         verdict, "rung 0 BAD NCCL_PROBE_BAD sum=3 expected=10\nend BAD 0\n",

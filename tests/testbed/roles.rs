@@ -311,8 +311,8 @@ async fn an_infra_failure_of_a_role_retries_the_job_off_its_nodes() {
     .await;
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(retries.len(), 1, "{retries:?}");
-    let first = h.backend.record(first.id()).unwrap();
-    let retry = h.backend.record(retries[0].id()).unwrap();
+    let first = h.backend.record(first.id()).await.unwrap();
+    let retry = h.backend.record(retries[0].id()).await.unwrap();
     assert_eq!(first.roles()["gpu"].state(), JobState::Error, "{first:?}");
     assert!(first.roles()["gpu"].node_fault(), "{first:?}");
     assert_eq!(

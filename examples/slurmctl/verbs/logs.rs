@@ -32,7 +32,7 @@ pub(crate) async fn logs(
     match follow {
         Some(interval) => {
             let interval = seconds("interval", interval)?;
-            let record = backend.record(&id)?;
+            let record = backend.record(&id).await?;
             let mut chunks = backend.follow_logs(&id, options, interval);
             while let Some(chunk) = chunks.next().await {
                 print(&record, &chunk?);
@@ -42,7 +42,7 @@ pub(crate) async fn logs(
             let progress = Progress::start("reading the log");
             let text = backend.logs(&id, options).await?;
             progress.finish();
-            print(&backend.record(&id)?, &text);
+            print(&backend.record(&id).await?, &text);
         }
     }
     Ok(OK)

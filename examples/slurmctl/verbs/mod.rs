@@ -19,11 +19,13 @@ pub(crate) async fn run(cli: &Cli, out: &Out) -> Result<u8> {
         Cmd::Records {
             action: Some(RecordsCmd::Migrate { from }),
             ..
-        } => jobs::migrate(global, from.as_deref(), out),
+        // The two verbs that call the record store themselves do so off the runtime's
+        // worker threads (the multi-thread runtime of `main` lends this one for it).
+        } => tokio::task::block_in_place(|| jobs::migrate(global, from.as_deref(), out)),
         Cmd::Records {
             state,
             action: None,
-        } => jobs::records(global, state, out),
+        } => tokio::task::block_in_place(|| jobs::records(global, state, out)),
         Cmd::Preflight { spec } => specs::preflight(global, spec.as_ref(), out).await,
         Cmd::Submit { spec, after, probe } => specs::submit(global, spec, after, *probe, out).await,
         Cmd::Status { ids } => jobs::status(global, ids, out).await,

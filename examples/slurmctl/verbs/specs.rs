@@ -66,11 +66,15 @@ pub(crate) async fn submit(
             .unwrap_or_else(|| "-".into()),
         record.results_dir()
     ));
-    let probe = record
-        .after()
-        .iter()
-        .filter_map(|d| backend.record(&d.job).ok())
-        .find(|r| r.labels().contains_key(PROBE_LABEL));
+    let mut probe = None;
+    for dependency in record.after() {
+        if let Ok(parent) = backend.record(&dependency.job).await {
+            if parent.labels().contains_key(PROBE_LABEL) {
+                probe = Some(parent);
+                break;
+            }
+        }
+    }
     if let Some(probe) = probe {
         out.line(&format!(
             "it waits on the cluster for NCCL probe {} and runs with the knobs it finds",

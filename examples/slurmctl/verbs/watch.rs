@@ -49,7 +49,7 @@ async fn follow(
     let mut latest: BTreeMap<JobId, JobRecord> = BTreeMap::new();
     let mut root_of: HashMap<JobId, JobId> = HashMap::new();
     for id in ids {
-        latest.insert(id.clone(), backend.record(id)?);
+        latest.insert(id.clone(), backend.record(id).await?);
         root_of.insert(id.clone(), id.clone());
     }
     let mut reported: HashSet<JobId> = HashSet::new();
@@ -125,7 +125,7 @@ async fn follow(
     let mut failed = false;
     let mut finals = Vec::new();
     for record in latest.values() {
-        let record = match backend.record(record.id()) {
+        let record = match backend.record(record.id()).await {
             Ok(record) => record,
             Err(_) if dropped.contains(record.id()) => continue,
             Err(error) => return Err(error),
@@ -144,7 +144,7 @@ async fn follow(
         // watcher marked it): its end, once, before its latest attempt's.
         for id in ids {
             if !reported.contains(id) && latest.get(id).is_some_and(|r| r.id() != id) {
-                if let Ok(record) = backend.record(id) {
+                if let Ok(record) = backend.record(id).await {
                     final_line(&record);
                 }
             }

@@ -96,11 +96,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn watch(&self, ids: &[JobId], options: WatchOptions)
         -> BoxStream<'static, Result<WatchEvent>>;
 
-    /// The record of `id`, as stored (no remote call).
-    fn record(&self, id: &JobId) -> Result<JobRecord>;
+    /// The record of `id`, as stored (no remote call; the store's read runs off the
+    /// runtime's threads).
+    async fn record(&self, id: &JobId) -> Result<JobRecord>;
 
-    /// The records passing `filter`, oldest first (no remote call).
-    fn records(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>>;
+    /// The records passing `filter`, oldest first (no remote call; the store's read
+    /// runs off the runtime's threads).
+    async fn records(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>>;
 }
 
 /// `Backend` stays object safe: this fails to compile otherwise.
@@ -154,11 +156,11 @@ macro_rules! forward_backend {
             ) -> BoxStream<'static, Result<WatchEvent>> {
                 (**self).watch(ids, options)
             }
-            fn record(&self, id: &JobId) -> Result<JobRecord> {
-                (**self).record(id)
+            async fn record(&self, id: &JobId) -> Result<JobRecord> {
+                (**self).record(id).await
             }
-            fn records(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
-                (**self).records(filter)
+            async fn records(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
+                (**self).records(filter).await
             }
         }
     };

@@ -21,6 +21,8 @@ struct Watch<B> {
     queued: VecDeque<Result<WatchEvent>>,
     failures: u32,
     first: bool,
+    /// The ids asked for, until the watch's first step reads their records.
+    starting: Option<Vec<JobId>>,
 }
 
 /// [`Backend::watch`] for any backend that can answer [`Backend::status_many`]:
@@ -39,38 +41,19 @@ pub(crate) fn watch_by_polling<B>(
 where
     B: Backend + Clone + 'static,
 {
-    let mut queued = VecDeque::new();
-    let mut active = Vec::new();
-    let mut seen = HashSet::new();
-    for id in ids {
-        if !seen.insert(id.clone()) {
-            continue;
-        }
-        match backend.record(id) {
-            // A job that failed before the watch began gets the retry the policy allows
-            // (at the first cycle; its state is no change to report).
-            Ok(record) if retries(&options, &record) => active.push((id.clone(), record.state)),
-            Ok(record) if record.state.is_terminal() => {}
-            Ok(record) => active.push((id.clone(), record.state)),
-            // One unreadable record costs its own job only.
-            Err(error) if error.kind() == ErrorKind::CorruptRecord => {
-                queued.push_back(Ok(WatchEvent::Dropped {
-                    id: id.clone(),
-                    reason: error.to_string(),
-                }))
-            }
-            Err(error) => queued.push_back(Err(error)),
-        }
-    }
     let state = Watch {
         backend,
         options,
-        active,
-        queued,
+        active: Vec::new(),
+        queued: VecDeque::new(),
         failures: 0,
         first: true,
+        starting: Some(ids.to_vec()),
     };
     stream::unfold(state, |mut st| async move {
+        if let Some(ids) = st.starting.take() {
+            st.start(ids).await;
+        }
         loop {
             if let Some(event) = st.queued.pop_front() {
                 return Some((event, st));
@@ -110,23 +93,51 @@ impl<B: Backend> Watch<B> {
             .min(self.options.max_backoff.max(self.options.interval))
     }
 
+    /// Read the records of `ids` (each once) and watch those not ended; a job that
+    /// failed before the watch began gets the retry the policy allows (at the first
+    /// cycle; its state is no change to report). One unreadable record costs its own
+    /// job only.
+    async fn start(&mut self, ids: Vec<JobId>) {
+        let mut seen = HashSet::new();
+        for id in ids {
+            if !seen.insert(id.clone()) {
+                continue;
+            }
+            match self.backend.record(&id).await {
+                Ok(record) if retries(&self.options, &record) => {
+                    self.active.push((id, record.state))
+                }
+                Ok(record) if record.state.is_terminal() => {}
+                Ok(record) => self.active.push((id, record.state)),
+                Err(error) if error.kind() == ErrorKind::CorruptRecord => {
+                    self.queued.push_back(Ok(WatchEvent::Dropped {
+                        id,
+                        reason: error.to_string(),
+                    }))
+                }
+                Err(error) => self.queued.push_back(Err(error)),
+            }
+        }
+    }
+
     /// Stop watching the jobs whose record cannot be read (no remote call), reporting
     /// each; whether there was one.
-    fn drop_unreadable(&mut self) -> bool {
+    async fn drop_unreadable(&mut self) -> bool {
         let before = self.active.len();
-        let backend = &self.backend;
-        let queued = &mut self.queued;
-        self.active.retain(|(id, _)| match backend.record(id) {
-            Err(error) if error.kind() == ErrorKind::CorruptRecord => {
-                tracing::warn!(job = %id, %error, "a watched record cannot be read; no longer watched");
-                queued.push_back(Ok(WatchEvent::Dropped {
-                    id: id.clone(),
-                    reason: error.to_string(),
-                }));
-                false
+        let mut kept = Vec::with_capacity(before);
+        for (id, state) in std::mem::take(&mut self.active) {
+            match self.backend.record(&id).await {
+                Err(error) if error.kind() == ErrorKind::CorruptRecord => {
+                    tracing::warn!(job = %id, %error, "a watched record cannot be read; no longer watched");
+                    self.queued.push_back(Ok(WatchEvent::Dropped {
+                        id: id.clone(),
+                        reason: error.to_string(),
+                    }));
+                }
+                _ => kept.push((id, state)),
             }
-            _ => true,
-        });
+        }
+        self.active = kept;
         self.active.len() < before
     }
 
@@ -149,7 +160,9 @@ impl<B: Backend> Watch<B> {
                 }));
                 return;
             }
-            Err(error) if error.kind() == ErrorKind::CorruptRecord && self.drop_unreadable() => {
+            Err(error)
+                if error.kind() == ErrorKind::CorruptRecord && self.drop_unreadable().await =>
+            {
                 // The watched records that cannot be read are dropped (each reported);
                 // the next cycle polls the others.
                 return;

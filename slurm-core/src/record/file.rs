@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use super::read_cache::{FileIdentity, ReadCache};
 use crate::record::{
-    JobId, JobRecord, LeaseFiles, Listing, Mark, RecordFilter, RecordStore, SubmitLease,
+    JobId, JobRecord, LeaseFiles, Listing, Mark, RecordFilter, RecordStore, RetryClaim, SubmitLease,
 };
 use crate::redact::SecretRegistry;
 use crate::{Error, Result};
@@ -246,6 +246,28 @@ impl RecordStore for FileRecordStore {
         self.write(&record, true)
     }
 
+    /// Under the retried record's lock, held from its read to its write: the retry's
+    /// file is linked into place first, then the retried record's claim written. A
+    /// crash between the two leaves the retry opened and unclaimed, never a claim of a
+    /// record that does not exist; it was never sent to the scheduler (the claim comes
+    /// first), so the settle of a SUBMITTING record without a submitter ends it
+    /// NOT_SUBMITTED, and the next retry claims afresh.
+    fn open_retry(&self, retry: &JobRecord) -> Result<RetryClaim> {
+        let previous = retry.retried_record()?;
+        let _lock = self.lock(previous)?;
+        let (stored, _) = self.read(previous)?;
+        let claimed = match stored.retry_claim(retry)? {
+            Ok(claimed) => claimed,
+            Err(winner) => return Ok(RetryClaim::Taken(winner)),
+        };
+        if stored.retried_as.as_ref() == Some(&retry.id) && self.record_path(&retry.id).exists() {
+            return Ok(RetryClaim::Won);
+        }
+        self.open(retry)?;
+        self.write(&claimed, false)?;
+        Ok(RetryClaim::Won)
+    }
+
     fn get(&self, id: &JobId) -> Result<JobRecord> {
         self.read_kept(id)
     }
@@ -338,8 +360,8 @@ impl RecordStore for FileRecordStore {
         Ok(listing)
     }
 
-    fn submit_lease(&self, id: &JobId) -> Result<SubmitLease> {
-        self.leases.take(id)
+    fn try_submit_lease(&self, id: &JobId) -> Result<Option<SubmitLease>> {
+        self.leases.try_take(id)
     }
 
     fn submit_in_progress(&self, id: &JobId) -> Result<Option<bool>> {

@@ -54,6 +54,20 @@ impl LeaseFiles {
         Ok(SubmitLease::holding(file))
     }
 
+    /// Take the lease of `id` if no one holds it, without waiting: `None` while
+    /// another holds it (see
+    /// [`RecordStore::try_submit_lease`](super::RecordStore::try_submit_lease)).
+    pub fn try_take(&self, id: &JobId) -> Result<Option<SubmitLease>> {
+        let file = self.file(id)?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(SubmitLease::holding(file))),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(Error::io(format!("locking the submit lease of {id}"), e))
+            }
+        }
+    }
+
     /// Whether a process (this one included) holds the lease of `id`. A shared lock:
     /// it fails only while a submitter holds the lease, so two processes asking at once
     /// never take each other for one.

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::record::{JobId, JobRecord, Mark, RecordFilter, RecordStore, SubmitLease};
+use crate::record::{JobId, JobRecord, Mark, RecordFilter, RecordStore, RetryClaim, SubmitLease};
 use crate::redact::SecretRegistry;
 use crate::{Error, Result};
 
@@ -75,6 +75,35 @@ impl RecordStore for MemoryRecordStore {
         Ok(())
     }
 
+    /// Both records are written under the map's lock, so no other call sees one
+    /// without the other.
+    fn open_retry(&self, retry: &JobRecord) -> Result<RetryClaim> {
+        let previous = retry.retried_record()?;
+        let mut map = self.map();
+        let stored = map.get(previous).ok_or_else(|| not_found(previous))?;
+        let claimed = match stored.retry_claim(retry)? {
+            Ok(claimed) => claimed,
+            Err(winner) => return Ok(RetryClaim::Taken(winner)),
+        };
+        if map.contains_key(&retry.id) {
+            return match stored.retried_as.as_ref() == Some(&retry.id) {
+                true => Ok(RetryClaim::Won),
+                false => Err(Error::invalid(
+                    "id",
+                    format!("record {} already exists; mint a new id", retry.id),
+                )),
+            };
+        }
+        let mut record = retry.clone();
+        if let Some(r) = &self.redactor {
+            record.redact_history(r);
+        }
+        map.insert(record.id.clone(), record);
+        map.insert(previous.clone(), claimed);
+        self.revision.fetch_add(1, Ordering::SeqCst);
+        Ok(RetryClaim::Won)
+    }
+
     fn get(&self, id: &JobId) -> Result<JobRecord> {
         self.map().get(id).cloned().ok_or_else(|| not_found(id))
     }
@@ -113,14 +142,17 @@ impl RecordStore for MemoryRecordStore {
         Ok(out)
     }
 
-    fn submit_lease(&self, id: &JobId) -> Result<SubmitLease> {
-        self.leases
+    fn try_submit_lease(&self, id: &JobId) -> Result<Option<SubmitLease>> {
+        let taken = self
+            .leases
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id.clone());
-        Ok(SubmitLease::holding(MemoryLease {
-            leases: Arc::clone(&self.leases),
-            id: id.clone(),
+        Ok(taken.then(|| {
+            SubmitLease::holding(MemoryLease {
+                leases: Arc::clone(&self.leases),
+                id: id.clone(),
+            })
         }))
     }
 

@@ -4,6 +4,7 @@
 //! holds secret names only), and stores redact transition messages with the
 //! [`SecretRegistry`](crate::redact::SecretRegistry) they are given.
 
+mod async_store;
 mod file;
 mod filter;
 mod history;
@@ -19,6 +20,7 @@ mod tasks;
 mod timestamp;
 mod unsettled;
 
+pub use async_store::AsyncStore;
 pub use file::FileRecordStore;
 pub use filter::RecordFilter;
 pub use history::{Transition, TransitionSource};
@@ -30,7 +32,7 @@ pub use mark::Mark;
 pub use memory::MemoryRecordStore;
 pub use segments::{Segment, SegmentEnd, SegmentNote};
 pub(crate) use store::list_readable;
-pub use store::{Listing, RecordStore, SubmitLease};
+pub use store::{Listing, RecordStore, RetryClaim, SubmitLease, LEASE_RETRY};
 pub use tasks::{TaskMark, TaskRecord};
 pub use unsettled::{Unsettled, UnsettledKind};
 

@@ -1,5 +1,5 @@
 //! The [`RecordStore`] seam (where records live), its [`SubmitLease`], the rule of an
-//! update, and the claim of a retry.
+//! update, and the rule of a retry's claim ([`RetryClaim`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -12,11 +12,26 @@ use crate::redact::SecretRegistry;
 
 use super::{JobId, JobRecord, Mark, RecordFilter};
 
-/// Where records live. Synchronous (file I/O is short), object safe, shared by
-/// threads and by processes (the file store locks).
+/// Where records live. Synchronous, object safe, shared by threads and by processes
+/// (the file store locks; the databases have transactions). Its calls may wait (for a
+/// disk, a server, another process's lock), so async code never calls them on a
+/// runtime's thread: the backends reach a store through [`AsyncStore`](super::AsyncStore),
+/// which runs each call on the runtime's blocking pool.
 pub trait RecordStore: Send + Sync + fmt::Debug {
     /// Store a new record; refuses an id that exists ([`Error::Invalid`] on `id`).
     fn open(&self, record: &JobRecord) -> Result<()>;
+
+    /// Open `retry`, the retry of the record its `retry_of` names, and claim that retry
+    /// for it, in one atomic step: either the retried record names no retry yet, and
+    /// then `retry` is opened and the retried record's `retried_as` names it (both
+    /// written, or neither), or another record holds the claim, and then nothing is
+    /// written and that record is the answer ([`RetryClaim::Taken`]). However many
+    /// replicas race to retry one record, one record is opened. A `retry` the retried
+    /// record already names is [`RetryClaim::Won`] again (a call repeated after a lost
+    /// answer). A `retry` without `retry_of` is [`Error::Invalid`] on `retry_of`; a
+    /// retried record that does not exist is [`Error::NotFound`]. The rule to apply is
+    /// [`JobRecord::retry_claim`].
+    fn open_retry(&self, retry: &JobRecord) -> Result<RetryClaim>;
 
     /// The record `id`, or [`Error::NotFound`].
     fn get(&self, id: &JobId) -> Result<JobRecord>;
@@ -74,14 +89,30 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
         })
     }
 
-    /// Mark a submit of `id` as in progress for as long as the returned lease lives
-    /// (taken before the record is opened, dropped when the submit returns or its
-    /// process dies), so that [`RecordStore::submit_in_progress`] tells others not to
-    /// settle a record whose submitter is still at work. The default cannot tell
-    /// anyone: it returns a lease that marks nothing.
-    fn submit_lease(&self, id: &JobId) -> Result<SubmitLease> {
+    /// Take the submit lease of `id` if no one else holds it, without waiting: `None`
+    /// while another process (or another lease of this one) holds it. A lease marks a
+    /// submit of `id` as in progress for as long as it lives (taken before the record is
+    /// opened, dropped when the submit returns or its process dies), so that
+    /// [`RecordStore::submit_in_progress`] tells others not to settle a record whose
+    /// submitter is still at work. The default cannot tell anyone: it returns a lease
+    /// that marks nothing.
+    fn try_submit_lease(&self, id: &JobId) -> Result<Option<SubmitLease>> {
         let _ = id;
-        Ok(SubmitLease::none())
+        Ok(Some(SubmitLease::none()))
+    }
+
+    /// Take the submit lease of `id` (see [`RecordStore::try_submit_lease`]), waiting
+    /// while another holds it: asked again every [`LEASE_RETRY`], this thread asleep
+    /// meanwhile. For threads that may wait; async code waits with
+    /// [`AsyncStore::submit_lease`](super::AsyncStore::submit_lease), which sleeps
+    /// without holding a runtime's thread.
+    fn submit_lease(&self, id: &JobId) -> Result<SubmitLease> {
+        loop {
+            if let Some(lease) = self.try_submit_lease(id)? {
+                return Ok(lease);
+            }
+            std::thread::sleep(LEASE_RETRY);
+        }
     }
 
     /// Whether a submit of `id` is in progress (its lease is held, by this process or
@@ -100,6 +131,20 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
     fn revision(&self) -> Result<Option<u64>> {
         Ok(None)
     }
+}
+
+/// How often a submit lease another holds is asked for again.
+pub const LEASE_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// How [`RecordStore::open_retry`] went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RetryClaim {
+    /// The retry's record is opened and the retried record names it: submit it.
+    Won,
+    /// Another record already retries the retried one: nothing was opened; that record
+    /// is the retry to follow, and nothing is to be submitted.
+    Taken(JobId),
 }
 
 /// What [`RecordStore::list_readable`] read.
@@ -179,6 +224,9 @@ macro_rules! forward_record_store {
             fn open(&self, record: &JobRecord) -> Result<()> {
                 (**self).open(record)
             }
+            fn open_retry(&self, retry: &JobRecord) -> Result<RetryClaim> {
+                (**self).open_retry(retry)
+            }
             fn get(&self, id: &JobId) -> Result<JobRecord> {
                 (**self).get(id)
             }
@@ -203,6 +251,9 @@ macro_rules! forward_record_store {
             }
             fn list_readable(&self, filter: &RecordFilter) -> Result<Listing> {
                 (**self).list_readable(filter)
+            }
+            fn try_submit_lease(&self, id: &JobId) -> Result<Option<SubmitLease>> {
+                (**self).try_submit_lease(id)
             }
             fn submit_lease(&self, id: &JobId) -> Result<SubmitLease> {
                 (**self).submit_lease(id)
@@ -231,6 +282,53 @@ impl JobRecord {
                 transition.message = Some(registry.redact(message));
             }
         }
+    }
+
+    /// The rule of [`RecordStore::open_retry`], applied by a store to the record `retry`
+    /// retries (`self`, as stored, read under its lock or in the transaction that opens
+    /// `retry`): `Ok(Ok(record))` is this record with the claim for `retry` (its
+    /// `retried_as` set, `updated_at` now), to be written with `retry`; `Ok(Err(winner))`
+    /// names the record that holds the claim already, and nothing is to be written;
+    /// `Ok(Ok(..))` with `retried_as` unchanged when `retry` holds it already (a
+    /// repeated call). A `retry` that retries another record is [`Error::Invalid`].
+    pub fn retry_claim(&self, retry: &JobRecord) -> Result<std::result::Result<JobRecord, JobId>> {
+        if retry.retry_of.as_ref() != Some(&self.id) {
+            return Err(Error::invalid(
+                "retry_of",
+                format!(
+                    "record {} does not retry {} (retry_of is {}); open it with open",
+                    retry.id,
+                    self.id,
+                    retry
+                        .retry_of
+                        .as_ref()
+                        .map_or_else(|| "unset".to_string(), ToString::to_string)
+                ),
+            ));
+        }
+        match &self.retried_as {
+            Some(winner) if *winner != retry.id => Ok(Err(winner.clone())),
+            _ => self
+                .apply_update(&mut |record| {
+                    record.retried_as = Some(retry.id.clone());
+                    Ok(())
+                })
+                .map(Ok),
+        }
+    }
+
+    /// The record a retry's record retries (its `retry_of`), for
+    /// [`RecordStore::open_retry`]: a record without one is [`Error::Invalid`].
+    pub fn retried_record(&self) -> Result<&JobId> {
+        self.retry_of.as_ref().ok_or_else(|| {
+            Error::invalid(
+                "retry_of",
+                format!(
+                    "record {} retries no record (retry_of is unset); open it with open",
+                    self.id
+                ),
+            )
+        })
     }
 
     /// Read a record as a store keeps it (its JSON, as [`serde_json`] writes a

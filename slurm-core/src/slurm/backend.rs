@@ -36,7 +36,7 @@ use crate::backend::{
 use crate::nccl::{
     knobs_path, read_knobs, remove_knobs, ClusterKnobs, ProbeOptions, ProbeReport, PROBE_LABEL,
 };
-use crate::record::{JobId, JobRecord, RecordFilter, RecordStore};
+use crate::record::{AsyncStore, JobId, JobRecord, RecordFilter, RecordStore};
 use crate::render::Renderer;
 use crate::spec::{JobSpec, TaskSet};
 use crate::transport::{OutputSink, Transport};
@@ -76,7 +76,9 @@ pub struct SlurmBackend<T, R, S> {
 struct Inner<T, R, S> {
     transport: T,
     renderer: R,
-    store: S,
+    store: Arc<S>,
+    /// `store`, as the operations call it.
+    records: AsyncStore,
     config: SlurmConfig,
     facts: ClusterFacts,
     secrets: SecretMemory,
@@ -95,7 +97,7 @@ where
         Context::new(
             &self.transport,
             &self.renderer,
-            &self.store,
+            &self.records,
             &self.config,
             &self.facts,
             &self.secrets,
@@ -138,11 +140,14 @@ where
 {
     /// A backend over `transport`, rendering with `renderer`, recording in `store`.
     pub fn new(transport: T, renderer: R, store: S, config: SlurmConfig) -> Self {
+        let store = Arc::new(store);
+        let records = AsyncStore::new(Arc::clone(&store) as Arc<dyn RecordStore>);
         SlurmBackend {
             inner: Arc::new(Inner {
                 transport,
                 renderer,
                 store,
+                records,
                 config,
                 facts: ClusterFacts::default(),
                 secrets: SecretMemory::default(),
@@ -358,15 +363,15 @@ where
         watch_by_polling(self.clone(), ids, options)
     }
 
-    fn record(&self, id: &JobId) -> Result<JobRecord> {
-        self.inner.store.get(id)
+    async fn record(&self, id: &JobId) -> Result<JobRecord> {
+        self.inner.records.get(id).await
     }
 
     /// NCCL probe jobs (labelled [`PROBE_LABEL`]) and image conversion jobs (labelled
     /// [`CONVERSION_LABEL`](crate::CONVERSION_LABEL)) are left out unless the filter asks
     /// for that label.
-    fn records(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
-        let mut records = self.inner.store.list(filter)?;
+    async fn records(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
+        let mut records = self.inner.records.list(filter).await?;
         for label in [PROBE_LABEL, CONVERSION_LABEL] {
             if !filter.labels.contains_key(label) {
                 records.retain(|r| !r.labels.contains_key(label));

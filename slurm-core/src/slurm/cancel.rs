@@ -20,7 +20,7 @@ use super::states::SlurmBaseState;
 use super::status::{status_many, status_settling};
 use crate::nccl::PROBE_LABEL;
 use crate::record::{
-    JobId, JobRecord, Mark, RecordStore, TaskMark, TransitionSource, UnsettledKind,
+    AsyncStore, JobId, JobRecord, Mark, TaskMark, TransitionSource, UnsettledKind,
 };
 use crate::spec::TaskSet;
 use crate::state::JobState;
@@ -35,7 +35,7 @@ const SCANCEL_CHUNK: usize = 1_000;
 
 /// Cancel `id` (a job, or a whole array).
 pub(super) async fn cancel(ctx: &Context<'_>, id: &JobId) -> Result<JobRecord> {
-    let mut record = ctx.store().get(id)?;
+    let mut record = ctx.records().get(id).await?;
     if record.state.is_terminal() {
         return Ok(record);
     }
@@ -67,7 +67,7 @@ pub(super) async fn cancel_many(ctx: &Context<'_>, ids: &[JobId]) -> Result<Vec<
     let mut answers: Vec<Option<JobRecord>> = vec![None; ids.len()];
     let mut batch: Vec<(usize, JobRecord, SlurmJob)> = Vec::new();
     for (index, id) in ids.iter().enumerate() {
-        let record = ctx.store().get(id)?;
+        let record = ctx.records().get(id).await?;
         if record.state.is_terminal() {
             answers[index] = Some(record);
             continue;
@@ -110,7 +110,7 @@ async fn cancel_jobs(
             waiting.push((index, record.id));
         }
     }
-    let marked = mark_cancelled(ctx.store(), &marks)?;
+    let marked = mark_cancelled(ctx.records(), &marks).await?;
     for ((index, id), marked) in marks.into_iter().zip(marked) {
         match marked {
             Ok(record) => {
@@ -133,7 +133,7 @@ async fn cancel_jobs(
         for &index in &confirmed {
             let staged = answers[index].as_ref().filter(|r| r.secrets_staged);
             if let Some(id) = staged.map(|r| r.id.clone()) {
-                answers[index] = Some(ctx.store().get(&id)?);
+                answers[index] = Some(ctx.records().get(&id).await?);
             }
         }
     }
@@ -213,11 +213,13 @@ async fn poll_until_ended(
                 // The scheduler accepted the cancel; note it and let the next
                 // poll confirm.
                 answers[index] = Some(
-                    ctx.store().mark(
-                        &id,
-                        Mark::new(status.state(), TransitionSource::User)
-                            .message("scancel sent; waiting for the scheduler to confirm"),
-                    )?,
+                    ctx.records()
+                        .mark(
+                            &id,
+                            Mark::new(status.state(), TransitionSource::User)
+                                .message("scancel sent; waiting for the scheduler to confirm"),
+                        )
+                        .await?,
                 );
             } else {
                 still.push((index, id));
@@ -234,19 +236,21 @@ async fn poll_until_ended(
 /// Mark the records of `ids` CANCELED, as the scheduler confirmed, in one
 /// [`RecordStore::mark_many`] (one transaction in a database, the file store's fsyncs
 /// overlapping on a few threads). The answers in the order of `ids`.
-fn mark_cancelled(
-    store: &dyn RecordStore,
+async fn mark_cancelled(
+    records: &AsyncStore,
     ids: &[(usize, JobId)],
 ) -> Result<Vec<Result<JobRecord>>> {
-    store.mark_many(
-        ids.iter()
-            .map(|(_, id)| {
-                let mark = Mark::new(JobState::Canceled, TransitionSource::User)
-                    .message("CANCELLED (squeue, right after scancel)");
-                (id.clone(), mark)
-            })
-            .collect(),
-    )
+    records
+        .mark_many(
+            ids.iter()
+                .map(|(_, id)| {
+                    let mark = Mark::new(JobState::Canceled, TransitionSource::User)
+                        .message("CANCELLED (squeue, right after scancel)");
+                    (id.clone(), mark)
+                })
+                .collect(),
+        )
+        .await
 }
 
 /// The jobs of `cluster` a squeue answer (`part`, in the poll's format) shows CANCELLED.
@@ -287,7 +291,7 @@ pub(super) async fn cancel_tasks(
     id: &JobId,
     tasks: &TaskSet,
 ) -> Result<JobRecord> {
-    let record = ctx.store().get(id)?;
+    let record = ctx.records().get(id).await?;
     record.check_tasks(tasks)?;
     let ended = |r: &JobRecord| tasks.iter().all(|t| r.tasks[&t].state.is_terminal());
     if ended(&record) {
@@ -332,7 +336,7 @@ async fn scancel_and_confirm(
                 );
                 mark = mark.task(task, task_mark);
             }
-            status.record = Arc::new(ctx.store().mark(id, mark)?);
+            status.record = Arc::new(ctx.records().mark(id, mark).await?);
         }
         if done(&status.record) {
             return Ok(status.into_record());
@@ -342,11 +346,14 @@ async fn scancel_and_confirm(
         }
         if Instant::now() >= deadline {
             // The scheduler accepted the cancel; note it and let the next poll confirm.
-            return ctx.store().mark(
-                id,
-                Mark::new(status.state(), TransitionSource::User)
-                    .message("scancel sent; waiting for the scheduler to confirm"),
-            );
+            return ctx
+                .records()
+                .mark(
+                    id,
+                    Mark::new(status.state(), TransitionSource::User)
+                        .message("scancel sent; waiting for the scheduler to confirm"),
+                )
+                .await;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -357,7 +364,7 @@ async fn scancel_and_confirm(
 /// error saying why it cannot be cancelled yet.
 async fn cancel_unsettled(ctx: &Context<'_>, record: JobRecord) -> Result<JobRecord> {
     let id = &record.id;
-    if ctx.store().submit_in_progress(id)? == Some(true) {
+    if ctx.records().submit_in_progress(id).await? == Some(true) {
         return Err(Error::invalid(
             "id",
             format!("{id} is being submitted right now; cancel it once the submit returns"),
@@ -383,13 +390,16 @@ async fn cancel_unsettled(ctx: &Context<'_>, record: JobRecord) -> Result<JobRec
         checked(ctx.transport().run(&command).await?, &command)?;
     }
     let ids: Vec<String> = record.candidates.iter().map(ToString::to_string).collect();
-    let ended = ctx.store().mark(
-        id,
-        Mark::new(JobState::Canceled, TransitionSource::User).message(format!(
-            "scancel of every SLURM job carrying its name: {}",
-            ids.join(", ")
-        )),
-    )?;
+    let ended = ctx
+        .records()
+        .mark(
+            id,
+            Mark::new(JobState::Canceled, TransitionSource::User).message(format!(
+                "scancel of every SLURM job carrying its name: {}",
+                ids.join(", ")
+            )),
+        )
+        .await?;
     forget(ctx, std::slice::from_ref(&ended)).await;
-    ctx.store().get(id)
+    ctx.records().get(id).await
 }

@@ -60,6 +60,12 @@ impl crate::record::RecordStore for NoLeaseStore {
     fn open(&self, record: &crate::record::JobRecord) -> crate::Result<()> {
         self.0.open(record)
     }
+    fn open_retry(
+        &self,
+        retry: &crate::record::JobRecord,
+    ) -> crate::Result<crate::record::RetryClaim> {
+        self.0.open_retry(retry)
+    }
     fn get(&self, id: &crate::record::JobId) -> crate::Result<crate::record::JobRecord> {
         self.0.get(id)
     }
@@ -150,6 +156,7 @@ async fn cancel_cancels_every_job_a_submits_own_settle_found() {
     assert_eq!(error.kind(), crate::ErrorKind::Ambiguous, "{error}");
     let record = &backend
         .records(&crate::record::RecordFilter::any())
+        .await
         .unwrap()[0];
     assert_eq!(record.state, JobState::Submitting);
     assert_eq!(

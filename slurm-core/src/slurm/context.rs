@@ -11,7 +11,7 @@ use super::config::SlurmConfig;
 use super::facts::ClusterFacts;
 use super::poll::PollMemo;
 use super::secrets::SecretMemory;
-use crate::record::RecordStore;
+use crate::record::AsyncStore;
 use crate::render::Renderer;
 use crate::transport::Transport;
 
@@ -60,7 +60,7 @@ impl std::fmt::Debug for Hooks {
 pub(super) struct Context<'a> {
     transport: &'a dyn Transport,
     renderer: &'a dyn Renderer,
-    store: &'a dyn RecordStore,
+    records: &'a AsyncStore,
     config: &'a SlurmConfig,
     facts: &'a ClusterFacts,
     secrets: &'a SecretMemory,
@@ -75,7 +75,7 @@ impl<'a> Context<'a> {
     pub(super) fn new(
         transport: &'a dyn Transport,
         renderer: &'a dyn Renderer,
-        store: &'a dyn RecordStore,
+        records: &'a AsyncStore,
         config: &'a SlurmConfig,
         facts: &'a ClusterFacts,
         secrets: &'a SecretMemory,
@@ -86,7 +86,7 @@ impl<'a> Context<'a> {
         Context {
             transport,
             renderer,
-            store,
+            records,
             config,
             facts,
             secrets,
@@ -116,9 +116,9 @@ impl<'a> Context<'a> {
         self.renderer
     }
 
-    /// Where records live.
-    pub(super) fn store(&self) -> &'a dyn RecordStore {
-        self.store
+    /// Where records live, each call off the runtime's threads.
+    pub(super) fn records(&self) -> &'a AsyncStore {
+        self.records
     }
 
     /// The backend's configuration.

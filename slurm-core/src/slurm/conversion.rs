@@ -17,7 +17,7 @@ use super::job::{slurm_job, SlurmJob};
 use super::paths::log_folder;
 use super::scripts::{ConvertExit, CONVERT_JOB, TAIL_LOGS};
 use crate::classify::{ErrorClass, LOG_TAIL_LINES};
-use crate::record::{list_readable, JobId, JobRecord, Mark, RecordFilter, TransitionSource};
+use crate::record::{JobId, JobRecord, Mark, RecordFilter, TransitionSource};
 use crate::slurm::config::SlurmConfig;
 use crate::spec::{JobSpec, NcclProbe, WallTime};
 use crate::state::JobState;
@@ -98,21 +98,26 @@ fn is_conversion(record: &JobRecord) -> bool {
 
 /// A conversion to the same `.sqsh` already queued or running (not one that converts
 /// again by request: a `:latest` asked anew gets its own), if any.
-pub(crate) fn in_flight(ctx: &Context<'_>, conversion: &Conversion) -> Result<Option<JobRecord>> {
+pub(crate) async fn in_flight(
+    ctx: &Context<'_>,
+    conversion: &Conversion,
+) -> Result<Option<JobRecord>> {
     if conversion.force {
         return Ok(None);
     }
     let of = conversion_of(&conversion.path);
-    Ok(list_readable(
-        ctx.store(),
-        &RecordFilter::any()
-            .label(CONVERSION_LABEL, "image")
-            .label(CONVERSION_OF_LABEL, of.as_str())
-            .active(),
-        "the image conversions in flight",
-    )?
-    .into_iter()
-    .find(|r| r.backend_ref.is_some()))
+    Ok(ctx
+        .records()
+        .list_reported(
+            &RecordFilter::any()
+                .label(CONVERSION_LABEL, "image")
+                .label(CONVERSION_OF_LABEL, of.as_str())
+                .active(),
+            "the image conversions in flight",
+        )
+        .await?
+        .into_iter()
+        .find(|r| r.backend_ref.is_some()))
 }
 
 /// What the ends of conversions did: the jobs that waited for a failed one, now ended,
@@ -154,7 +159,7 @@ pub(crate) async fn conclude(ctx: &Context<'_>, records: &[&JobRecord]) -> Concl
 }
 
 async fn conclude_ended(ctx: &Context<'_>, conversions: &[JobRecord]) -> Result<Concluded> {
-    let store = ctx.store();
+    let store = ctx.records();
     let failed: Vec<&JobRecord> = conversions
         .iter()
         .filter(|r| r.state != JobState::Complete)
@@ -162,11 +167,14 @@ async fn conclude_ended(ctx: &Context<'_>, conversions: &[JobRecord]) -> Result<
     let said = read_logs(ctx, &failed).await?;
     let waiting = match failed.is_empty() {
         true => Vec::new(),
-        false => list_readable(
-            store,
-            &RecordFilter::any().active(),
-            "the jobs waiting for an image conversion",
-        )?,
+        false => {
+            ctx.records()
+                .list_reported(
+                    &RecordFilter::any().active(),
+                    "the jobs waiting for an image conversion",
+                )
+                .await?
+        }
     };
     let mut concluded = Concluded::default();
     for conversion in conversions {
@@ -206,12 +214,14 @@ async fn conclude_ended(ctx: &Context<'_>, conversions: &[JobRecord]) -> Result<
                     failure.message,
                     failure.remedy
                 );
-                let updated = store.mark(
-                    &waiter.id,
-                    Mark::new(JobState::Error, TransitionSource::Poll)
-                        .message(message)
-                        .err_class(ErrorClass::Program),
-                )?;
+                let updated = store
+                    .mark(
+                        &waiter.id,
+                        Mark::new(JobState::Error, TransitionSource::Poll)
+                            .message(message)
+                            .err_class(ErrorClass::Program),
+                    )
+                    .await?;
                 if let Some(native) = slurm_job(&updated)? {
                     concluded.cancels.push(native);
                 }
@@ -219,12 +229,14 @@ async fn conclude_ended(ctx: &Context<'_>, conversions: &[JobRecord]) -> Result<
             }
             "failed"
         };
-        store.update(&conversion.id, &mut |record| {
-            record
-                .labels
-                .insert(CONVERSION_VERDICT_LABEL.to_string(), verdict.to_string());
-            Ok(())
-        })?;
+        store
+            .update(&conversion.id, move |record| {
+                record
+                    .labels
+                    .insert(CONVERSION_VERDICT_LABEL.to_string(), verdict.to_string());
+                Ok(())
+            })
+            .await?;
     }
     Ok(concluded)
 }

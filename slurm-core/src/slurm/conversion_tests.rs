@@ -82,6 +82,7 @@ async fn a_cold_image_is_converted_by_a_job_of_its_own_and_the_submit_returns_at
     assert_eq!(record.backend_ref.as_ref().unwrap().native_id, "802");
     let conversions = backend
         .records(&RecordFilter::any().label(super::conversion::CONVERSION_LABEL, "image"))
+        .await
         .unwrap();
     assert_eq!(conversions.len(), 1, "one conversion job");
     let conversion = &conversions[0];

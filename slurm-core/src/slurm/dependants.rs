@@ -79,7 +79,7 @@ pub(super) enum DependantStep {
 /// The next step for `record` (not ended, with dependencies), its parents resolved in
 /// `attempts` (the poll's one listing); `ended_before` are the parents whose end was
 /// known before this poll.
-pub(super) fn next_step(
+pub(super) async fn next_step(
     ctx: &Context<'_>,
     record: &JobRecord,
     attempts: &Attempts,
@@ -88,12 +88,15 @@ pub(super) fn next_step(
     let resolved = attempts.resolve(&record.after)?;
     if let Some(why) = never_satisfied(&resolved, ended_before) {
         let job = slurm_job(record)?;
-        let record = ctx.store().mark(
-            &record.id,
-            Mark::new(JobState::Error, TransitionSource::Poll)
-                .message(format!("{why}; cancelled on the cluster"))
-                .err_class(ErrorClass::Program),
-        )?;
+        let record = ctx
+            .records()
+            .mark(
+                &record.id,
+                Mark::new(JobState::Error, TransitionSource::Poll)
+                    .message(format!("{why}; cancelled on the cluster"))
+                    .err_class(ErrorClass::Program),
+            )
+            .await?;
         return Ok(DependantStep::Ended {
             record: Box::new(record),
             job,
@@ -113,14 +116,17 @@ pub(super) async fn follow_retries(
     dependants: &[JobRecord],
     attempts: &Attempts,
 ) -> Result<()> {
-    let store = ctx.store();
+    let store = ctx.records();
     let mut commands = Vec::new();
     for dependant in dependants {
         let resolved = attempts.resolve(&dependant.after)?;
-        let updated = store.update(&dependant.id, &mut |record| {
-            record.after = resolved.iter().map(ResolvedDependency::current).collect();
-            Ok(())
-        })?;
+        let after: Vec<_> = resolved.iter().map(ResolvedDependency::current).collect();
+        let updated = store
+            .update(&dependant.id, move |record| {
+                record.after = after.clone();
+                Ok(())
+            })
+            .await?;
         let Some((cluster, job)) = slurm_job(&updated)? else {
             continue;
         };

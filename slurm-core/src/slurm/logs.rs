@@ -63,7 +63,7 @@ fn log_path(record: &JobRecord, options: &LogOptions) -> Result<String> {
 
 /// The tail of a job's log, secrets redacted.
 pub(super) async fn logs(ctx: &Context<'_>, id: &JobId, options: LogOptions) -> Result<String> {
-    let record = ctx.store().get(id)?;
+    let record = ctx.records().get(id).await?;
     let path = log_path(&record, &options)?;
     let registry = ctx.secrets().redactor_for(&record);
     match ctx.transport().tail_file(&path, options.tail).await {
@@ -134,7 +134,7 @@ pub(super) fn follow_logs(
                 }
             };
             st.more = false;
-            let record = match ctx.store().get(&st.id) {
+            let record = match ctx.records().get(&st.id).await {
                 Ok(record) => record,
                 Err(error) => {
                     st.done = true;

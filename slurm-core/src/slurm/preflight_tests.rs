@@ -112,7 +112,11 @@ async fn preflight_reports_the_release_and_the_record_notes_it() {
         .unwrap();
     assert_eq!(record.scheduler_release(), Some("24.11.5"));
     assert_eq!(
-        backend.record(record.id()).unwrap().scheduler_release(),
+        backend
+            .record(record.id())
+            .await
+            .unwrap()
+            .scheduler_release(),
         Some("24.11.5")
     );
 }
@@ -142,7 +146,11 @@ async fn a_release_older_than_the_oldest_tested_is_refused_naming_it_and_nothing
     };
     assert_eq!(*kind, CheckKind::Scheduler);
     assert!(message.contains("older than 22.05"), "{error}");
-    assert!(backend.records(&Default::default()).unwrap().is_empty());
+    assert!(backend
+        .records(&Default::default())
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 #[tokio::test]

@@ -15,7 +15,8 @@ use crate::Result;
 /// Submit the finished record `id` again, linked to it; a retry made elsewhere already
 /// is the answer.
 pub(super) async fn resubmit(ctx: &Context<'_>, id: &JobId) -> Result<JobRecord> {
-    let previous = match begin(ctx.store(), id)? {
+    let asked = id.clone();
+    let previous = match ctx.records().run(move |store| begin(store, &asked)).await? {
         RetryStart::Followed(winner) => return Ok(*winner),
         RetryStart::Retry(previous) => previous,
     };
@@ -37,13 +38,22 @@ pub(super) async fn resubmit(ctx: &Context<'_>, id: &JobId) -> Result<JobRecord>
     let options = retry_options(&previous, ctx.secrets().values_of(id));
     let record = submit(ctx, &spec, options, ctx.config().submit.clone()).await?;
     // Dependants of the failed attempt wait for this one instead (on the cluster too).
-    let dependants = follow_retry(ctx.store(), id, &record.id)?;
-    let followed = match dependants.is_empty() {
-        true => Ok(()),
-        false => match Attempts::read(ctx.store()) {
-            Ok(attempts) => follow_retries(ctx, &dependants, &attempts).await,
-            Err(error) => Err(error),
-        },
+    let (previous_id, retry_id) = (id.clone(), record.id.clone());
+    let (dependants, attempts) = ctx
+        .records()
+        .run(move |store| {
+            let dependants = follow_retry(store, &previous_id, &retry_id)?;
+            let attempts = match dependants.is_empty() {
+                true => None,
+                false => Some(Attempts::read(store)),
+            };
+            Ok((dependants, attempts))
+        })
+        .await?;
+    let followed = match attempts {
+        None => Ok(()),
+        Some(Ok(attempts)) => follow_retries(ctx, &dependants, &attempts).await,
+        Some(Err(error)) => Err(error),
     };
     if let Err(error) = followed {
         tracing::warn!(job = %record.id, %error, "re-pointing the dependants of a retry failed; the next poll tries again");

@@ -116,7 +116,7 @@ async fn two_processes_retrying_one_failure_submit_once() {
         "the first submit and one retry"
     );
     assert_eq!(
-        a.record(&first.id).unwrap().retried_as.as_ref(),
+        a.record(&first.id).await.unwrap().retried_as.as_ref(),
         Some(&ra.id)
     );
 }

@@ -53,18 +53,23 @@ pub(super) fn forgotten(records: &[&JobRecord], parts: &[Output]) -> BTreeSet<Jo
 }
 
 /// Note in the store that the sidecars of `ids` are gone; the records as stored.
-pub(super) fn note_forgotten(
+pub(super) async fn note_forgotten(
     ctx: &Context<'_>,
     ids: impl IntoIterator<Item = JobId>,
 ) -> Result<Vec<JobRecord>> {
-    ids.into_iter()
-        .map(|id| {
-            ctx.store().update(&id, &mut |r| {
-                r.secrets_staged = false;
-                Ok(())
-            })
+    let ids: Vec<JobId> = ids.into_iter().collect();
+    ctx.records()
+        .run(move |store| {
+            ids.iter()
+                .map(|id| {
+                    store.update(id, &mut |r| {
+                        r.secrets_staged = false;
+                        Ok(())
+                    })
+                })
+                .collect()
         })
-        .collect()
+        .await
 }
 
 /// Remove the secrets sidecars of `records` (ended), best effort: the records whose
@@ -87,7 +92,7 @@ pub(super) async fn forget(ctx: &Context<'_>, records: &[JobRecord]) {
             }
         }
     }
-    if let Err(error) = note_forgotten(ctx, forgotten(&staged, &parts)) {
+    if let Err(error) = note_forgotten(ctx, forgotten(&staged, &parts)).await {
         tracing::warn!(%error, "a removed sidecar could not be noted in its record; the next status notes it");
     }
 }

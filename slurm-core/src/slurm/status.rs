@@ -60,11 +60,11 @@ pub(super) async fn status_settling(
     ids: &[JobId],
     settle_after: Duration,
 ) -> Result<Vec<JobStatus>> {
-    let store = ctx.store();
+    let store = ctx.records();
     // The memo, for a poll that may ask for the user's own jobs: the store's revision
     // read before the records (a write between the two costs a full poll).
     let revision = match ids.len() >= MINE_FROM {
-        true => store.revision()?,
+        true => store.revision().await?,
         false => None,
     };
     let mut memo = revision.and(ctx.poll_memo().try_take());
@@ -87,7 +87,7 @@ pub(super) async fn status_settling(
     };
 
     // Each record is read once per poll: a poll of 10,000 jobs reads 10,000 files.
-    let mut records: Vec<JobRecord> = store.get_many(ids)?;
+    let mut records: Vec<JobRecord> = store.get_many(ids).await?;
     // Whether this poll depends on nothing but the records and squeue's rows, so far.
     let mut quiet = !records.iter().any(|r| r.state == JobState::Submitting);
 
@@ -107,7 +107,7 @@ pub(super) async fn status_settling(
         .iter()
         .any(|r| !r.state.is_terminal() && !r.after.is_empty());
     let mut attempts = if waits {
-        Attempts::read(store)?
+        store.run(|store| Attempts::read(store)).await?
     } else {
         Attempts::default()
     };
@@ -151,12 +151,12 @@ pub(super) async fn status_settling(
         .follow_up(ctx, forget_commands(&forget_refs))
         .await?;
     let gone = forgotten(&forget_refs, &answers);
-    for record in note_forgotten(ctx, gone)? {
+    for record in note_forgotten(ctx, gone).await? {
         observed.refresh(record);
     }
 
     // 5. Record.
-    let (mut statuses, mut cancels) = observed.record(ctx)?;
+    let (mut statuses, mut cancels) = observed.record(ctx).await?;
 
     // 6. Probes that ended (polled now, or parents that ended before).
     // Only a probe's verdict reads what the scheduler said of it.
@@ -199,7 +199,7 @@ pub(super) async fn status_settling(
         if record.state.is_terminal() || record.after.is_empty() {
             continue;
         }
-        match next_step(ctx, record, &attempts, &ended_before)? {
+        match next_step(ctx, record, &attempts, &ended_before).await? {
             DependantStep::Ended { record, job } => {
                 cancels.extend(job);
                 ended.push(JobRecord::clone(&record));
@@ -222,7 +222,7 @@ pub(super) async fn status_settling(
         forget(ctx, &ended).await;
         for status in statuses.iter_mut() {
             if ended.iter().any(|r| r.id == status.record.id) {
-                status.record = Arc::new(store.get(&status.record.id)?);
+                status.record = Arc::new(store.get(&status.record.id).await?);
             }
         }
     }
@@ -231,7 +231,7 @@ pub(super) async fn status_settling(
     if let (Some(guard), Some(revision), Some((slot, request)), true) =
         (memo.as_mut(), revision, kept, quiet)
     {
-        if store.revision()? == Some(revision) {
+        if store.revision().await? == Some(revision) {
             **guard = Some(Held::new(ids, revision, slot, request, statuses.clone()));
         }
     }

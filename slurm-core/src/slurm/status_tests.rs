@@ -351,8 +351,17 @@ impl crate::record::RecordStore for CountingStore {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.inner.list(filter)
     }
-    fn submit_lease(&self, id: &crate::record::JobId) -> crate::Result<crate::record::SubmitLease> {
-        self.inner.submit_lease(id)
+    fn open_retry(
+        &self,
+        retry: &crate::record::JobRecord,
+    ) -> crate::Result<crate::record::RetryClaim> {
+        self.inner.open_retry(retry)
+    }
+    fn try_submit_lease(
+        &self,
+        id: &crate::record::JobId,
+    ) -> crate::Result<Option<crate::record::SubmitLease>> {
+        self.inner.try_submit_lease(id)
     }
     fn submit_in_progress(&self, id: &crate::record::JobId) -> crate::Result<Option<bool>> {
         self.inner.submit_in_progress(id)

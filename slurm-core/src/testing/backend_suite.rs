@@ -186,10 +186,12 @@ where
     if let Err(failure) = outcome {
         let backend = fixture.backend();
         let ids = submitted.lock().map(|ids| ids.clone()).unwrap_or_default();
-        let live: Vec<JobId> = ids
-            .into_iter()
-            .filter(|id| backend.record(id).is_ok_and(|r| !r.is_terminal()))
-            .collect();
+        let mut live: Vec<JobId> = Vec::new();
+        for id in ids {
+            if backend.record(&id).await.is_ok_and(|r| !r.is_terminal()) {
+                live.push(id);
+            }
+        }
         if !live.is_empty() {
             if let Err(error) = backend.cancel_many(&live).await {
                 eprintln!("after the failure, cancelling {live:?} failed too: {error}");
@@ -249,7 +251,7 @@ pub async fn submit_runs_a_job_to_complete<F: BackendFixture + ?Sized>(fixture: 
     assert_eq!(history.first(), Some(&JobState::Submitting), "{history:?}");
     assert_eq!(history.last(), Some(&JobState::Complete), "{history:?}");
     assert_eq!(
-        &fixture.backend().record(&record.id).unwrap(),
+        &fixture.backend().record(&record.id).await.unwrap(),
         done.record()
     );
 }
@@ -359,7 +361,12 @@ pub async fn follow_streams_until_the_job_ends<F: BackendFixture + ?Sized>(fixtu
         ["first", "second"],
         "{text:?}"
     );
-    assert!(fixture.backend().record(&record.id).unwrap().is_terminal());
+    assert!(fixture
+        .backend()
+        .record(&record.id)
+        .await
+        .unwrap()
+        .is_terminal());
 }
 
 /// A running job is cancelled; a second cancel changes nothing and succeeds.
@@ -502,7 +509,7 @@ pub async fn an_infra_failure_is_retried_as_a_linked_record<F: BackendFixture + 
         retries.len(),
         1,
         "a budget of one: {retries:?}; the first attempt: {:?}",
-        fixture.backend().record(&first.id)
+        fixture.backend().record(&first.id).await
     );
     let (previous, second) = &retries[0];
     assert_eq!(previous, &first.id);
@@ -513,18 +520,18 @@ pub async fn an_infra_failure_is_retried_as_a_linked_record<F: BackendFixture + 
         "a fresh results folder"
     );
     let backend = fixture.backend();
-    let first = backend.record(&first.id).unwrap();
+    let first = backend.record(&first.id).await.unwrap();
     assert_eq!(
         (first.state, first.err_class),
         (JobState::Error, Some(ErrorClass::Infra))
     );
-    let second = backend.record(&second.id).unwrap();
+    let second = backend.record(&second.id).await.unwrap();
     assert_eq!(
         second.state,
         JobState::Error,
         "the retry failed the same way"
     );
-    let listed = backend.records(&RecordFilter::any()).unwrap();
+    let listed = backend.records(&RecordFilter::any()).await.unwrap();
     assert!(listed.iter().any(|r| r.id == first.id));
     assert!(listed.iter().any(|r| r.id == second.id));
 }
@@ -571,13 +578,14 @@ pub async fn two_watchers_retry_one_failure_once<F: BackendFixture + ?Sized>(fix
     assert_eq!(a, b, "both watchers follow the one retry");
     let retries: Vec<JobRecord> = backend
         .records(&RecordFilter::any())
+        .await
         .unwrap()
         .into_iter()
         .filter(|r| r.retry_of.as_ref() == Some(&first.id) && r.state != JobState::NotSubmitted)
         .collect();
     assert_eq!(retries.len(), 1, "one retry submitted: {retries:?}");
     assert_eq!(
-        backend.record(&first.id).unwrap().retried_as.as_ref(),
+        backend.record(&first.id).await.unwrap().retried_as.as_ref(),
         Some(&retries[0].id),
         "the claim names the retry"
     );
@@ -592,7 +600,7 @@ pub async fn two_watchers_retry_one_failure_once<F: BackendFixture + ?Sized>(fix
 pub async fn bad_input_is_refused_and_nothing_recorded<F: BackendFixture + ?Sized>(fixture: &F) {
     let _guard = fixture.enter(false).await;
     let backend = fixture.backend();
-    let before = backend.records(&RecordFilter::any()).unwrap().len();
+    let before = backend.records(&RecordFilter::any()).await.unwrap().len();
     let expect_refusal = |result: Result<JobRecord>, field: &str| {
         let error = result.expect_err("refused");
         assert!(
@@ -642,7 +650,7 @@ pub async fn bad_input_is_refused_and_nothing_recorded<F: BackendFixture + ?Size
         );
     }
     assert_eq!(
-        backend.records(&RecordFilter::any()).unwrap().len(),
+        backend.records(&RecordFilter::any()).await.unwrap().len(),
         before,
         "a refused spec leaves no record"
     );
@@ -650,7 +658,7 @@ pub async fn bad_input_is_refused_and_nothing_recorded<F: BackendFixture + ?Size
     for error in [
         backend.status(&unknown).await.unwrap_err(),
         backend.cancel(&unknown).await.unwrap_err(),
-        backend.record(&unknown).unwrap_err(),
+        backend.record(&unknown).await.unwrap_err(),
     ] {
         assert_eq!(error.kind(), ErrorKind::NotFound, "{error}");
     }
@@ -825,8 +833,11 @@ pub async fn a_dependant_follows_a_retried_parent<F: BackendFixture + ?Sized>(fi
         .map(|(_, record)| record);
     let retry = retried.expect("the parent was retried");
     let backend = fixture.backend();
-    assert_eq!(backend.record(&retry.id).unwrap().state, JobState::Complete);
-    let child = backend.record(&child.id).unwrap();
+    assert_eq!(
+        backend.record(&retry.id).await.unwrap().state,
+        JobState::Complete
+    );
+    let child = backend.record(&child.id).await.unwrap();
     assert_eq!(child.state, JobState::Complete, "{child:?}");
     assert_eq!(
         child.after,
@@ -931,13 +942,13 @@ pub async fn a_failed_task_is_retried_alone<F: BackendFixture + ?Sized>(fixture:
         .pop()
         .map(|(_, record)| record);
     let backend = fixture.backend();
-    let first = backend.record(&first.id).unwrap();
+    let first = backend.record(&first.id).await.unwrap();
     assert_eq!(
         (first.state, first.err_class),
         (JobState::Error, Some(ErrorClass::Infra))
     );
     assert_eq!(first.tasks[&0].state, JobState::Complete);
-    let retry = backend.record(&retried.expect("retried").id).unwrap();
+    let retry = backend.record(&retried.expect("retried").id).await.unwrap();
     assert_eq!(retry.retry_of.as_ref(), Some(&first.id));
     assert_eq!(
         retry.tasks.keys().copied().collect::<Vec<_>>(),
@@ -972,7 +983,11 @@ mod tests {
             .cloned()
             .unwrap_or_default();
         assert!(message.contains("the case fails while"), "{message}");
-        let records = fixture.backend().records(&RecordFilter::any()).unwrap();
+        let records = fixture
+            .backend()
+            .records(&RecordFilter::any())
+            .await
+            .unwrap();
         let state = |name: &str| {
             records
                 .iter()

@@ -9,6 +9,7 @@
 pub mod backend_suite;
 mod counting;
 mod faults;
+pub mod pace;
 pub mod record_suite;
 mod records;
 pub mod role_cases;

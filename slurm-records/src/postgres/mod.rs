@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use slurm_core::{
-    Error, JobId, JobRecord, Listing, Mark, RecordFilter, RecordStore, Result, SecretRegistry,
-    SubmitLease,
+    Error, JobId, JobRecord, Listing, Mark, RecordFilter, RecordStore, Result, RetryClaim,
+    SecretRegistry, SubmitLease,
 };
 
 use crate::cache::ReadCache;
@@ -29,9 +29,6 @@ use session::{Job, Session};
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How often a submit lease another process holds is asked for again.
-const LEASE_RETRY: Duration = Duration::from_millis(50);
 
 /// Records in a PostgreSQL database (see the module's documentation).
 #[derive(Debug)]
@@ -281,6 +278,19 @@ impl RecordStore for PostgresRecordStore {
         }
     }
 
+    fn open_retry(&self, retry: &JobRecord) -> Result<RetryClaim> {
+        let mut retry = retry.clone();
+        if let Some(registry) = &self.redactor {
+            retry.redact_history(registry);
+        }
+        let row = Row::of(&retry)?;
+        let (claim, written) = self.call(move |session| session.open_retry(retry, row))?;
+        if let Some(written) = written {
+            let _ = self.cache.keep_written(vec![Ok(written)]);
+        }
+        Ok(claim)
+    }
+
     fn get(&self, id: &JobId) -> Result<JobRecord> {
         let mut records = self.get_many(std::slice::from_ref(id))?;
         Ok(records.remove(0))
@@ -352,15 +362,14 @@ impl RecordStore for PostgresRecordStore {
         Ok(listing)
     }
 
-    fn submit_lease(&self, id: &JobId) -> Result<SubmitLease> {
+    fn try_submit_lease(&self, id: &JobId) -> Result<Option<SubmitLease>> {
         let key = self.lease_key(id);
-        // Asked again while another process holds it (the worker serves others meanwhile).
-        while !self.call(move |session| session.try_lease(key))? {
-            std::thread::sleep(LEASE_RETRY);
-        }
-        Ok(SubmitLease::holding(Lease {
-            key,
-            jobs: self.jobs.clone(),
+        let taken = self.call(move |session| session.try_lease(key))?;
+        Ok(taken.then(|| {
+            SubmitLease::holding(Lease {
+                key,
+                jobs: self.jobs.clone(),
+            })
         }))
     }
 

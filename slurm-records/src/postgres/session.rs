@@ -19,7 +19,7 @@ use postgres::{Client, Config, Transaction};
 use postgres_native_tls::MakeTlsConnector;
 use std::collections::HashMap;
 
-use slurm_core::{Error, JobId, JobRecord, Mark, Result, SecretRegistry};
+use slurm_core::{Error, JobId, JobRecord, Mark, Result, RetryClaim, SecretRegistry};
 
 use crate::columns::{
     read_body, Row, Value, LABELS_TABLE, META_TABLE, RECORDS_TABLE, REVISION_TABLE, TABLES_VERSION,
@@ -329,6 +329,81 @@ impl Session {
         })()
         .map_err(fail("writing a record"));
         let _ = done.send(written);
+    }
+
+    /// Open `retry` (its row `row`) and claim the retry of the record it retries, in one
+    /// transaction holding the retried record's row lock (see
+    /// [`RecordStore::open_retry`](slurm_core::RecordStore::open_retry)); beside a won
+    /// claim, the retried record as written and its version, when it was written.
+    pub(super) fn open_retry(
+        &mut self,
+        retry: JobRecord,
+        row: Row,
+    ) -> Result<(RetryClaim, Option<Written>)> {
+        let target = self.target.clone();
+        let fail = |what: &'static str| {
+            let target = target.clone();
+            move |e| failed(what, &target, e)
+        };
+        let previous = retry.retried_record()?.to_string();
+        let client = self.records()?;
+        let mut tx = client.transaction().map_err(fail("opening a retry"))?;
+        let Some(stored) = tx
+            .query_opt(
+                &format!("SELECT version, body FROM {RECORDS_TABLE} WHERE id = $1 FOR UPDATE"),
+                &[&previous],
+            )
+            .map_err(fail("reading a record"))?
+        else {
+            return Err(Error::NotFound(format!(
+                "job record {previous} in {target}"
+            )));
+        };
+        let (version, body): (i64, String) = (stored.get(0), stored.get(1));
+        let stored = read_body(&previous, body.as_bytes(), &target)?;
+        let claimed = match stored.retry_claim(&retry)? {
+            Ok(claimed) => claimed,
+            Err(winner) => return Ok((RetryClaim::Taken(winner), None)),
+        };
+        let repeated = stored.retried_as() == Some(retry.id());
+        let insert = format!(
+            "INSERT INTO {RECORDS_TABLE} (id, state, terminal, submitted_at, updated_at, version, body) \
+             VALUES ($1, $2, $3, $4, $5, 1, $6) ON CONFLICT (id) DO NOTHING"
+        );
+        let new = tx
+            .execute(
+                &insert,
+                &[
+                    &row.id,
+                    &row.state,
+                    &i16::from(row.terminal),
+                    &row.submitted_at,
+                    &row.updated_at,
+                    &row.body,
+                ],
+            )
+            .map_err(fail("opening a retry"))?
+            == 1;
+        if !new {
+            return match repeated {
+                true => Ok((RetryClaim::Won, None)),
+                false => Err(Error::invalid(
+                    "id",
+                    format!("record {} already exists; mint a new id", retry.id()),
+                )),
+            };
+        }
+        write_labels(&mut tx, &row).map_err(fail("opening a retry"))?;
+        let written = match repeated {
+            true => None,
+            false => {
+                let claimed_row = Row::of(&claimed)?;
+                update_row(&mut tx, &claimed_row, false).map_err(fail("claiming a retry"))?;
+                Some((claimed, Some(version + 1)))
+            }
+        };
+        tx.commit().map_err(fail("opening a retry"))?;
+        Ok((RetryClaim::Won, written))
     }
 
     /// Apply every mark of `marks` in one transaction (see

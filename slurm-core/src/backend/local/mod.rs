@@ -30,10 +30,10 @@ use crate::backend::{
 };
 use crate::dependency::{check_before_submit, follow_retry, never_satisfied, resolve_dependencies};
 use crate::record::{
-    BackendRef, JobId, JobRecord, Mark, RecordFilter, RecordStore, TransitionSource,
+    AsyncStore, BackendRef, JobId, JobRecord, Mark, RecordFilter, RecordStore, TransitionSource,
 };
 use crate::redact::SecretRegistry;
-use crate::retry::{begin, claim_or_follow, prior, retry_options, retry_spec, Prior, RetryStart};
+use crate::retry::{begin, open_or_follow, prior, retry_options, retry_spec, Prior, RetryStart};
 use crate::spec::{JobSpec, SpecDefaults, TaskSet};
 use crate::state::JobState;
 use crate::storage::RemotePath;
@@ -77,7 +77,7 @@ pub struct LocalBackend {
 
 struct Inner {
     root: PathBuf,
-    store: Box<dyn RecordStore>,
+    store: AsyncStore,
     max_running: usize,
     next_native_id: AtomicU64,
     queue: Mutex<Queue>,
@@ -110,7 +110,7 @@ impl LocalBackend {
         Ok(LocalBackend {
             inner: Arc::new(Inner {
                 root: root.to_path_buf(),
-                store: Box::new(store),
+                store: AsyncStore::new(Arc::new(store)),
                 max_running: 4,
                 next_native_id: AtomicU64::new(1),
                 queue: Mutex::new(Queue::default()),
@@ -173,6 +173,21 @@ impl LocalBackend {
                     .join(options.stream.file_name()),
             ),
             None => Self::log_path(record, options.task, options.stream),
+        }
+    }
+
+    /// Run `step`, a step of this backend's own queue (which reads and writes
+    /// records through the store as it is), on the runtime's blocking pool: no call
+    /// of the store waits on a runtime's thread. A panic of `step` is the caller's.
+    pub(super) async fn off_runtime<T: Send + 'static>(
+        &self,
+        step: impl FnOnce(&LocalBackend) -> T + Send + 'static,
+    ) -> T {
+        let backend = self.clone();
+        match tokio::task::spawn_blocking(move || step(&backend)).await {
+            Ok(answer) => answer,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Err(error) => panic!("the runtime shut down during a step of the local queue: {error}"),
         }
     }
 
@@ -345,12 +360,24 @@ impl Backend for LocalBackend {
         }
         let plan = spec.array_plan()?;
         let secrets = options.secrets_for(&spec)?;
-        let previous = match prior(&*self.inner.store, options.retry_of.as_ref())? {
+        let (retry_of, after) = (options.retry_of.clone(), spec.after.clone());
+        let previous = match self
+            .inner
+            .store
+            .run(move |store| {
+                let previous = prior(store, retry_of.as_ref())?;
+                // Parents must be accepted and able to meet their condition; this queue
+                // waits.
+                if !matches!(previous, Prior::Followed(_)) {
+                    check_before_submit(store, &after)?;
+                }
+                Ok(previous)
+            })
+            .await?
+        {
             Prior::Followed(winner) => return Ok(*winner),
             other => other.previous().cloned(),
         };
-        // Parents must be accepted and able to meet their condition; this queue waits.
-        check_before_submit(&*self.inner.store, &spec.after)?;
 
         let id = JobId::mint_for(&spec);
         let dir = self.inner.root.join(id.as_str());
@@ -413,16 +440,26 @@ impl Backend for LocalBackend {
             launches.push((*task, processes));
         }
         record.backend_ref = None;
-        self.inner.store.open(&record)?;
-        if let Some(previous) = &previous {
-            // A retry is claimed once: a second watcher follows the first one's retry.
-            if let Some(winner) = claim_or_follow(&*self.inner.store, &previous.id, &id)? {
-                return Ok(winner);
-            }
-            // Dependants of the failed attempt wait for this one, before it can run (a
-            // fast retry could otherwise end, and its dependants run, before they were
-            // re-pointed: their records would still name the failed attempt).
-            follow_retry(&*self.inner.store, &previous.id, &id)?;
+        // A retry's record is opened with its claim in one step: a second watcher
+        // opens nothing and follows the first one's retry.
+        let opened = self
+            .inner
+            .store
+            .run(move |store| {
+                if let Some(winner) = open_or_follow(store, &record)? {
+                    return Ok(Some(winner));
+                }
+                // Dependants of the failed attempt wait for this one, before it can run
+                // (a fast retry could otherwise end, and its dependants run, before they
+                // were re-pointed: their records would still name the failed attempt).
+                if let Some(previous) = &record.retry_of {
+                    follow_retry(store, previous, &record.id)?;
+                }
+                Ok(None)
+            })
+            .await?;
+        if let Some(winner) = opened {
+            return Ok(winner);
         }
         {
             let mut registry = self.inner.secrets.lock().expect("secrets lock");
@@ -457,23 +494,34 @@ impl Backend for LocalBackend {
                 }),
             });
         }
-        self.inner.store.mark(
-            &id,
-            Mark::new(JobState::Pending, TransitionSource::Agent)
-                .message(if spec.after.is_empty() {
-                    "queued on this machine".to_string()
-                } else {
-                    let parents: Vec<String> = spec.after.iter().map(ToString::to_string).collect();
-                    format!("queued on this machine after {}", parents.join(", "))
-                })
-                .backend_ref(BackendRef::new(native_id)),
-        )?;
-        self.enqueue(queued);
-        self.inner.store.get(&id)
+        self.inner
+            .store
+            .mark(
+                &id,
+                Mark::new(JobState::Pending, TransitionSource::Agent)
+                    .message(if spec.after.is_empty() {
+                        "queued on this machine".to_string()
+                    } else {
+                        let parents: Vec<String> =
+                            spec.after.iter().map(ToString::to_string).collect();
+                        format!("queued on this machine after {}", parents.join(", "))
+                    })
+                    .backend_ref(BackendRef::new(native_id)),
+            )
+            .await?;
+        self.off_runtime(move |backend| backend.enqueue(queued))
+            .await;
+        self.inner.store.get(&id).await
     }
 
     async fn resubmit(&self, id: &JobId) -> Result<JobRecord> {
-        let previous = match begin(&*self.inner.store, id)? {
+        let asked = id.clone();
+        let previous = match self
+            .inner
+            .store
+            .run(move |store| begin(store, &asked))
+            .await?
+        {
             RetryStart::Followed(winner) => return Ok(*winner),
             RetryStart::Retry(previous) => previous,
         };
@@ -503,9 +551,14 @@ impl Backend for LocalBackend {
         let mut seen_now = Vec::new();
         let mut all = Vec::with_capacity(ids.len());
         for id in ids {
-            let mut record = self.inner.store.get(id)?;
+            let mut record = self.inner.store.get(id).await?;
             if !record.after.is_empty() && !record.state.is_terminal() {
-                let resolved = resolve_dependencies(&*self.inner.store, &record.after)?;
+                let after = record.after.clone();
+                let resolved = self
+                    .inner
+                    .store
+                    .run(move |store| resolve_dependencies(store, &after))
+                    .await?;
                 seen_now.extend(
                     resolved
                         .iter()
@@ -513,7 +566,9 @@ impl Backend for LocalBackend {
                         .map(|r| r.parent.id.clone()),
                 );
                 if let Some(why) = never_satisfied(&resolved, &known_ended) {
-                    record = self.end_unsatisfiable(&record, why);
+                    record = self
+                        .off_runtime(move |backend| backend.end_unsatisfiable(&record, why))
+                        .await;
                 }
             }
             if record.state.is_terminal() {
@@ -530,7 +585,7 @@ impl Backend for LocalBackend {
     }
 
     async fn logs(&self, id: &JobId, options: LogOptions) -> Result<String> {
-        let record = self.inner.store.get(id)?;
+        let record = self.inner.store.get(id).await?;
         match (record.is_array(), options.task) {
             (true, None) => {
                 return Err(Error::invalid(
@@ -574,7 +629,7 @@ impl Backend for LocalBackend {
                 let mut offset = offset;
                 loop {
                     // Terminal is read before the file, so the last read sees everything.
-                    let record = match backend.inner.store.get(&id) {
+                    let record = match backend.inner.store.get(&id).await {
                         Ok(record) => record,
                         Err(error) => return Some((Err(error), (backend, id, offset, true))),
                     };
@@ -608,7 +663,7 @@ impl Backend for LocalBackend {
     }
 
     async fn cancel(&self, id: &JobId) -> Result<JobRecord> {
-        let record = self.inner.store.get(id)?;
+        let record = self.inner.store.get(id).await?;
         if record.state.is_terminal() {
             return Ok(record);
         }
@@ -621,15 +676,15 @@ impl Backend for LocalBackend {
             false => vec![(id.clone(), None)],
         };
         self.cancel_keys(&keys).await;
-        self.inner.store.get(id)
+        self.inner.store.get(id).await
     }
 
     async fn cancel_tasks(&self, id: &JobId, tasks: &TaskSet) -> Result<JobRecord> {
-        let record = self.inner.store.get(id)?;
+        let record = self.inner.store.get(id).await?;
         record.check_tasks(tasks)?;
         let keys: Vec<Key> = tasks.iter().map(|t| (id.clone(), Some(t))).collect();
         self.cancel_keys(&keys).await;
-        self.inner.store.get(id)
+        self.inner.store.get(id).await
     }
 
     fn watch(
@@ -640,12 +695,12 @@ impl Backend for LocalBackend {
         watch_by_polling(self.clone(), ids, options)
     }
 
-    fn record(&self, id: &JobId) -> Result<JobRecord> {
-        self.inner.store.get(id)
+    async fn record(&self, id: &JobId) -> Result<JobRecord> {
+        self.inner.store.get(id).await
     }
 
-    fn records(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
-        self.inner.store.list(filter)
+    async fn records(&self, filter: &RecordFilter) -> Result<Vec<JobRecord>> {
+        self.inner.store.list(filter).await
     }
 }
 
@@ -705,7 +760,7 @@ pub(crate) mod tests {
     async fn wait_terminal(backend: &LocalBackend, id: &JobId) -> JobRecord {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         loop {
-            let record = backend.record(id).unwrap();
+            let record = backend.record(id).await.unwrap();
             if record.state.is_terminal() {
                 return record;
             }
@@ -788,8 +843,8 @@ pub(crate) mod tests {
             wait_terminal(&backend, &second.id).await.state,
             JobState::Complete
         );
-        let first = backend.record(&first.id).unwrap();
-        let second = backend.record(&second.id).unwrap();
+        let first = backend.record(&first.id).await.unwrap();
+        let second = backend.record(&second.id).await.unwrap();
         let started = |r: &JobRecord| {
             r.history
                 .iter()

@@ -125,7 +125,7 @@ impl LocalBackend {
             role.nodes = Some(vec!["localhost".to_string()]);
             mark = mark.role(name.clone(), role);
         }
-        if let Err(error) = self.inner.store.mark(&key.0, mark) {
+        if let Err(error) = self.inner.store.blocking().mark(&key.0, mark) {
             tracing::warn!(job = %key.0, %error, "cannot record the start of a local job");
         }
         tokio::spawn(self.clone().supervise_roles(key, children, cancel, limit));
@@ -162,7 +162,10 @@ impl LocalBackend {
                         running.remove(&name);
                         let mut role = TaskMark::new(JobState::Complete);
                         role.message = Some("exit 0".to_string());
-                        self.mark_roles(&key, Mark::new(JobState::Running, TransitionSource::Poll).role(name, role));
+                        let mark = Mark::new(JobState::Running, TransitionSource::Poll).role(name, role);
+                        if let Err(error) = self.inner.store.mark(&key.0, mark).await {
+                            tracing::warn!(job = %key.0, %error, "cannot record a role's end");
+                        }
                         if running.is_empty() {
                             break RolesEnd::Completed;
                         }
@@ -184,14 +187,18 @@ impl LocalBackend {
         }
         // Every process is gone before the record says so.
         while exits.recv().await.is_some() {}
-        self.end_roles(&key, end, &running);
-        self.inner
-            .cancels
-            .lock()
-            .expect("cancels lock")
-            .remove(&key);
-        self.free_slot(&key.0);
-        self.start_waiting();
+        self.off_runtime(move |backend| {
+            backend.end_roles(&key, end, &running);
+            backend
+                .inner
+                .cancels
+                .lock()
+                .expect("cancels lock")
+                .remove(&key);
+            backend.free_slot(&key.0);
+            backend.start_waiting();
+        })
+        .await;
     }
 
     /// Record how the roles of job `key` ended (`stopped`: the roles still running
@@ -214,7 +221,7 @@ impl LocalBackend {
                         .expect("exits lock")
                         .insert(key.clone(), code);
                 }
-                let class = match self.inner.store.get(&key.0) {
+                let class = match self.inner.store.blocking().get(&key.0) {
                     Ok(record) => {
                         let tail = role_log_tail(&record, &name);
                         classify_failure(Ending::Failed { exit_code: code }, &tail)
@@ -264,7 +271,7 @@ impl LocalBackend {
     }
 
     fn mark_roles(&self, key: &Key, mark: Mark) {
-        if let Err(error) = self.inner.store.mark(&key.0, mark) {
+        if let Err(error) = self.inner.store.blocking().mark(&key.0, mark) {
             tracing::warn!(job = %key.0, %error, "cannot record a role of a local job");
         }
     }

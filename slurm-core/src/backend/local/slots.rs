@@ -79,13 +79,13 @@ impl LocalBackend {
 
     /// Whether every dependency of `id` holds now (its parents' latest attempts).
     fn dependencies_met(&self, id: &JobId) -> bool {
-        let Ok(record) = self.inner.store.get(id) else {
+        let Ok(record) = self.inner.store.blocking().get(id) else {
             return false;
         };
         if record.after.is_empty() {
             return true;
         }
-        resolve_dependencies(&*self.inner.store, &record.after)
+        resolve_dependencies(self.inner.store.blocking(), &record.after)
             .map(|all| {
                 all.iter()
                     .all(|r| r.verdict == DependencyVerdict::Satisfied)
@@ -153,7 +153,9 @@ impl LocalBackend {
             };
             if let Some(mut launch) = waiting {
                 let request = launch.cancel.try_recv().ok();
-                self.finish(key, Outcome::Canceled(request));
+                let key = key.clone();
+                self.off_runtime(move |backend| backend.finish(&key, Outcome::Canceled(request)))
+                    .await;
             }
             // Answered once the process is gone and the record marked (or dropped when
             // the job ended by itself first).
@@ -190,7 +192,7 @@ impl LocalBackend {
                 task_mark.message = Some(why.clone());
                 mark.task(task, task_mark)
             });
-        match self.inner.store.mark(&record.id, mark) {
+        match self.inner.store.blocking().mark(&record.id, mark) {
             Ok(updated) => updated,
             Err(error) => {
                 tracing::warn!(job = %record.id, %error, "cannot record an unsatisfiable dependency");
@@ -258,7 +260,7 @@ impl LocalBackend {
             }
             None => mark = mark.message(message).nodes(vec!["localhost".to_string()]),
         }
-        if let Err(error) = self.inner.store.mark(&key.0, mark) {
+        if let Err(error) = self.inner.store.blocking().mark(&key.0, mark) {
             tracing::warn!(job = %key.0, %error, "cannot record the start of a local job");
         }
         Ok(child)
@@ -321,18 +323,31 @@ impl LocalBackend {
                 break Outcome::BudgetUsedUp(run.budget_message());
             }
             run.restarts += 1;
-            if let Err(error) = self.inner.store.mark(&key.0, run.continued_mark()) {
+            if let Err(error) = self.inner.store.mark(&key.0, run.continued_mark()).await {
                 tracing::warn!(job = %key.0, %error, "cannot record a continued segment");
             }
             run.prepare(&mut command);
-            match self.spawn_marked(&key, &mut command) {
+            let (marked, spawned) = self
+                .off_runtime({
+                    let key = key.clone();
+                    move |backend| {
+                        let spawned = backend.spawn_marked(&key, &mut command);
+                        (command, spawned)
+                    }
+                })
+                .await;
+            command = marked;
+            match spawned {
                 Ok(next) => child = next,
                 Err(why) => break Outcome::Lost(why),
             }
         };
-        self.finish(&key, outcome);
-        self.free_slot(&key.0);
-        self.start_waiting();
+        self.off_runtime(move |backend| {
+            backend.finish(&key, outcome);
+            backend.free_slot(&key.0);
+            backend.start_waiting();
+        })
+        .await;
     }
 
     /// Record how job or task `key` ended and answer a cancel that asked for it.
@@ -350,7 +365,7 @@ impl LocalBackend {
                         .expect("exits lock")
                         .insert(key.clone(), *code);
                 }
-                let class = match self.inner.store.get(id) {
+                let class = match self.inner.store.blocking().get(id) {
                     Ok(record) => {
                         let mut tail = String::new();
                         for stream in [LogStream::Out, LogStream::Err] {
@@ -404,7 +419,7 @@ impl LocalBackend {
             ),
             None => mark,
         };
-        if let Err(error) = self.inner.store.mark(id, mark) {
+        if let Err(error) = self.inner.store.blocking().mark(id, mark) {
             tracing::warn!(job = %id, %error, "cannot record the end of a local job");
         }
         self.inner.cancels.lock().expect("cancels lock").remove(key);

@@ -335,7 +335,7 @@ impl Observed {
     /// Mark each record with what was decided for it: the statuses in the order of the
     /// records, and the SLURM jobs to cancel (a raw dependency that can never hold). Every
     /// mark goes to the store in one [`RecordStore::mark_many`](crate::RecordStore::mark_many).
-    pub(super) fn record(self, ctx: &Context<'_>) -> Result<(Vec<JobStatus>, Vec<SlurmJob>)> {
+    pub(super) async fn record(self, ctx: &Context<'_>) -> Result<(Vec<JobStatus>, Vec<SlurmJob>)> {
         let mut cancels = Vec::new();
         let mut statuses = Vec::with_capacity(self.records.len());
         let mut marks = Vec::new();
@@ -359,10 +359,10 @@ impl Observed {
             statuses.push(status);
         }
         if !marks.is_empty() {
-            let answers = ctx.store().mark_many(marks)?;
+            let answers = ctx.records().mark_many(marks).await?;
             for (index, answer) in marked.into_iter().zip(answers) {
                 let status = &mut statuses[index];
-                status.record = Arc::new(kept_on_refusal(ctx, &status.record, answer)?);
+                status.record = Arc::new(kept_on_refusal(ctx, &status.record, answer).await?);
             }
         }
         Ok((statuses, cancels))
@@ -440,7 +440,7 @@ fn record_decisions(
 
 /// The record a mark of `record` answered: the record as stored, or, when the scheduler
 /// reported a state the record cannot take, the record kept as it is.
-fn kept_on_refusal(
+async fn kept_on_refusal(
     ctx: &Context<'_>,
     record: &JobRecord,
     answer: Result<JobRecord>,
@@ -449,7 +449,7 @@ fn kept_on_refusal(
         Ok(updated) => Ok(updated),
         Err(Error::InvalidTransition { id, from, to }) => {
             tracing::warn!(job = %id, %from, %to, "the scheduler reported a state the record cannot take; kept the record");
-            ctx.store().get(&record.id)
+            ctx.records().get(&record.id).await
         }
         Err(error) => Err(error),
     }

@@ -8,7 +8,7 @@ use crate::nccl::{
     default_ladder, needs_nccl, parse_shape, probe_spec, read_knobs, KnobSet, NcclProbe,
     ProbeOptions, PROBE_LABEL, PROBE_SHAPE_LABEL,
 };
-use crate::record::{list_readable, JobId, JobRecord, RecordFilter};
+use crate::record::{JobId, JobRecord, RecordFilter};
 use crate::slurm::context::Context;
 use crate::slurm::preflight::cluster_name;
 use crate::slurm::SlurmSubmitOptions;
@@ -81,7 +81,7 @@ async fn cached_for(ctx: &Context<'_>, resources: &Resources) -> Result<Option<K
 
 /// The probes not yet ended, by their records, of the same image at a shape covering
 /// `resources`: poll them, and wait for the first still in flight.
-pub(crate) fn candidates(
+pub(crate) async fn candidates(
     ctx: &Context<'_>,
     spec: &JobSpec,
     resources: &Resources,
@@ -96,15 +96,17 @@ pub(crate) fn candidates(
                 (resources.nodes <= 1 || nodes >= 2) && (resources.gpus_per_node <= 1 || gpus >= 2)
             })
     };
-    Ok(list_readable(
-        ctx.store(),
-        &RecordFilter::any().label(PROBE_LABEL, "nccl").active(),
-        "the NCCL probes in flight",
-    )?
-    .into_iter()
-    .filter(|r| r.backend_ref.is_some() && covers(r))
-    .map(|r| r.id)
-    .collect())
+    Ok(ctx
+        .records()
+        .list_reported(
+            &RecordFilter::any().label(PROBE_LABEL, "nccl").active(),
+            "the NCCL probes in flight",
+        )
+        .await?
+        .into_iter()
+        .filter(|r| r.backend_ref.is_some() && covers(r))
+        .map(|r| r.id)
+        .collect())
 }
 
 /// The probe job standing for `spec` (its resources, image, mounts and env; not its

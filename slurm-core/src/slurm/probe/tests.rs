@@ -148,9 +148,10 @@ fn probe_ended(
         .insert(probe.id.to_string(), verdict.to_string());
 }
 
-fn probes(backend: &TestBackend) -> Vec<JobRecord> {
+async fn probes(backend: &TestBackend) -> Vec<JobRecord> {
     backend
         .records(&RecordFilter::any().label(PROBE_LABEL, "nccl"))
+        .await
         .unwrap()
 }
 
@@ -209,9 +210,9 @@ async fn a_submit_queues_the_probe_and_the_job_at_once_and_waits_for_neither() {
         record.last_message()
     );
     // The user's list shows the job, not the probe.
-    let listed = backend.records(&RecordFilter::any()).unwrap();
+    let listed = backend.records(&RecordFilter::any()).await.unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!(probes(&backend).len(), 1);
+    assert_eq!(probes(&backend).await.len(), 1);
 }
 
 #[tokio::test]
@@ -225,7 +226,7 @@ async fn a_poll_that_sees_the_probe_pass_caches_its_knobs_for_later_jobs() {
         .submit(&spec, SubmitOptions::default())
         .await
         .unwrap();
-    let probe = probes(&backend).remove(0);
+    let probe = probes(&backend).await.remove(0);
     probe_ended(&fake, &probe, "COMPLETED", "0:0", PASSED_ON_P2P);
     // Watching the job polls its probe too (a parent): the verdict is read once.
     let status = backend.status(&record.id).await.unwrap();
@@ -252,7 +253,7 @@ async fn a_poll_that_sees_the_probe_pass_caches_its_knobs_for_later_jobs() {
     let (_, script) = fake.scripts.last().unwrap();
     assert!(script.contains("export NCCL_P2P_DISABLE=1\n"), "{script}");
     assert!(!script.contains("--dependency"), "{script}");
-    assert_eq!(probes(&backend).len(), 1);
+    assert_eq!(probes(&backend).await.len(), 1);
 }
 
 /// Issue 13, point 3: a probe that cannot run (no torchrun in the image) is a clear
@@ -268,7 +269,7 @@ async fn a_probe_that_cannot_run_ends_the_waiting_job_naming_the_switch() {
         .submit(&image_job("train", 1, 4), SubmitOptions::default())
         .await
         .unwrap();
-    let probe = probes(&backend).remove(0);
+    let probe = probes(&backend).await.remove(0);
     probe_ended(&fake, &probe, "FAILED", "3:0", NO_TORCHRUN);
     let status = backend.status(&record.id).await.unwrap();
     assert_eq!(status.state(), JobState::Error, "{status:?}");
@@ -320,20 +321,24 @@ async fn a_second_submit_waits_for_the_probe_in_flight() {
             .1
             .contains("#SBATCH --dependency=afterok:101\n"));
     }
-    assert_eq!(second.after[0].job, probes(&backend)[0].id);
+    assert_eq!(second.after[0].job, probes(&backend).await[0].id);
     // A shape the probe covers waits for it too; another image probes on its own.
     backend
         .submit(&image_job("wide", 1, 8), SubmitOptions::default())
         .await
         .unwrap();
-    assert_eq!(probes(&backend).len(), 1, "2x8 covers 1x8");
+    assert_eq!(probes(&backend).await.len(), 1, "2x8 covers 1x8");
     let mut spec = image_job("other-image", 2, 8);
     spec.image = Some("/images/other.sqsh".into());
     backend
         .submit(&spec, SubmitOptions::default())
         .await
         .unwrap();
-    assert_eq!(probes(&backend).len(), 2, "another image probes on its own");
+    assert_eq!(
+        probes(&backend).await.len(),
+        2,
+        "another image probes on its own"
+    );
 }
 
 /// Issue 13, point 4: the spec's `nccl_probe` wins over the submit's option; `never`
@@ -354,7 +359,7 @@ async fn the_spec_switch_wins_over_the_submit_option() {
         .submit_with(&never, SubmitOptions::default(), always.clone())
         .await
         .unwrap();
-    assert!(probes(&backend).is_empty());
+    assert!(probes(&backend).await.is_empty());
     // No image, Auto: nothing to probe with, so no probe.
     let mut bare = image_job("bare", 2, 8);
     bare.image = None;
@@ -362,14 +367,14 @@ async fn the_spec_switch_wins_over_the_submit_option() {
         .submit(&bare, SubmitOptions::default())
         .await
         .unwrap();
-    assert!(probes(&backend).is_empty());
+    assert!(probes(&backend).await.is_empty());
     // `always` in the spec, the default option: a probe (for a job without an image too).
     bare.nccl_probe = Some(NcclProbe::Always);
     backend
         .submit(&bare, SubmitOptions::default())
         .await
         .unwrap();
-    assert_eq!(probes(&backend).len(), 1);
+    assert_eq!(probes(&backend).await.len(), 1);
     assert_eq!(fake.lock().unwrap().scripts.len(), 4);
 }
 
@@ -470,7 +475,7 @@ async fn a_multi_role_job_probes_its_largest_multi_gpu_role() {
         .submit(&spec, SubmitOptions::default())
         .await
         .unwrap();
-    let probe = probes(&backend).pop().expect("a probe was queued");
+    let probe = probes(&backend).await.pop().expect("a probe was queued");
     assert_eq!(probe.image(), Some("/images/pt.sqsh"), "{probe:?}");
     assert!(
         probe.labels().values().any(|v| v.contains("2x8")),
@@ -489,5 +494,5 @@ async fn a_multi_role_job_probes_its_largest_multi_gpu_role() {
         .await
         .unwrap();
     assert!(record.after.is_empty(), "{record:?}");
-    assert_eq!(probes(&backend).len(), 1);
+    assert_eq!(probes(&backend).await.len(), 1);
 }

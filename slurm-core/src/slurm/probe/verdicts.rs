@@ -14,7 +14,7 @@ use crate::nccl::{
     ladder_outcomes, parse_shape, record_knobs, show_env, verdict_of, KnobSet, ProbeAttempt,
     ShapeKnobs, PROBE_LABEL, PROBE_SHAPE_LABEL, PROBE_VERDICT_LABEL,
 };
-use crate::record::{list_readable, JobId, JobRecord, Mark, RecordFilter, TransitionSource};
+use crate::record::{JobId, JobRecord, Mark, RecordFilter, TransitionSource};
 use crate::slurm::context::Context;
 use crate::slurm::job::{slurm_job, SlurmJob};
 use crate::slurm::paths::{probe_rung_log, probe_verdict};
@@ -70,15 +70,17 @@ async fn conclude_ended(
     probes: &[JobRecord],
     natives: &BTreeMap<JobId, NativeStatus>,
 ) -> Result<Concluded> {
-    let store = ctx.store();
+    let store = ctx.records();
     let cluster = cluster_name(ctx).await?;
     let verdicts = read_verdicts(ctx, probes).await?;
     let mut concluded = Concluded::default();
-    let waiting = list_readable(
-        store,
-        &RecordFilter::any().active(),
-        "the jobs waiting for a probe",
-    )?;
+    let waiting = ctx
+        .records()
+        .list_reported(
+            &RecordFilter::any().active(),
+            "the jobs waiting for a probe",
+        )
+        .await?;
     for (probe, verdict) in probes.iter().zip(&verdicts) {
         let attempts = attempts_of(probe, verdict, natives.get(&probe.id));
         let outcome = attempts
@@ -114,12 +116,14 @@ async fn conclude_ended(
                     let message = format!(
                         "the NCCL probe it waited for ended {outcome}: {why}; cancelled on the cluster"
                     );
-                    let updated = store.mark(
-                        &job.id,
-                        Mark::new(JobState::Error, TransitionSource::Poll)
-                            .message(message)
-                            .err_class(class),
-                    )?;
+                    let updated = store
+                        .mark(
+                            &job.id,
+                            Mark::new(JobState::Error, TransitionSource::Poll)
+                                .message(message)
+                                .err_class(class),
+                        )
+                        .await?;
                     if let Some(native) = slurm_job(&updated)? {
                         concluded.cancels.push(native);
                     }
@@ -127,12 +131,14 @@ async fn conclude_ended(
                 }
             }
         }
-        store.update(&probe.id, &mut |record| {
-            record
-                .labels
-                .insert(PROBE_VERDICT_LABEL.to_string(), outcome.clone());
-            Ok(())
-        })?;
+        store
+            .update(&probe.id, move |record| {
+                record
+                    .labels
+                    .insert(PROBE_VERDICT_LABEL.to_string(), outcome.clone());
+                Ok(())
+            })
+            .await?;
     }
     Ok(concluded)
 }

@@ -54,20 +54,22 @@ pub(crate) enum Applied {
 
 /// Apply `settled` to `record` (as read before the settle); `redactor` hides secret
 /// values from every word kept.
-pub(super) fn apply(
+pub(super) async fn apply(
     ctx: &Context<'_>,
     record: &JobRecord,
     settled: Settled,
     settler: Settler<'_>,
     redactor: &SecretRegistry,
 ) -> Result<Applied> {
-    let store = ctx.store();
+    let store = ctx.records();
     let id = &record.id;
     if settled.secrets_removed {
-        store.update(id, &mut |r| {
-            r.secrets_staged = false;
-            Ok(())
-        })?;
+        store
+            .update(id, move |r| {
+                r.secrets_staged = false;
+                Ok(())
+            })
+            .await?;
     }
     let source = settler.source();
     let applied = match settled.verdict {
@@ -83,13 +85,16 @@ pub(super) fn apply(
                         ))
                         .backend_ref(job),
                 )
+                .await
                 .map(Applied::Adopted)
         }
         Verdict::NoJob(why) => {
             let sent = record.submit_attempts.unwrap_or(0);
             match settler {
                 Settler::Submit { max_attempts, .. } if sent < max_attempts => {
-                    count_attempt(ctx, id, sent + 1).map(|()| Applied::Resend(sent + 1))
+                    count_attempt(ctx, id, sent + 1)
+                        .await
+                        .map(|()| Applied::Resend(sent + 1))
                 }
                 _ => {
                     let why = redactor.redact(&why);
@@ -101,7 +106,7 @@ pub(super) fn apply(
                         ),
                         transient: true,
                     };
-                    never_reached(ctx, id, source, &why, error)
+                    never_reached(ctx, id, source, &why, error).await
                 }
             }
         }
@@ -110,7 +115,7 @@ pub(super) fn apply(
                 "id",
                 format!("{id}: {why}; submit the spec again (it gets a new id)"),
             );
-            never_reached(ctx, id, source, &why, error)
+            never_reached(ctx, id, source, &why, error).await
         }
         Verdict::Refused(error) => store
             .mark(
@@ -120,6 +125,7 @@ pub(super) fn apply(
                     redactor.redact(&error.to_string())
                 )),
             )
+            .await
             .map(|record| Applied::Ended { record, error }),
         Verdict::Several(jobs) => {
             let list: Vec<String> = jobs.iter().map(ToString::to_string).collect();
@@ -130,6 +136,7 @@ pub(super) fn apply(
             );
             let error = Error::Ambiguous(format!("{id}: {why}"));
             keep_unsettled(ctx, id, &jobs, Unsettled::several_jobs(why))
+                .await
                 .map(|record| Applied::Unsettled { record, error })
         }
         Verdict::Unsettled { seen, why } => {
@@ -139,65 +146,74 @@ pub(super) fn apply(
                 redactor.redact(&settler.context())
             ));
             keep_unsettled(ctx, id, &seen, Unsettled::unanswered(why))
+                .await
                 .map(|record| Applied::Unsettled { record, error })
         }
     };
     match applied {
         // Settled meanwhile by someone else: keep what they found.
-        Err(Error::InvalidTransition { .. }) => Ok(Applied::SettledElsewhere(store.get(id)?)),
+        Err(Error::InvalidTransition { .. }) => Ok(Applied::SettledElsewhere(store.get(id).await?)),
         other => other,
     }
 }
 
 /// End `id` NOT_SUBMITTED (its submit never reached the scheduler, `why`), answering
 /// `error`.
-fn never_reached(
+async fn never_reached(
     ctx: &Context<'_>,
     id: &crate::record::JobId,
     source: TransitionSource,
     why: &str,
     error: Error,
 ) -> Result<Applied> {
-    ctx.store()
+    ctx.records()
         .mark(
             id,
             Mark::new(JobState::NotSubmitted, source).message(format!(
                 "never reached the scheduler: {why}; submit it again"
             )),
         )
+        .await
         .map(|record| Applied::Ended { record, error })
 }
 
 /// Count attempt `attempt` before it is sent; refused when the record was settled
 /// elsewhere meanwhile.
-fn count_attempt(ctx: &Context<'_>, id: &crate::record::JobId, attempt: u32) -> Result<()> {
-    ctx.store().update(id, &mut |record| {
-        if record.state != JobState::Submitting {
-            return Err(Error::invalid(
-                "state",
-                format!("{id} was settled elsewhere ({})", record.state),
-            ));
-        }
-        record.submit_attempts = Some(attempt);
-        Ok(())
-    })?;
+async fn count_attempt(ctx: &Context<'_>, id: &crate::record::JobId, attempt: u32) -> Result<()> {
+    let id = id.clone();
+    let settled = id.clone();
+    ctx.records()
+        .update(&settled, move |record| {
+            if record.state != JobState::Submitting {
+                return Err(Error::invalid(
+                    "state",
+                    format!("{id} was settled elsewhere ({})", record.state),
+                ));
+            }
+            record.submit_attempts = Some(attempt);
+            Ok(())
+        })
+        .await?;
     Ok(())
 }
 
 /// Keep `seen` and `why` in a record that stays `SUBMITTING`.
-fn keep_unsettled(
+async fn keep_unsettled(
     ctx: &Context<'_>,
     id: &crate::record::JobId,
     seen: &[BackendRef],
     why: Unsettled,
 ) -> Result<JobRecord> {
-    ctx.store().update(id, &mut |record| {
-        for job in seen {
-            if !record.candidates.contains(job) {
-                record.candidates.push(job.clone());
+    let seen = seen.to_vec();
+    ctx.records()
+        .update(id, move |record| {
+            for job in &seen {
+                if !record.candidates.contains(job) {
+                    record.candidates.push(job.clone());
+                }
             }
-        }
-        record.unsettled = Some(why.clone());
-        Ok(())
-    })
+            record.unsettled = Some(why.clone());
+            Ok(())
+        })
+        .await
 }

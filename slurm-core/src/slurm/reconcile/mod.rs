@@ -172,7 +172,7 @@ pub(super) async fn settle_own(
 ) -> Result<Applied> {
     let deadline = Instant::now() + ctx.config().reconcile_wait;
     loop {
-        let record = ctx.store().get(id)?;
+        let record = ctx.records().get(id).await?;
         let remaining = deadline.saturating_duration_since(Instant::now());
         let wait = remaining.clamp(Duration::from_secs(1), SUBMIT_FENCE_WAIT);
         let settled = ask(ctx, std::slice::from_ref(&record), wait)
@@ -189,7 +189,8 @@ pub(super) async fn settle_own(
                 max_attempts,
             },
             redactor,
-        )?;
+        )
+        .await?;
         match applied {
             Applied::Unsettled { record, .. } if !give_up && is_unanswered(&record) => {
                 tracing::warn!(job = %id, why = %record.unsettled.as_ref().map(ToString::to_string).unwrap_or_default(), "submit not settled yet; asking again");
@@ -216,7 +217,7 @@ pub(super) async fn settle_left(
     records: &mut [JobRecord],
     settle_after: Duration,
 ) -> Result<()> {
-    let store = ctx.store();
+    let store = ctx.records();
     let now = Utc::now();
     let mut chosen: Vec<JobRecord> = Vec::new();
     for record in records.iter() {
@@ -230,7 +231,7 @@ pub(super) async fn settle_left(
             .signed_duration_since(record.submitted_at)
             .to_std()
             .unwrap_or_default();
-        let eligible = match store.submit_in_progress(&record.id)? {
+        let eligible = match store.submit_in_progress(&record.id).await? {
             Some(true) => false,
             Some(false) => age >= settle_after,
             None => age >= SETTLE_UNLEASED_AFTER.max(settle_after),
@@ -245,13 +246,13 @@ pub(super) async fn settle_left(
     let settled = ask(ctx, &chosen, STATUS_FENCE_WAIT).await;
     for (record, settled) in chosen.iter().zip(settled) {
         let redactor = ctx.secrets().redactor_for(record);
-        let fresh = match apply(ctx, record, settled, Settler::Status, &redactor)? {
+        let fresh = match apply(ctx, record, settled, Settler::Status, &redactor).await? {
             Applied::Adopted(record)
             | Applied::Ended { record, .. }
             | Applied::Unsettled { record, .. }
             | Applied::SettledElsewhere(record) => record,
             // Only a submit resends; a status ends such a record.
-            Applied::Resend(_) => store.get(&record.id)?,
+            Applied::Resend(_) => store.get(&record.id).await?,
         };
         for slot in records.iter_mut().filter(|r| r.id == record.id) {
             *slot = fresh.clone();

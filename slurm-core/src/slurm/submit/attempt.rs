@@ -90,7 +90,9 @@ pub(crate) async fn attempt(
         let command = submit_command(staged, attempt);
         let reason = match send(ctx, &command).await {
             Answer::Submitted(backend_ref) => {
-                return mark_submitted(ctx, id, backend_ref, &accepted).map_err(Failed::Unsettled)
+                return mark_submitted(ctx, id, backend_ref, &accepted)
+                    .await
+                    .map_err(Failed::Unsettled)
             }
             Answer::Refused(error) => return Err(refused(error, JobState::Error)),
             Answer::NeverSent(error) => return Err(refused(error, JobState::NotSubmitted)),
@@ -225,19 +227,21 @@ async fn send(ctx: &Context<'_>, command: &Command) -> Answer {
 }
 
 /// sbatch's own answer: the record is PENDING on `backend_ref`.
-fn mark_submitted(
+async fn mark_submitted(
     ctx: &Context<'_>,
     id: &JobId,
     backend_ref: BackendRef,
     message: &str,
 ) -> Result<JobRecord> {
     tracing::info!(job = %id, slurm_job_id = %backend_ref.native_id, "submitted");
-    ctx.store().mark(
-        id,
-        Mark::new(JobState::Pending, TransitionSource::Agent)
-            .message(message)
-            .backend_ref(backend_ref),
-    )
+    ctx.records()
+        .mark(
+            id,
+            Mark::new(JobState::Pending, TransitionSource::Agent)
+                .message(message)
+                .backend_ref(backend_ref),
+        )
+        .await
 }
 
 /// What the PENDING mark says of a role's image the submit converted (or found

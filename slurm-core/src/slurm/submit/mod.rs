@@ -53,11 +53,11 @@ use super::status::status_many;
 use super::SlurmSubmitOptions;
 use crate::backend::SubmitOptions;
 use crate::code::{snapshot, CodeTree};
-use crate::dependency::{check_before_submit, Attempts, Dependency};
+use crate::dependency::{check_before_submit, Attempts, Dependency, ResolvedDependency};
 use crate::nccl::ProbeOptions;
 use crate::record::{JobRecord, Mark, TransitionSource};
 use crate::redact::SecretRegistry;
-use crate::retry::{claim_or_follow, prior, Prior};
+use crate::retry::{open_or_follow, prior, Prior};
 use crate::spec::{JobSpec, Resources};
 use crate::Result;
 
@@ -78,12 +78,17 @@ pub(super) async fn submit(
     let spec = spec.with_after(&options.after);
     spec.validate()?;
     let secrets = options.secrets_for(&spec)?;
-    let previous = match prior(ctx.store(), options.retry_of.as_ref())? {
+    let retry_of = options.retry_of.clone();
+    let previous = match ctx
+        .records()
+        .run(move |store| prior(store, retry_of.as_ref()))
+        .await?
+    {
         Prior::Followed(winner) => return Ok(*winner),
         other => other.previous().cloned(),
     };
     refresh_parents(ctx, &spec.after).await?;
-    let mut waiting = check_before_submit(ctx.store(), &spec.after)?;
+    let mut waiting = waiting_for(ctx, spec.after.clone()).await?;
     // The code tree, read now (a dirty or oversized tree is refused before anything
     // is asked of the cluster); a retry runs the tree its first attempt ran.
     let code = code_of(ctx, &spec, previous.as_ref()).await?;
@@ -101,10 +106,7 @@ pub(super) async fn submit(
     // A cold image: its conversion is queued first, as a job of its own the job waits
     // for (this submit never waits on the CPU partition's queue).
     if let Some(job) = conversion_needed(ctx, &plan).await? {
-        waiting.extend(check_before_submit(
-            ctx.store(),
-            &[Dependency::ok(job.id.clone())],
-        )?);
+        waiting.extend(waiting_for(ctx, vec![Dependency::ok(job.id.clone())]).await?);
         plan.conversion_job = Some(job);
     }
     // Each role's registry image (a multi-role job): gated here, converted before the
@@ -138,10 +140,7 @@ pub(super) async fn submit(
         },
     }
     if let Some(probe) = &plan.probe {
-        waiting.extend(check_before_submit(
-            ctx.store(),
-            &[Dependency::ok(probe.id.clone())],
-        )?);
+        waiting.extend(waiting_for(ctx, vec![Dependency::ok(probe.id.clone())]).await?);
     }
     plan.dependency = dependency_option(&waiting)?;
 
@@ -152,6 +151,14 @@ pub(super) async fn submit(
         drop_probe(ctx, probe).await;
     }
     submitted.map_err(Sent::into_error)
+}
+
+/// The dependencies of `after` still to wait for, each checked before a submit (see
+/// [`check_before_submit`]).
+async fn waiting_for(ctx: &Context<'_>, after: Vec<Dependency>) -> Result<Vec<ResolvedDependency>> {
+    ctx.records()
+        .run(move |store| check_before_submit(store, &after))
+        .await
 }
 
 /// A submit's code: a tree to send, or the one the retried record ran.
@@ -194,7 +201,10 @@ async fn refresh_parents(ctx: &Context<'_>, after: &[Dependency]) -> Result<()> 
         return Ok(());
     }
     let ids: Vec<_> = after.iter().map(|d| d.job.clone()).collect();
-    let latest = Attempts::read(ctx.store())?.latest(&ids)?;
+    let latest = ctx
+        .records()
+        .run(move |store| Attempts::read(store)?.latest(&ids))
+        .await?;
     let mut live: Vec<_> = latest
         .values()
         .filter(|p| !p.state.is_terminal() && p.backend_ref.is_some())
@@ -242,27 +252,27 @@ async fn submit_plan(
     plan: SubmitPlan,
     secrets: &SecretRegistry,
 ) -> std::result::Result<JobRecord, Sent> {
-    let store = ctx.store();
+    let records = ctx.records();
     let script = render(ctx, &plan, secrets).map_err(Sent::Nothing)?;
     let staged = stage(&plan, script, secrets).map_err(Sent::Nothing)?;
     let id = staged.record.id.clone();
-    if let Some(previous) = &plan.retry_of {
-        // Retried meanwhile (preflight and rendering take a while): follow that retry.
-        let now = store.get(&previous.id).map_err(Sent::Nothing)?;
-        if let Some(winner) = now.retried_as {
-            return store.get(&winner).map_err(Sent::Nothing);
-        }
-    }
     // The lease tells `status` elsewhere not to settle this record while it is submitted.
-    let _lease = store.submit_lease(&id).map_err(Sent::Nothing)?;
-    store.open(&staged.record).map_err(Sent::Nothing)?;
+    let _lease = records.submit_lease(&id).await.map_err(Sent::Nothing)?;
+    // A retry's record is opened with its claim in one step of the store: of replicas
+    // racing to retry one record, one opens its record and submits, and the others
+    // open nothing and answer the winner's record.
+    let opened = records
+        .run({
+            let record = staged.record.clone();
+            move |store| open_or_follow(store, &record)
+        })
+        .await
+        .map_err(Sent::Nothing)?;
+    if let Some(winner) = opened {
+        return Ok(winner);
+    }
     ctx.secrets().remember(&id, secrets);
     tracing::info!(job = %id, "record opened; submitting");
-    if let Some(previous) = &plan.retry_of {
-        if let Some(winner) = claim_or_follow(store, &previous.id, &id).map_err(Sent::Nothing)? {
-            return Ok(winner);
-        }
-    }
     let failed = match attempt(ctx, &staged, secrets).await {
         Ok(record) => return Ok(record),
         Err(failed) => failed,
@@ -270,11 +280,13 @@ async fn submit_plan(
     let error = match failed {
         Failed::Refused { error, state } => {
             let message = secrets.redact(&error.to_string());
-            let _ = store.mark(
-                &id,
-                Mark::new(state, TransitionSource::Agent)
-                    .message(format!("submit failed: {message}")),
-            );
+            let _ = records
+                .mark(
+                    &id,
+                    Mark::new(state, TransitionSource::Agent)
+                        .message(format!("submit failed: {message}")),
+                )
+                .await;
             error
         }
         Failed::Settled(error) => error,
@@ -283,7 +295,7 @@ async fn submit_plan(
     // Nothing was submitted: the staged secrets go now (or at the next status, if the
     // cluster cannot be reached).
     if staged.record.secrets_staged {
-        if let Ok(record) = store.get(&id) {
+        if let Ok(record) = records.get(&id).await {
             forget(ctx, &[record]).await;
         }
     }
@@ -309,7 +321,7 @@ async fn wait_for_probe(
 ) -> Result<Probed> {
     let _once = ctx.locks().probe.lock().await;
     let (spec, resources) = plan.nccl_shape();
-    let candidates = probe::candidates(ctx, spec, resources)?;
+    let candidates = probe::candidates(ctx, spec, resources).await?;
     let in_flight = match candidates.is_empty() {
         true => None,
         false => status_many(ctx, &candidates)
@@ -342,7 +354,7 @@ pub(super) async fn submit_probe(
     let root = ensure_ready(ctx, &probe_spec).await?;
     let mut plan = SubmitPlan::new(probe_spec, root, None, false, ctx.config(), ctx.facts())?;
     if let Some(job) = conversion_needed(ctx, &plan).await? {
-        let waiting = check_before_submit(ctx.store(), &[Dependency::ok(job.id.clone())])?;
+        let waiting = waiting_for(ctx, vec![Dependency::ok(job.id.clone())]).await?;
         plan.dependency = dependency_option(&waiting)?;
         plan.conversion_job = Some(job);
     }
@@ -365,7 +377,7 @@ async fn conversion_needed(ctx: &Context<'_>, plan: &SubmitPlan) -> Result<Optio
         return Ok(None);
     }
     let _once = ctx.locks().conversion.lock().await;
-    if let Some(job) = in_flight(ctx, conversion)? {
+    if let Some(job) = in_flight(ctx, conversion).await? {
         tracing::info!(image = %conversion.image, conversion = %job.id, "waiting for the conversion already in flight");
         return Ok(Some(job));
     }

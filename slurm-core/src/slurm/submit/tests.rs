@@ -173,7 +173,7 @@ async fn a_settle_that_cannot_ask_the_scheduler_never_counts_as_no_job() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Ambiguous, "{err}");
-    let records = backend.records(&RecordFilter::any()).unwrap();
+    let records = backend.records(&RecordFilter::any()).await.unwrap();
     assert_eq!(records[0].state, JobState::Submitting);
     assert!(
         records[0]
@@ -221,7 +221,7 @@ async fn a_settle_with_only_squeue_answering_keeps_the_job_it_saw() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Ambiguous);
-    let record = &backend.records(&RecordFilter::any()).unwrap()[0];
+    let record = &backend.records(&RecordFilter::any()).await.unwrap()[0];
     assert_eq!(record.state, JobState::Submitting);
     assert_eq!(record.candidates, vec![BackendRef::new("314")]);
 }
@@ -274,7 +274,7 @@ async fn errors_after_an_unknown_outcome_never_end_the_record() {
             .await
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Ambiguous, "{err}");
-        let record = &backend.records(&RecordFilter::any()).unwrap()[0];
+        let record = &backend.records(&RecordFilter::any()).await.unwrap()[0];
         assert_eq!(record.state, JobState::Submitting, "{err}");
         assert!(record.unsettled.is_some());
     }
@@ -363,7 +363,7 @@ async fn two_jobs_with_the_record_name_stop_for_a_person() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Ambiguous);
     assert!(err.to_string().contains("5, 6"), "{err}");
-    let records = backend.records(&RecordFilter::any()).unwrap();
+    let records = backend.records(&RecordFilter::any()).await.unwrap();
     assert_eq!(records.len(), 1, "the record is kept");
     assert_eq!(records[0].state, JobState::Submitting);
     assert_eq!(records[0].candidates.len(), 2, "every job seen is kept");
@@ -426,7 +426,11 @@ async fn a_wall_time_above_the_partition_maximum_is_refused_before_anything_runs
         .await
         .unwrap_err();
     assert!(err.to_string().contains("time"), "{err}");
-    assert!(backend.records(&RecordFilter::any()).unwrap().is_empty());
+    assert!(backend
+        .records(&RecordFilter::any())
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 /// Issue 14, point 5: a partition whose MaxTime is UNLIMITED takes the spec's time;
@@ -496,7 +500,10 @@ async fn a_parent_not_yet_accepted_is_an_error() {
         "{text}"
     );
     assert!(text.contains("not accepted by the scheduler"), "{text}");
-    assert_eq!(backend.records(&RecordFilter::any()).unwrap().len(), 1);
+    assert_eq!(
+        backend.records(&RecordFilter::any()).await.unwrap().len(),
+        1
+    );
 }
 
 /// Issue 14: an array's sweep values are staged once as a file (quoted), and the

@@ -41,10 +41,12 @@
 //! ```
 
 mod batches;
+mod off_runtime;
 mod revision;
 mod workers;
 
 pub use batches::mark_many_marks_each_as_mark_does;
+pub use off_runtime::waiting_for_a_held_lease_keeps_the_runtime_ticking;
 pub use revision::the_revision_moves_with_every_write;
 
 use std::sync::Arc;
@@ -54,7 +56,8 @@ use chrono::Utc;
 
 use crate::classify::ErrorClass;
 use crate::record::{
-    BackendRef, JobId, JobRecord, Mark, RecordFilter, RecordStore, TaskMark, TransitionSource,
+    BackendRef, JobId, JobRecord, Mark, RecordFilter, RecordStore, RetryClaim, TaskMark,
+    TransitionSource,
 };
 use crate::redact::SecretRegistry;
 use crate::spec::JobSpec;
@@ -704,9 +707,12 @@ pub fn probes_of_a_free_lease_never_see_each_other<F: RecordStoreFixture>(
     drop(lease);
 }
 
-/// The retry claim: of several workers (processes when the store is shared) that each
-/// open a retry of one failed record and claim it at once, exactly one wins; the record
-/// names it, every other worker follows it and its own record ends NOT_SUBMITTED.
+/// The retry claim: of several workers (processes when the store is shared) that have
+/// each seen one failed record retried by none (a barrier: every one has looked before
+/// any claims) and then open its retry with the claim at once, exactly one wins; the
+/// record names it, every other worker follows it, and no other record was opened: the
+/// store holds one retry of the record, whoever raced. Every worker then re-points the
+/// failed record's dependant at once: it waits for the winner.
 pub fn one_of_many_concurrent_claimers_wins_the_retry<F: RecordStoreFixture>(
     fixture: &F,
     case: &Case,
@@ -726,6 +732,11 @@ pub fn one_of_many_concurrent_claimers_wins_the_retry<F: RecordStoreFixture>(
             Mark::new(JobState::Error, TransitionSource::Poll).err_class(ErrorClass::Infra),
         )
         .unwrap();
+    // A dependant of the failed record, which every claimer re-points at once.
+    let dependant = JobId::mint("dependant");
+    let mut waiting = record(dependant.clone());
+    waiting.after = vec![crate::dependency::Dependency::ok(previous.clone())];
+    store.open(&waiting).unwrap();
     let shared = fixture.shared();
     let nexts: Vec<JobId> = (0..CLAIMERS).map(|_| JobId::mint("claimer")).collect();
     let roles = nexts.iter().map(|next| Role::Claim {
@@ -752,24 +763,47 @@ pub fn one_of_many_concurrent_claimers_wins_the_retry<F: RecordStoreFixture>(
         store.get(&previous).unwrap().retried_as.as_ref(),
         Some(winner)
     );
+    let retries: Vec<JobId> = store
+        .list(&RecordFilter::any())
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.retry_of.as_ref() == Some(&previous))
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(
+        retries,
+        vec![winner.clone()],
+        "one record retries the failed one; a loser opens none"
+    );
+    assert_eq!(
+        store.get(winner).unwrap().state,
+        JobState::Submitting,
+        "the winner goes on to submit"
+    );
     for (next, answer) in nexts.iter().zip(&answers) {
-        let r = store.get(next).unwrap();
-        assert_eq!(r.retry_of.as_ref(), Some(&previous));
-        if next == winner {
-            assert_eq!(
-                r.state,
-                JobState::Submitting,
-                "the winner goes on to submit"
-            );
-        } else {
+        if next != winner {
             assert_eq!(
                 answer,
                 &format!("taken {winner}"),
                 "a loser follows the winner"
             );
-            assert_eq!(r.state, JobState::NotSubmitted, "{r:?}");
+            assert!(
+                matches!(store.get(next), Err(crate::Error::NotFound(_))),
+                "a loser's record was never opened"
+            );
         }
     }
+    assert_eq!(
+        store.get(&dependant).unwrap().after,
+        vec![crate::dependency::Dependency::ok(winner.clone())],
+        "the dependant waits for the one retry, however many re-pointed it"
+    );
+    // The claim repeated by the winner (an answer lost) is the same claim; a record
+    // that retries nothing is refused naming the field.
+    let again = store.get(winner).unwrap();
+    assert_eq!(store.open_retry(&again).unwrap(), RetryClaim::Won);
+    let error = store.open_retry(&record(JobId::mint("stray"))).unwrap_err();
+    assert!(error.to_string().contains("retry_of"), "{error}");
 }
 
 /// Writers in several processes at once (threads for a store in memory) lose no update
@@ -869,6 +903,7 @@ macro_rules! record_store_conformance {
             case!(one_of_many_concurrent_claimers_wins_the_retry);
             case!(writers_in_several_processes_lose_no_update);
             case!(the_revision_moves_with_every_write);
+            case!(waiting_for_a_held_lease_keeps_the_runtime_ticking);
         }
     };
 }

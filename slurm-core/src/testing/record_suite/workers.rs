@@ -13,7 +13,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::record::{JobId, Mark, RecordStore, TransitionSource};
+use crate::record::{JobId, Mark, RecordStore, RetryClaim, TransitionSource};
 use crate::state::JobState;
 
 /// The environment variable that makes a run of the test binary a worker: its role.
@@ -32,8 +32,12 @@ pub(super) enum Role {
     /// Take the submit lease of the record, say `held`, and keep it until killed (or,
     /// as a thread, until told to go).
     HoldLease(JobId),
-    /// Open `next` as the retry of `previous`, say `ready`, wait for `go`, claim the
-    /// retry and say `won` or `taken <winner>`.
+    /// Read `previous` and see it retried by no record yet (as a submit does before it
+    /// decides to retry), say `ready`, wait for `go`, then open `next` as its retry with
+    /// the claim ([`RecordStore::open_retry`]) and say `won` or `taken <winner>`. The
+    /// case says `go` once every claimer is ready, so each has passed the check before
+    /// any claims: the race happens every run. Then it points the dependants of
+    /// `previous` at the retry it won or follows.
     Claim { previous: JobId, next: JobId },
     /// `rounds` times: add one to the `counter` label of `shared` and open a record
     /// of its own; then say `done`.
@@ -140,13 +144,22 @@ pub(super) fn play(store: &dyn RecordStore, role: &Role, voice: &mut dyn Voice) 
         }
         Role::Claim { previous, next } => {
             let before = store.get(previous).expect("the record to retry");
+            assert_eq!(
+                before.retried_as, None,
+                "no retry yet when the claimer looks"
+            );
             let record = super::record(next.clone()).retrying(&before);
-            store.open(&record).expect("open the retry's record");
             ready_then_go(voice);
-            match crate::retry::claim_or_follow(store, previous, next).expect("claim") {
-                None => voice.say("won"),
-                Some(winner) => voice.say(&format!("taken {}", winner.id)),
-            }
+            let claimed = store.open_retry(&record);
+            let (said, retry) = match claimed.expect("open the retry with its claim") {
+                RetryClaim::Won => ("won".to_string(), next.clone()),
+                RetryClaim::Taken(winner) => (format!("taken {winner}"), winner),
+            };
+            // Each claimer then points the failed record's dependants at the retry it
+            // submits or follows, as a submit does: all of them, at once.
+            crate::dependency::follow_retry(store, previous, &retry)
+                .expect("re-point the dependants");
+            voice.say(&said);
         }
         Role::Write {
             shared,
