@@ -144,8 +144,8 @@ pub use render::{
 
 // The RecordStore seam: where records live.
 pub use record::{
-    AsyncStore, FileRecordStore, LeaseFiles, Listing, Mark, MemoryRecordStore, RecordFilter,
-    RecordStore, RetryClaim, SubmitLease, TaskMark, LEASE_RETRY,
+    on_a_runtime_thread, AsyncStore, FileRecordStore, LeaseFiles, Listing, Mark, MemoryRecordStore,
+    RecordFilter, RecordStore, RetryClaim, SubmitLease, TaskMark, LEASE_RETRY,
 };
 
 // The two backends and their configurations.

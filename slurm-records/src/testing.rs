@@ -142,6 +142,63 @@ fn admin(url: &str, sql: &str) {
     .expect("the admin thread");
 }
 
+/// A record's row held locked by a transaction on another connection, as another
+/// replica's change of that record holds it ([`PostgresFixture::hold_row`]): every
+/// change of the record waits until it is released (or dropped).
+pub struct HeldRow {
+    release: Option<std::sync::mpsc::Sender<()>>,
+    holder: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HeldRow {
+    /// Commit the holding transaction: the row is free.
+    pub fn release(mut self) {
+        self.end();
+    }
+
+    fn end(&mut self) {
+        drop(self.release.take());
+        if let Some(holder) = self.holder.take() {
+            holder.join().expect("the row's holder");
+        }
+    }
+}
+
+impl Drop for HeldRow {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+impl PostgresFixture {
+    /// Lock the row of record `id` in a transaction on a connection of its own (on a
+    /// thread of its own), returned once the lock is held.
+    pub fn hold_row(&self, id: &JobId) -> HeldRow {
+        let (url, id) = (self.url.clone(), id.to_string());
+        let (locked_tx, locked) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+            let mut tx = client.transaction().expect("begin");
+            let rows = tx
+                .query(
+                    "SELECT id FROM slurm_run_records WHERE id = $1 FOR UPDATE",
+                    &[&id],
+                )
+                .expect("lock the row");
+            assert_eq!(rows.len(), 1, "the row of {id} exists");
+            locked_tx.send(()).expect("say the row is held");
+            let _ = released.recv();
+            tx.commit().expect("commit");
+        });
+        locked.recv().expect("the row locked");
+        HeldRow {
+            release: Some(release),
+            holder: Some(holder),
+        }
+    }
+}
+
 impl Drop for PostgresFixture {
     fn drop(&mut self) {
         let (url, sql) = (

@@ -6,12 +6,15 @@
 //! infrastructure failure exactly once and agree on every state, and settle a submit
 //! whose submitter crashed exactly once.
 
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
+use slurm_core::testing::pace::{keeps_pace, wait_for_ticks};
 use slurm_core::testing::record_suite::{Planted, RecordStoreFixture};
 use slurm_core::testing::RecordFixture;
 use slurm_core::{
-    Command, JobId, JobRecord, JobState, RecordFilter, RecordStore, RemotePath, Result,
+    AsyncStore, Command, JobId, JobRecord, JobState, Mark, RecordFilter, RecordStore, RemotePath,
+    Result, TransitionSource,
 };
 use slurm_records::testing::PostgresFixture;
 use slurm_records::PostgresRecordStore;
@@ -139,11 +142,15 @@ async fn two_replicas_on_postgres_retry_an_infra_failure_once_and_agree() {
     let store = PostgresRecordStore::connect(database.url()).unwrap();
     let first = store.get(&JobId::parse(&id).unwrap()).unwrap();
     let all = store.list(&RecordFilter::any()).unwrap();
+    // One record retries the failure: the replica that lost the race opened none (it
+    // left a NOT_SUBMITTED second retry before open_retry).
     let retries: Vec<&JobRecord> = all
         .iter()
-        .filter(|r| r.retry_of() == Some(first.id()) && r.state() != JobState::NotSubmitted)
+        .filter(|r| r.retry_of() == Some(first.id()))
         .collect();
-    assert_eq!(retries.len(), 1, "one retry submitted: {all:?}");
+    assert_eq!(retries.len(), 1, "one retry record: {all:?}");
+    assert_ne!(retries[0].state(), JobState::NotSubmitted, "{all:?}");
+    assert_eq!(all.len(), 2, "the failed record and its one retry: {all:?}");
     assert_eq!(
         first.retried_as(),
         Some(retries[0].id()),
@@ -151,8 +158,14 @@ async fn two_replicas_on_postgres_retry_an_infra_failure_once_and_agree() {
     );
     assert_eq!(jobs_named(&h, retries[0].id().as_str()).await.len(), 1);
     assert_eq!(jobs_named(&h, &id).await.len(), 1);
-    // Both replicas saw every record end where the database says it ended.
+    // Both replicas saw every record end where the database says it ended, and their
+    // final lines agree.
     let (a, b) = (last_states(&outputs[0]), last_states(&outputs[1]));
+    assert_eq!(
+        a, b,
+        "the watchers' final lines:\n{}\n--\n{}",
+        outputs[0], outputs[1]
+    );
     for record in [&first, retries[0]] {
         let stored = record.state().to_string();
         assert_eq!(a.get(record.id().as_str()), Some(&stored), "{}", outputs[0]);
@@ -308,4 +321,40 @@ async fn the_postgres_store_works_inside_an_async_runtime_of_either_flavour() {
     .join()
     .unwrap();
     assert_eq!(listed, 1);
+}
+
+/// A PostgreSQL call that waits (here for a row another replica holds, as a change of it
+/// does) waits off the runtime: on a current-thread runtime, a task ticking every 10 ms
+/// keeps its pace (no gap over `PACE_BOUND`) while `AsyncStore::mark` waits, and the mark
+/// lands once the row is free. The row is released once the ticker ticked 30 times (or
+/// after 20 s: a call that blocked the runtime then fails on the ticks).
+#[test]
+fn a_slow_postgres_call_leaves_a_current_thread_runtime_ticking() {
+    let _cluster = cluster::shared_blocking();
+    let database = PostgresFixture::new(&postgres_url());
+    let store: Arc<dyn RecordStore> =
+        Arc::new(PostgresRecordStore::connect(database.url()).unwrap());
+    let spec = small_spec("slow-call", "true");
+    let id = JobId::mint_for(&spec);
+    let root = RemotePath::parse("/shared/results").unwrap();
+    store
+        .open(&JobRecord::new(id.clone(), &spec, root.join(id.as_str()).unwrap()).unwrap())
+        .unwrap();
+    let held = database.hold_row(&id);
+    let (ticked, ticks) = mpsc::channel();
+    let releaser = std::thread::spawn(move || {
+        let paced = wait_for_ticks(&ticks, 30, Duration::from_secs(20));
+        held.release();
+        paced
+    });
+    let records = AsyncStore::new(Arc::clone(&store));
+    let mark = Mark::new(JobState::NotSubmitted, TransitionSource::Agent).message("slow");
+    let (marked, pace) = keeps_pace(async { records.mark(&id, mark).await }, ticked);
+    let released_on_ticks = releaser.join().unwrap();
+    assert!(
+        released_on_ticks,
+        "the ticker stopped while the call waited: {pace:?}"
+    );
+    assert!(pace.kept(30), "the ticker lost its pace: {pace:?}");
+    assert_eq!(marked.unwrap().state(), JobState::NotSubmitted);
 }

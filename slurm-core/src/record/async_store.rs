@@ -11,6 +11,7 @@
 //! process holds is an async sleep between tries that never wait. Called outside a
 //! runtime (a plain thread, a test), a call runs on the caller's thread.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use super::{
@@ -18,6 +19,28 @@ use super::{
     LEASE_RETRY,
 };
 use crate::{Error, Result};
+
+thread_local! {
+    /// Set on a thread while it runs a call handed off the runtime ([`AsyncStore::run`],
+    /// the local backend's queue steps).
+    static HANDED_OFF: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Run `call` as a call handed off the runtime (on the blocking pool): what
+/// [`on_a_runtime_thread`] tells apart.
+pub(crate) fn handed_off<T>(call: impl FnOnce() -> T) -> T {
+    let before = HANDED_OFF.with(|flag| flag.replace(true));
+    let answer = call();
+    HANDED_OFF.with(|flag| flag.set(before));
+    answer
+}
+
+/// Whether this thread is one of an async runtime's that no call was handed off to:
+/// a store call here would hold the runtime's thread while it waits. A plain thread
+/// (no runtime) and a call on the blocking pool through [`AsyncStore`] are not.
+pub fn on_a_runtime_thread() -> bool {
+    tokio::runtime::Handle::try_current().is_ok() && !HANDED_OFF.with(Cell::get)
+}
 
 /// A record store whose calls are futures that run the store's work on the runtime's
 /// blocking pool (see the module's documentation). Cheap to clone: clones share the
@@ -55,7 +78,10 @@ impl AsyncStore {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return call(store.as_ref());
         };
-        match runtime.spawn_blocking(move || call(store.as_ref())).await {
+        match runtime
+            .spawn_blocking(move || handed_off(|| call(store.as_ref())))
+            .await
+        {
             Ok(answer) => answer,
             Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
             Err(error) => Err(Error::io(

@@ -20,7 +20,8 @@ mod tasks;
 mod timestamp;
 mod unsettled;
 
-pub use async_store::AsyncStore;
+pub(crate) use async_store::handed_off;
+pub use async_store::{on_a_runtime_thread, AsyncStore};
 pub use file::FileRecordStore;
 pub use filter::RecordFilter;
 pub use history::{Transition, TransitionSource};

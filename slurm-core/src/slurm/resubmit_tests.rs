@@ -7,6 +7,7 @@ use crate::backend::{Backend, SubmitOptions};
 use crate::record::RecordStore;
 use crate::spec::JobSpec;
 use crate::state::JobState;
+use crate::testing::RuntimeGuardStore;
 
 #[tokio::test]
 async fn a_retry_submits_the_spec_the_client_kept_never_the_clusters_copy() {
@@ -74,8 +75,11 @@ async fn a_retry_submits_the_spec_the_client_kept_never_the_clusters_copy() {
 
 #[tokio::test]
 async fn two_processes_retrying_one_failure_submit_once() {
-    // Issue 11, item 6: two backends (two processes) share one record folder.
+    // Issue 11, item 6: two backends (two processes) share one record folder. Issue 37:
+    // the one that loses opens no record, and neither calls its store on the runtime's
+    // thread (this test's runtime has one thread: a blocking call would stall the other).
     let dir = tempfile::tempdir().unwrap();
+    let guards: std::sync::Arc<std::sync::Mutex<Vec<RuntimeGuardStore>>> = Default::default();
     let submits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let make = |submits: std::sync::Arc<std::sync::atomic::AtomicUsize>| {
         let mut remote = MockRemote::new();
@@ -90,6 +94,8 @@ async fn two_processes_retrying_one_failure_submit_once() {
             .build()
             .unwrap();
         let store = crate::record::FileRecordStore::new(dir.path().join("jobs")).unwrap();
+        let store = RuntimeGuardStore::new(std::sync::Arc::new(store));
+        guards.lock().unwrap().push(store.clone());
         let backend = SlurmBackend::new(remote, FakeRenderer::names(), store, config);
         seed_preflight(&backend, Vec::new());
         backend
@@ -100,12 +106,13 @@ async fn two_processes_retrying_one_failure_submit_once() {
         .submit(&JobSpec::new("flaky", "true"), SubmitOptions::default())
         .await
         .unwrap();
-    a.store()
+    crate::record::AsyncStore::new(std::sync::Arc::new(a.store().clone()))
         .mark(
             &first.id,
             crate::record::Mark::new(JobState::Error, crate::record::TransitionSource::Poll)
                 .err_class(crate::classify::ErrorClass::Infra),
         )
+        .await
         .unwrap();
     let (ra, rb) = futures::future::join(a.resubmit(&first.id), b.resubmit(&first.id)).await;
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
@@ -119,6 +126,23 @@ async fn two_processes_retrying_one_failure_submit_once() {
         a.record(&first.id).await.unwrap().retried_as.as_ref(),
         Some(&ra.id)
     );
+    let all = a
+        .records(&crate::record::RecordFilter::any())
+        .await
+        .unwrap();
+    let retries: Vec<_> = all
+        .iter()
+        .filter(|r| r.retry_of.as_ref() == Some(&first.id))
+        .collect();
+    assert_eq!(retries.len(), 1, "one retry record: {all:?}");
+    for guard in guards.lock().unwrap().iter() {
+        assert!(guard.calls() > 0, "the guard saw the backend's calls");
+        assert_eq!(
+            guard.on_runtime_threads(),
+            Vec::<&str>::new(),
+            "store calls made on the runtime's thread"
+        );
+    }
 }
 
 #[tokio::test]

@@ -13,11 +13,13 @@ pub mod pace;
 pub mod record_suite;
 mod records;
 pub mod role_cases;
+mod runtime_guard;
 pub mod transport_suite;
 
 pub use counting::CountingTransport;
 pub use faults::{Fault, FaultTransport};
 pub use records::RecordFixture;
+pub use runtime_guard::RuntimeGuardStore;
 
 use crate::slurm::SlurmJobId;
 use crate::transport::Command;

@@ -184,7 +184,9 @@ impl LocalBackend {
         step: impl FnOnce(&LocalBackend) -> T + Send + 'static,
     ) -> T {
         let backend = self.clone();
-        match tokio::task::spawn_blocking(move || step(&backend)).await {
+        match tokio::task::spawn_blocking(move || crate::record::handed_off(|| step(&backend)))
+            .await
+        {
             Ok(answer) => answer,
             Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
             Err(error) => panic!("the runtime shut down during a step of the local queue: {error}"),
@@ -709,11 +711,28 @@ pub(crate) mod tests {
     use super::*;
     use crate::record::MemoryRecordStore;
     use crate::testing::backend_suite::BackendFixture;
+    use crate::testing::RuntimeGuardStore;
 
-    /// The local backend in a folder of its own, one job at a time (so a blocker fills it).
+    /// The local backend in a folder of its own, one job at a time (so a blocker fills it),
+    /// its records in memory behind a [`RuntimeGuardStore`]: a case that ends well fails
+    /// when the backend called its store on a runtime's thread.
     pub(crate) struct Local {
         backend: LocalBackend,
+        guard: RuntimeGuardStore,
         _root: tempfile::TempDir,
+    }
+
+    impl Drop for Local {
+        fn drop(&mut self) {
+            if !std::thread::panicking() {
+                assert_eq!(
+                    self.guard.on_runtime_threads(),
+                    Vec::<&str>::new(),
+                    "store calls on a runtime's thread (of {} calls)",
+                    self.guard.calls()
+                );
+            }
+        }
     }
 
     impl BackendFixture for Local {
@@ -745,12 +764,14 @@ pub(crate) mod tests {
 
     pub(crate) fn local() -> Local {
         let root = tempfile::tempdir().unwrap();
-        let backend = LocalBackend::new(root.path(), MemoryRecordStore::new())
+        let guard = RuntimeGuardStore::new(Arc::new(MemoryRecordStore::new()));
+        let backend = LocalBackend::new(root.path(), guard.clone())
             .unwrap()
             .with_max_running(1)
             .with_time_scale(TIME_SCALE);
         Local {
             backend,
+            guard,
             _root: root,
         }
     }
