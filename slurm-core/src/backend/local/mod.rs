@@ -790,6 +790,40 @@ pub(crate) mod tests {
         }
     }
 
+    /// Two backends (two replicas) on one record folder retry an array's failed task
+    /// at once: one retry record, of that task alone, whoever won; the other answers it.
+    #[tokio::test]
+    async fn two_replicas_retrying_an_arrays_failed_task_open_one_retry() {
+        let records = tempfile::tempdir().unwrap();
+        let (root_a, root_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let replica = |root: &std::path::Path| {
+            let store = crate::record::FileRecordStore::new(records.path()).unwrap();
+            LocalBackend::new(root, store).unwrap()
+        };
+        let (a, b) = (replica(root_a.path()), replica(root_b.path()));
+        let mut spec = JobSpec::new(
+            "array-retry",
+            "if [ \"$TASK_INDEX\" = 1 ]; then echo 'NCCL error: unhandled system error' >&2; exit 1; fi",
+        );
+        spec.array = Some(crate::spec::ArraySpec {
+            size: Some(3),
+            ..crate::spec::ArraySpec::default()
+        });
+        let first = a.submit(&spec, SubmitOptions::default()).await.unwrap();
+        let failed = wait_terminal(&a, &first.id).await;
+        assert_eq!(failed.err_class, Some(crate::classify::ErrorClass::Infra));
+        let (ra, rb) = futures::future::join(a.resubmit(&first.id), b.resubmit(&first.id)).await;
+        let (ra, rb) = (ra.unwrap(), rb.unwrap());
+        assert_eq!(ra.id, rb.id, "both answer one retry");
+        let all = a.records(&RecordFilter::any()).await.unwrap();
+        let retries: Vec<&JobRecord> = all
+            .iter()
+            .filter(|r| r.retry_of.as_ref() == Some(&first.id))
+            .collect();
+        assert_eq!(retries.len(), 1, "one retry record: {all:?}");
+        assert_eq!(retries[0].tasks.keys().copied().collect::<Vec<_>>(), [1]);
+    }
+
     #[tokio::test]
     async fn a_watch_retries_a_job_that_had_failed_before_it_began() {
         let root = tempfile::tempdir().unwrap();

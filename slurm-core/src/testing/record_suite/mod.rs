@@ -41,11 +41,13 @@
 //! ```
 
 mod batches;
+mod continuations;
 mod off_runtime;
 mod revision;
 mod workers;
 
 pub use batches::mark_many_marks_each_as_mark_does;
+pub use continuations::a_continuation_marked_by_several_processes_counts_once;
 pub use off_runtime::waiting_for_a_held_lease_keeps_the_runtime_ticking;
 pub use revision::the_revision_moves_with_every_write;
 
@@ -904,6 +906,7 @@ macro_rules! record_store_conformance {
             case!(writers_in_several_processes_lose_no_update);
             case!(the_revision_moves_with_every_write);
             case!(waiting_for_a_held_lease_keeps_the_runtime_ticking);
+            case!(a_continuation_marked_by_several_processes_counts_once);
         }
     };
 }

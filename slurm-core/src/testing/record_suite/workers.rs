@@ -49,6 +49,10 @@ pub(super) enum Role {
     /// Say `ready`, wait for `go`, ask `rounds` times whether the submit of the record
     /// is in progress, and say `busy N`: how many answers said it was.
     Probe { id: JobId, rounds: u32 },
+    /// Say `ready`, wait for `go`, then mark the running resumable record requeued by
+    /// its wall (its segment continued, as a poll that saw it requeued does) and say
+    /// `marked`.
+    Continue(JobId),
 }
 
 impl Role {
@@ -63,6 +67,7 @@ impl Role {
                 rounds,
             } => format!("write {shared} {prefix} {rounds}"),
             Role::Probe { id, rounds } => format!("probe {id} {rounds}"),
+            Role::Continue(id) => format!("continue {id}"),
         }
     }
 
@@ -81,6 +86,7 @@ impl Role {
                 prefix: words[2].to_string(),
                 rounds: words[3].parse().expect("a number of rounds"),
             },
+            "continue" => Role::Continue(id(1)),
             "probe" => Role::Probe {
                 id: id(1),
                 rounds: words[2].parse().expect("a number of rounds"),
@@ -181,6 +187,20 @@ pub(super) fn play(store: &dyn RecordStore, role: &Role, voice: &mut dyn Voice) 
                     .expect("mark");
             }
             voice.say("done");
+        }
+        Role::Continue(id) => {
+            ready_then_go(voice);
+            let wall = crate::record::SegmentNote {
+                end: Some(crate::record::SegmentEnd::Wall),
+                checkpoint: Some("ckpt/step-10.pt".into()),
+            };
+            store
+                .mark(
+                    id,
+                    Mark::new(JobState::Pending, TransitionSource::Poll).segment(wall),
+                )
+                .expect("mark the continuation");
+            voice.say("marked");
         }
         Role::Probe { id, rounds } => {
             ready_then_go(voice);
