@@ -11,10 +11,8 @@
 //! |---|---|
 //! | `mod.rs` | [`observe_jobs`] and [`Observed`]: the round trips and the marks they lead to |
 //! | `request.rs` | the request protocol of `poll.sh` |
-//! | `memo.rs` | the memo of a poll repeated over the same jobs |
 //! | `observe.rs` | pure: rows merged into observations, an observation's decision |
 
-mod memo;
 mod observe;
 mod request;
 mod resume;
@@ -41,12 +39,12 @@ use crate::state::JobState;
 use crate::transport::{round_trip, Command, Output};
 use crate::{Error, Result};
 
-use self::memo::{take_answer, MemoAnswer, MemoAsk, Slot};
-pub(super) use self::memo::{Held, PollMemo};
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use self::request::poll_command;
 pub(crate) use self::request::Group;
-pub(super) use self::request::{PollRequest, MINE_FROM};
+pub(super) use self::request::MINE_FROM;
+use super::context::poll_memo::{take_answer, Held, MemoAnswer, MemoAsk, Slot};
+use super::context::poll_request::PollRequest;
 
 /// The most commands of one follow-up round trip (their arguments stay far below the
 /// kernel's limits); more go in further round trips.
@@ -64,11 +62,11 @@ pub(super) struct Observed {
     role_ends: Vec<Option<roles::RoleEnds>>,
     /// Where the login node kept squeue's rows, and the request, when the round trip
     /// was quiet: squeue alone settled every job and nothing needs a follow-up or a
-    /// cancel (see [`memo`]).
+    /// cancel (see [`poll_memo`](super::context::poll_memo)).
     kept: Option<(Slot, PollRequest)>,
 }
 
-/// How a poll uses its backend's memo (see [`memo`]).
+/// How a poll uses its backend's memo (see [`poll_memo`](super::context::poll_memo)).
 #[derive(Default)]
 pub(super) struct MemoUse {
     /// What the script is asked to compare with and keep (none: no memo).
@@ -221,7 +219,7 @@ impl Observed {
     }
 
     /// Where the login node kept squeue's rows of this poll, and its request, when the
-    /// round trip was quiet (see [`memo`]).
+    /// round trip was quiet (see [`poll_memo`](super::context::poll_memo)).
     pub(super) fn kept(&self) -> Option<&(Slot, PollRequest)> {
         self.kept.as_ref()
     }
@@ -475,7 +473,7 @@ pub(super) enum Again {
     Lost,
 }
 
-/// The request `held` asked, sent again without its lists (see [`memo`]), for a poll of
+/// The request `held` asked, sent again without its lists (see [`poll_memo`](super::context::poll_memo)), for a poll of
 /// `jobs` jobs: one round trip.
 pub(super) async fn poll_again(ctx: &Context<'_>, held: &Held, jobs: usize) -> Result<Again> {
     let ask = ctx.poll_memo().ask(Some(held.slot()));
