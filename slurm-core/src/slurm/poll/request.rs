@@ -11,6 +11,7 @@ use crate::slurm::commands;
 use crate::slurm::context::poll_request::PollRequest;
 use crate::slurm::parse::SlurmJobId;
 use crate::slurm::states::live_state_names;
+#[cfg(any(test, feature = "testing"))]
 use crate::transport::Command;
 use crate::Result;
 
