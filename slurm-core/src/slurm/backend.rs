@@ -11,6 +11,8 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use super::cancel::{cancel, cancel_many, cancel_tasks};
+use super::context::code_progress::CodeSent;
+use super::context::poll_memo::PollMemo;
 use super::context::{Context, ContextOwner, Hooks, Locks};
 use super::conversion::CONVERSION_LABEL;
 use super::credentials::{
@@ -21,13 +23,12 @@ use super::facts::ClusterFacts;
 use super::forward::{forward, ForwardOptions, JobForward};
 use super::images::stage_image;
 use super::logs::{follow_logs, logs};
-use super::poll::PollMemo;
 use super::preflight::{cluster_name, preflight};
 use super::probe::probe_nccl;
 use super::resubmit::resubmit;
 use super::secrets::SecretMemory;
 use super::status::status_many;
-use super::submit::{render_script, submit, CodeSent};
+use super::submit::{render_script, submit};
 use super::{SlurmConfig, SlurmSubmitOptions};
 use crate::backend::{
     watch_by_polling, Backend, JobStatus, LogOptions, PreflightReport, SubmitOptions, WatchEvent,

@@ -250,31 +250,11 @@ impl SlurmConfigBuilder {
         for part in partition.split(',') {
             crate::names::validate_safe_name("SLURM_PARTITION", part.trim())?;
         }
-        if let Some(root) = &self.results_root {
-            if !root.starts_with('/') || root.split('/').any(|c| c == "..") {
-                return Err(Error::config(
-                    "SLURM_BASE_RESULTS_DIR",
-                    format!("`{root}` must be an absolute path on the cluster's shared storage, without `..`"),
-                ));
-            }
-        }
-        if let Some(account) = &self.account {
-            crate::names::validate_safe_name("SLURM_ACCOUNT", account)?;
-        }
-        if let Some(dir) = &self.container_results_dir {
-            let plain = dir.starts_with('/')
-                && dir.len() > 1
-                && !dir.split('/').any(|c| c == "..")
-                && dir
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c));
-            if !plain {
-                return Err(Error::config(
-                    "SLURM_CONTAINER_RESULTS_DIR",
-                    format!("`{dir}` must be an absolute path inside the container (letters, digits, `/._-`, no `..`), e.g. /results"),
-                ));
-            }
-        }
+        check_places(
+            self.results_root.as_deref(),
+            self.account.as_deref(),
+            self.container_results_dir.as_deref(),
+        )?;
         let convert_partition = self
             .convert_partition
             .unwrap_or_else(|| "cpu_long".to_string());
@@ -340,6 +320,41 @@ pub fn default_state_dir() -> Result<PathBuf> {
         )
     })?;
     Ok(PathBuf::from(home).join(".slurm-run").join("jobs"))
+}
+
+/// Check the results root (absolute, no `..`), the account (a safe name) and the
+/// results folder inside the container (absolute, plain), those given.
+fn check_places(
+    results_root: Option<&str>,
+    account: Option<&str>,
+    container_results_dir: Option<&str>,
+) -> Result<()> {
+    if let Some(root) = results_root {
+        if !root.starts_with('/') || root.split('/').any(|c| c == "..") {
+            return Err(Error::config(
+                "SLURM_BASE_RESULTS_DIR",
+                format!("`{root}` must be an absolute path on the cluster's shared storage, without `..`"),
+            ));
+        }
+    }
+    if let Some(account) = account {
+        crate::names::validate_safe_name("SLURM_ACCOUNT", account)?;
+    }
+    if let Some(dir) = container_results_dir {
+        let plain = dir.starts_with('/')
+            && dir.len() > 1
+            && !dir.split('/').any(|c| c == "..")
+            && dir
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c));
+        if !plain {
+            return Err(Error::config(
+                "SLURM_CONTAINER_RESULTS_DIR",
+                format!("`{dir}` must be an absolute path inside the container (letters, digits, `/._-`, no `..`), e.g. /results"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -5,11 +5,25 @@
 //!
 //! Operations are free functions of their own modules taking a [`Context`]; a module
 //! that needs another's work imports it, so the module graph (`tests/rooms.rs`) sees
-//! every call between them.
+//! every call between them. The state the context carries is defined below it, in its
+//! children, which import no operation: every operation depends on the context, and the
+//! context on none of them.
+//!
+//! | file | holds |
+//! |---|---|
+//! | `context.rs` | [`Context`], its locks and hooks |
+//! | `poll_memo.rs` | the memo of a poll repeated over the same jobs |
+//! | `poll_request.rs` | a poll's request as the memo holds it and sends again |
+//! | `code_progress.rs` | what a caller hears of a code tree's upload |
 
+pub(super) mod code_progress;
+pub(super) mod poll_memo;
+pub(super) mod poll_request;
+
+use self::code_progress::CodeProgress;
+use self::poll_memo::PollMemo;
 use super::config::SlurmConfig;
 use super::facts::ClusterFacts;
-use super::poll::PollMemo;
 use super::secrets::SecretMemory;
 use crate::record::AsyncStore;
 use crate::render::Renderer;
@@ -32,17 +46,17 @@ pub(super) struct Locks {
 #[derive(Default)]
 pub(super) struct Hooks {
     /// Told how a code tree's upload goes.
-    code_progress: std::sync::RwLock<Option<super::submit::CodeProgress>>,
+    code_progress: std::sync::RwLock<Option<CodeProgress>>,
 }
 
 impl Hooks {
     /// The code upload's progress callback, if one was set.
-    pub(super) fn code_progress(&self) -> Option<super::submit::CodeProgress> {
+    pub(super) fn code_progress(&self) -> Option<CodeProgress> {
         self.code_progress.read().expect("hooks lock").clone()
     }
 
     /// Set (or clear) the code upload's progress callback.
-    pub(super) fn set_code_progress(&self, callback: Option<super::submit::CodeProgress>) {
+    pub(super) fn set_code_progress(&self, callback: Option<CodeProgress>) {
         *self.code_progress.write().expect("hooks lock") = callback;
     }
 }

@@ -76,6 +76,20 @@ pub(super) async fn logs(ctx: &Context<'_>, id: &JobId, options: LogOptions) -> 
     }
 }
 
+/// Where a followed log stands between reads.
+struct Follow {
+    owner: Arc<dyn ContextOwner>,
+    id: JobId,
+    options: LogOptions,
+    offset: u64,
+    done: bool,
+    /// Read again at once (the last read was a full chunk: more is waiting).
+    more: bool,
+    first: bool,
+    /// What was read and not shown yet (a secret or a character cut by a read).
+    redactor: StreamRedactor,
+}
+
 /// Follow a job's log until the job ends: each new piece, secrets redacted (a secret or
 /// a character cut between two reads is held back until it is whole). A log that
 /// cannot be read (anything but "not there yet") ends the follow with the error.
@@ -85,18 +99,6 @@ pub(super) fn follow_logs(
     options: LogOptions,
     interval: Duration,
 ) -> BoxStream<'static, Result<String>> {
-    struct Follow {
-        owner: Arc<dyn ContextOwner>,
-        id: JobId,
-        options: LogOptions,
-        offset: u64,
-        done: bool,
-        /// Read again at once (the last read was a full chunk: more is waiting).
-        more: bool,
-        first: bool,
-        /// What was read and not shown yet (a secret or a character cut by a read).
-        redactor: StreamRedactor,
-    }
     let state = Follow {
         owner,
         id,

@@ -15,7 +15,7 @@
 //! | module | holds |
 //! |---|---|
 //! | `backend` | [`SlurmBackend`]: the parts, the `Backend` impl, the SLURM-only calls |
-//! | `context`, `facts` | what an operation works with; what was learnt of the cluster |
+//! | `context/`, `facts` | what an operation works with (and the state it carries: the poll memo, the code upload's progress); what was learnt of the cluster |
 //! | `config` | [`SlurmConfig`] from the environment or a builder |
 //! | `submit/` | the submit flow: a plan computed once, then render, stage, attempt |
 //! | `reconcile/` | settling a submit whose outcome is unknown; the only code that turns a verdict into a record change |
@@ -90,6 +90,7 @@ use crate::nccl::{NcclProbe, ProbeOptions};
 
 pub use backend::SlurmBackend;
 pub use config::{default_state_dir, SlurmConfig, SlurmConfigBuilder};
+pub use context::code_progress::CodeSent;
 pub use conversion::CONVERSION_LABEL;
 pub use credentials::{credential_machines, CredentialsStatus};
 pub use exec::ExecOptions;
@@ -97,7 +98,6 @@ pub use forward::{ForwardOptions, JobForward};
 pub use node_choice::NodeChoice;
 pub use parse::SlurmJobId;
 pub use reconcile::SETTLE_AFTER;
-pub use submit::CodeSent;
 
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use commands::{sacct_jobs, squeue_jobs};

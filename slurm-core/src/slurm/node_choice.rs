@@ -24,19 +24,6 @@ pub enum NodeChoice {
 /// when the job is not running, has no such node, task or role.
 pub(super) fn choose_node(record: &JobRecord, choice: &NodeChoice) -> Result<String> {
     let id = record.id();
-    let not_running = |what: &str, state: JobState| {
-        Error::invalid(
-            "job",
-            format!(
-                "{what} is {state}, not RUNNING: a forward or an exec reaches a running job; {}",
-                if state.is_terminal() {
-                    "it has ended"
-                } else {
-                    "wait until it runs (slurmctl watch)"
-                }
-            ),
-        )
-    };
     match choice {
         NodeChoice::Role(role) => Err(Error::invalid(
             "role",
@@ -104,6 +91,21 @@ pub(super) fn choose_node(record: &JobRecord, choice: &NodeChoice) -> Result<Str
             })
         }
     }
+}
+
+/// The error of a forward or an exec into `what`, which is in `state`, not RUNNING.
+fn not_running(what: &str, state: JobState) -> Error {
+    Error::invalid(
+        "job",
+        format!(
+            "{what} is {state}, not RUNNING: a forward or an exec reaches a running job; {}",
+            if state.is_terminal() {
+                "it has ended"
+            } else {
+                "wait until it runs (slurmctl watch)"
+            }
+        ),
+    )
 }
 
 fn no_nodes_yet(record: &JobRecord) -> Error {

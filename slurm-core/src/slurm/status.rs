@@ -25,18 +25,19 @@
 //! and needed nothing but squeue's rows), with the store at the same revision, first
 //! asks the login node whether squeue's rows changed since: when they did not, it
 //! answers what that poll answered, having read no record and parsed no row
-//! ([`memo`](super::poll::PollMemo)); when they did, the same round trip answered in
+//! ([`memo`](super::context::poll_memo::PollMemo)); when they did, the same round trip answered in
 //! full and the steps above run on it.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::context::poll_memo::Held;
 use super::context::Context;
 use super::conversion::{awaits_verdict as awaits_conversion, conclude as conclude_conversions};
 use super::dependants::{follow_retries, next_step, DependantStep};
 use super::job::scancel_quietly;
-use super::poll::{observe_jobs, poll_again, Again, Held, MemoUse, MINE_FROM};
+use super::poll::{observe_jobs, poll_again, Again, MemoUse, MINE_FROM};
 use super::probe::{awaits_verdict, conclude};
 use super::reconcile::{settle_left, SETTLE_AFTER};
 use super::sidecars::{forget, forget_commands, forgotten, note_forgotten};

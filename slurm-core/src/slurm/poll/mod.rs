@@ -11,10 +11,8 @@
 //! |---|---|
 //! | `mod.rs` | [`observe_jobs`] and [`Observed`]: the round trips and the marks they lead to |
 //! | `request.rs` | the request protocol of `poll.sh` |
-//! | `memo.rs` | the memo of a poll repeated over the same jobs |
 //! | `observe.rs` | pure: rows merged into observations, an observation's decision |
 
-mod memo;
 mod observe;
 mod request;
 mod resume;
@@ -32,6 +30,7 @@ use self::observe::{
 use super::commands;
 use super::context::Context;
 use super::job::{slurm_job, SlurmJob};
+use super::parse::SlurmJobId;
 use super::paths::{log_folder, resume_segments, staged_script, status_json};
 use super::scripts::{CONTINUE_FRESH, CONTINUE_SEGMENT, TAIL_LOGS};
 use crate::backend::JobStatus;
@@ -41,12 +40,12 @@ use crate::state::JobState;
 use crate::transport::{round_trip, Command, Output};
 use crate::{Error, Result};
 
-use self::memo::{take_answer, MemoAnswer, MemoAsk, Slot};
-pub(super) use self::memo::{Held, PollMemo};
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use self::request::poll_command;
 pub(crate) use self::request::Group;
-pub(super) use self::request::{PollRequest, MINE_FROM};
+pub(super) use self::request::MINE_FROM;
+use super::context::poll_memo::{take_answer, Held, MemoAnswer, MemoAsk, Slot};
+use super::context::poll_request::PollRequest;
 
 /// The most commands of one follow-up round trip (their arguments stay far below the
 /// kernel's limits); more go in further round trips.
@@ -64,11 +63,11 @@ pub(super) struct Observed {
     role_ends: Vec<Option<roles::RoleEnds>>,
     /// Where the login node kept squeue's rows, and the request, when the round trip
     /// was quiet: squeue alone settled every job and nothing needs a follow-up or a
-    /// cancel (see [`memo`]).
+    /// cancel (see [`poll_memo`](super::context::poll_memo)).
     kept: Option<(Slot, PollRequest)>,
 }
 
-/// How a poll uses its backend's memo (see [`memo`]).
+/// How a poll uses its backend's memo (see [`poll_memo`](super::context::poll_memo)).
 #[derive(Default)]
 pub(super) struct MemoUse {
     /// What the script is asked to compare with and keep (none: no memo).
@@ -86,50 +85,9 @@ pub(super) async fn observe_jobs(
     records: Vec<JobRecord>,
     memo: MemoUse,
 ) -> Result<Observed> {
-    // Each record's keys: the job itself, or its array tasks not yet ended.
-    let mut keys: Vec<Vec<Key>> = Vec::with_capacity(records.len());
-    let mut groups: BTreeMap<Option<String>, Group> = BTreeMap::new();
-    // What the groups already hold (a poll of 10,000 jobs checks in constant time).
-    let mut known_jobs: HashSet<SlurmJob> = HashSet::new();
-    let mut known_keys: HashSet<Key> = HashSet::new();
     // FailedNode (Slurm 23.02 on) names the node a node failure is pinned on.
     let failed_node = ctx.facts().release().is_some_and(|r| r.has_failed_node());
-    for record in &records {
-        let mut own = Vec::new();
-        if let (false, Some((cluster, job))) = (record.state.is_terminal(), slurm_job(record)?) {
-            let group = groups.entry(cluster.clone()).or_insert_with(|| Group {
-                failed_node,
-                ..Group::default()
-            });
-            if known_jobs.insert((cluster.clone(), job)) {
-                group.jobs.push(job);
-            }
-            let tasks: Vec<(Option<u32>, JobState)> = if record.is_array() {
-                record
-                    .tasks
-                    .iter()
-                    .filter(|(_, t)| !t.state.is_terminal())
-                    .map(|(i, t)| (Some(*i), t.state))
-                    .collect()
-            } else {
-                vec![(None, record.state)]
-            };
-            for (task, state) in tasks {
-                let key = (job, task);
-                if known_keys.insert((cluster.clone(), key)) {
-                    group.keys.push(key);
-                    if state == JobState::Running {
-                        group.running.push(key);
-                    }
-                    if task.is_some() {
-                        group.expected.push(key);
-                    }
-                }
-                own.push((cluster.clone(), key));
-            }
-        }
-        keys.push(own);
-    }
+    let (keys, groups) = keys_of(&records, failed_node)?;
     let (
         Polled {
             mut observations,
@@ -172,32 +130,7 @@ pub(super) async fn observe_jobs(
         }
     }
 
-    let decisions: Vec<Vec<(Key, Decision)>> = records
-        .iter()
-        .zip(&keys)
-        .map(|(record, own)| {
-            own.iter()
-                .map(|key| {
-                    let current = key
-                        .1
-                         .1
-                        .and_then(|task| record.tasks.get(&task))
-                        .map_or(record.state, |task| task.state);
-                    let observed = observations.get(key).cloned();
-                    let decision = match (notes.get(key), &observed, unavailable.get(&key.0)) {
-                        (Some(why), _, _) => kept(current, why),
-                        // Nothing known, and accounting could not be asked: no verdict.
-                        (None, None, Some(why)) => kept(
-                            current,
-                            &format!("not listed by squeue or scontrol, and accounting could not be asked ({why})"),
-                        ),
-                        (None, observed, _) => decide(record, current, observed.clone()),
-                    };
-                    (key.clone(), decision)
-                })
-                .collect()
-        })
-        .collect();
+    let decisions = decisions_of(&records, &keys, &observations, &notes, &unavailable);
     let role_ends = vec![None; records.len()];
     let quiet = missing.is_empty()
         && notes.is_empty()
@@ -221,7 +154,7 @@ impl Observed {
     }
 
     /// Where the login node kept squeue's rows of this poll, and its request, when the
-    /// round trip was quiet (see [`memo`]).
+    /// round trip was quiet (see [`poll_memo`](super::context::poll_memo)).
     pub(super) fn kept(&self) -> Option<&(Slot, PollRequest)> {
         self.kept.as_ref()
     }
@@ -255,38 +188,10 @@ impl Observed {
         let mut owners = Vec::new();
         for (index, (record, decided)) in self.records.iter().zip(&self.decisions).enumerate() {
             for (position, ((_, (job, task)), decision)) in decided.iter().enumerate() {
-                match decision.followup {
-                    Followup::None => continue,
-                    Followup::Classify => {
-                        let folder = log_folder(record, *job, *task)?;
-                        commands.push(TAIL_LOGS.command([
-                            LOG_TAIL_LINES.to_string(),
-                            format!("{folder}/main.out"),
-                            format!("{folder}/main.err"),
-                        ]));
-                    }
-                    Followup::StatusJson => {
-                        let path = status_json(record, *task)?;
-                        commands.push(Command::new("cat").arg("--").arg(path.as_str()));
-                    }
-                    Followup::Continue => {
-                        let segments = resume_segments(&record.results_dir)?;
-                        commands.push(
-                            CONTINUE_SEGMENT
-                                .command([job.to_string(), segments.as_str().to_string()]),
-                        );
-                    }
-                    Followup::ContinueFresh => {
-                        let dir = &record.results_dir;
-                        commands.push(CONTINUE_FRESH.command([
-                            dir.as_str().to_string(),
-                            format!("{}/{}", dir.as_str(), staged_script(&record.id)),
-                            resume_segments(dir)?.as_str().to_string(),
-                            job.to_string(),
-                            record.restarts.saturating_add(1).to_string(),
-                        ]));
-                    }
-                }
+                let Some(command) = followup_command(record, job, task, &decision.followup)? else {
+                    continue;
+                };
+                commands.push(command);
                 owners.push((index, position));
             }
         }
@@ -455,6 +360,135 @@ async fn kept_on_refusal(
     }
 }
 
+/// What was decided for each of `records` (its keys `keys`): by what the poll
+/// `observed` of each key, unless it is kept (`notes`, or its cluster's accounting
+/// `unavailable` for a key nothing knows).
+fn decisions_of(
+    records: &[JobRecord],
+    keys: &[Vec<Key>],
+    observations: &HashMap<Key, observe::Observation>,
+    notes: &HashMap<Key, String>,
+    unavailable: &HashMap<Option<String>, String>,
+) -> Vec<Vec<(Key, Decision)>> {
+    records
+        .iter()
+        .zip(keys)
+        .map(|(record, own)| {
+            own.iter()
+                .map(|key| {
+                    let current = key
+                        .1
+                         .1
+                        .and_then(|task| record.tasks.get(&task))
+                        .map_or(record.state, |task| task.state);
+                    let observed = observations.get(key).cloned();
+                    let decision = match (notes.get(key), &observed, unavailable.get(&key.0)) {
+                        (Some(why), _, _) => kept(current, why),
+                        // Nothing known, and accounting could not be asked: no verdict.
+                        (None, None, Some(why)) => kept(
+                            current,
+                            &format!("not listed by squeue or scontrol, and accounting could not be asked ({why})"),
+                        ),
+                        (None, observed, _) => decide(record, current, observed.clone()),
+                    };
+                    (key.clone(), decision)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The command that reads what `followup` of `job` (or its array task `task`) of
+/// `record` needs (`None`: nothing).
+fn followup_command(
+    record: &JobRecord,
+    job: &SlurmJobId,
+    task: &Option<u32>,
+    followup: &Followup,
+) -> Result<Option<Command>> {
+    Ok(match followup {
+        Followup::None => None,
+        Followup::Classify => {
+            let folder = log_folder(record, *job, *task)?;
+            Some(TAIL_LOGS.command([
+                LOG_TAIL_LINES.to_string(),
+                format!("{folder}/main.out"),
+                format!("{folder}/main.err"),
+            ]))
+        }
+        Followup::StatusJson => {
+            let path = status_json(record, *task)?;
+            Some(Command::new("cat").arg("--").arg(path.as_str()))
+        }
+        Followup::Continue => {
+            let segments = resume_segments(&record.results_dir)?;
+            Some(CONTINUE_SEGMENT.command([job.to_string(), segments.as_str().to_string()]))
+        }
+        Followup::ContinueFresh => {
+            let dir = &record.results_dir;
+            Some(CONTINUE_FRESH.command([
+                dir.as_str().to_string(),
+                format!("{}/{}", dir.as_str(), staged_script(&record.id)),
+                resume_segments(dir)?.as_str().to_string(),
+                job.to_string(),
+                record.restarts.saturating_add(1).to_string(),
+            ]))
+        }
+    })
+}
+
+/// The keys of each of `records` (the job itself, or its array tasks not yet ended), and
+/// the groups of every cluster's keys to poll (with `failed_node`, see [`Group`]).
+#[allow(clippy::type_complexity)]
+fn keys_of(
+    records: &[JobRecord],
+    failed_node: bool,
+) -> Result<(Vec<Vec<Key>>, BTreeMap<Option<String>, Group>)> {
+    // Each record's keys: the job itself, or its array tasks not yet ended.
+    let mut keys: Vec<Vec<Key>> = Vec::with_capacity(records.len());
+    let mut groups: BTreeMap<Option<String>, Group> = BTreeMap::new();
+    // What the groups already hold (a poll of 10,000 jobs checks in constant time).
+    let mut known_jobs: HashSet<SlurmJob> = HashSet::new();
+    let mut known_keys: HashSet<Key> = HashSet::new();
+    for record in records {
+        let mut own = Vec::new();
+        if let (false, Some((cluster, job))) = (record.state.is_terminal(), slurm_job(record)?) {
+            let group = groups.entry(cluster.clone()).or_insert_with(|| Group {
+                failed_node,
+                ..Group::default()
+            });
+            if known_jobs.insert((cluster.clone(), job)) {
+                group.jobs.push(job);
+            }
+            let tasks: Vec<(Option<u32>, JobState)> = if record.is_array() {
+                record
+                    .tasks
+                    .iter()
+                    .filter(|(_, t)| !t.state.is_terminal())
+                    .map(|(i, t)| (Some(*i), t.state))
+                    .collect()
+            } else {
+                vec![(None, record.state)]
+            };
+            for (task, state) in tasks {
+                let key = (job, task);
+                if known_keys.insert((cluster.clone(), key)) {
+                    group.keys.push(key);
+                    if state == JobState::Running {
+                        group.running.push(key);
+                    }
+                    if task.is_some() {
+                        group.expected.push(key);
+                    }
+                }
+                own.push((cluster.clone(), key));
+            }
+        }
+        keys.push(own);
+    }
+    Ok((keys, groups))
+}
+
 /// What the poll round trip said of every cluster's keys.
 #[derive(Default)]
 struct Polled {
@@ -475,7 +509,7 @@ pub(super) enum Again {
     Lost,
 }
 
-/// The request `held` asked, sent again without its lists (see [`memo`]), for a poll of
+/// The request `held` asked, sent again without its lists (see [`poll_memo`](super::context::poll_memo)), for a poll of
 /// `jobs` jobs: one round trip.
 pub(super) async fn poll_again(ctx: &Context<'_>, held: &Held, jobs: usize) -> Result<Again> {
     let ask = ctx.poll_memo().ask(Some(held.slot()));

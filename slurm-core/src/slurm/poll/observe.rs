@@ -128,23 +128,7 @@ pub(super) fn merge_reading(
         true => split_failed_nodes(&sacct.stdout_text()),
         false => (sacct.stdout_text(), HashMap::new()),
     };
-    let sacct_rows = if accounting {
-        let (rows, unreadable) = parse_sacct_rows(&sacct_text);
-        for row in unreadable {
-            tracing::warn!(error = %row.error, "a sacct row could not be read; its job is left as it was");
-            let why = format!("its accounting row could not be read ({})", row.error);
-            match row.job {
-                Some(job) => {
-                    merged.unreadable.insert(job, why);
-                }
-                None => merged.accounting_unavailable = Some(why),
-            }
-        }
-        rows
-    } else {
-        merged.accounting_unavailable = sacct_failure(sacct);
-        Vec::new()
-    };
+    let sacct_rows = read_sacct_rows(sacct, &sacct_text, accounting, &mut merged);
     // Rows by job (a row describes only keys of its own job), so a poll of 10,000 jobs
     // looks each key up among its job's rows alone.
     let mut live_rows: HashMap<SlurmJobId, Vec<&SqueueRow>> = HashMap::new();
@@ -165,74 +149,15 @@ pub(super) fn merge_reading(
         let live = live_rows
             .get(&key.0)
             .and_then(|rows| rows.iter().rfind(|row| row.id.describes(key.0, key.1)));
-        let observation = match (live, from_sacct) {
-            (Some(row), sacct) => Some(Observation {
-                state: row.state.clone(),
-                reason: row.reason.clone(),
-                exit_code: sacct.as_ref().and_then(|s| s.exit_code),
-                nodes: row.nodelist.clone(),
-                source: "squeue",
-                // Just after a requeue sacct may know only the run that ended
-                // (NODE_FAIL) while squeue already shows the job pending again.
-                requeued_after: sacct.as_ref().and_then(|s| {
-                    s.requeued_after.clone().or_else(|| {
-                        (is_requeue_cause(&s.state.base)
-                            && map_state(&row.state).0 == JobState::Pending)
-                            .then(|| s.state.raw.clone())
-                    })
-                }),
-                // Steps confirm only a finished job; sacct decides those.
-                failed_step: None,
-                components: Vec::new(),
-                failed_node: None,
-                unconfirmed: None,
-            }),
-            // squeue answered and no longer lists the job, yet sacct says it is
-            // pending or running: slurmdbd lags behind slurmctld, so that row is
-            // stale. Ask scontrol instead of taking a step back.
-            (None, Some(stale)) if squeue.success() && !map_state(&stale.state).0.is_terminal() => {
-                None
-            }
-            (None, sacct) => sacct,
-        };
+        let observation = first_observation(live, from_sacct, squeue);
         if let Some(observation) = observation {
-            // A job squeue says has ended is told by accounting how: its exit code and
-            // its steps (a COMPLETED job with a failed step did not finish; exit 124 is
-            // the child timeout). While accounting lags behind (no row yet, or a row
-            // that has not ended), the job is not called terminal: terminal states are
-            // final, so it waits a poll. While accounting cannot be asked at all, the
-            // end slurmctld shows is taken, said to be unconfirmed.
-            let ended =
-                observation.source == "squeue" && map_state(&observation.state).0.is_terminal();
-            // A requeued job that then ends another way (cancelled while pending
-            // again) may still read in accounting as the run the requeue ended
-            // (NODE_FAIL): that row is an earlier run's, not this end.
-            let settled = accounted
-                .get(&key.0)
-                .and_then(|rows| observe_sacct(rows, *key))
-                .filter(|s| map_state(&s.state).0.is_terminal())
-                .filter(|s| {
-                    !(ended
-                        && is_requeue_cause(&s.state.base)
-                        && s.state.base != observation.state.base)
-                });
-            let observation = match settled {
-                Some(sacct) if ended => sacct,
-                None if ended && accounting => Observation {
-                    reason: Some(format!(
-                        "ended {}; waiting for accounting to confirm its exit code and steps",
-                        observation.state.raw
-                    )),
-                    state: SlurmState::from_base(SlurmBaseState::Completing),
-                    exit_code: None,
-                    ..observation
-                },
-                None if ended => Observation {
-                    unconfirmed: merged.accounting_unavailable.clone(),
-                    ..observation
-                },
-                _ => observation,
-            };
+            let observation = confirmed(
+                observation,
+                key,
+                &accounted,
+                accounting,
+                &merged.accounting_unavailable,
+            );
             let components = match key.1 {
                 Some(_) => Vec::new(),
                 None => components_of(
@@ -255,6 +180,117 @@ pub(super) fn merge_reading(
         }
     }
     Ok(merged)
+}
+
+/// sacct's rows of one cluster's part, when `accounting` answered (`text`: its output,
+/// the failed nodes split off); an unreadable row marks its job (or, naming none, the
+/// accounting) in `merged`.
+fn read_sacct_rows(
+    sacct: &Output,
+    text: &str,
+    accounting: bool,
+    merged: &mut Merged,
+) -> Vec<SacctRow> {
+    if accounting {
+        let (rows, unreadable) = parse_sacct_rows(text);
+        for row in unreadable {
+            tracing::warn!(error = %row.error, "a sacct row could not be read; its job is left as it was");
+            let why = format!("its accounting row could not be read ({})", row.error);
+            match row.job {
+                Some(job) => {
+                    merged.unreadable.insert(job, why);
+                }
+                None => merged.accounting_unavailable = Some(why),
+            }
+        }
+        rows
+    } else {
+        merged.accounting_unavailable = sacct_failure(sacct);
+        Vec::new()
+    }
+}
+
+/// What squeue's row (`live`) and accounting's observation (`from_sacct`) of a key say
+/// before accounting confirms an end: squeue's row, else accounting's unless it is stale.
+fn first_observation(
+    live: Option<&&SqueueRow>,
+    from_sacct: Option<Observation>,
+    squeue: &Output,
+) -> Option<Observation> {
+    match (live, from_sacct) {
+        (Some(row), sacct) => Some(Observation {
+            state: row.state.clone(),
+            reason: row.reason.clone(),
+            exit_code: sacct.as_ref().and_then(|s| s.exit_code),
+            nodes: row.nodelist.clone(),
+            source: "squeue",
+            // Just after a requeue sacct may know only the run that ended
+            // (NODE_FAIL) while squeue already shows the job pending again.
+            requeued_after: sacct.as_ref().and_then(|s| {
+                s.requeued_after.clone().or_else(|| {
+                    (is_requeue_cause(&s.state.base)
+                        && map_state(&row.state).0 == JobState::Pending)
+                        .then(|| s.state.raw.clone())
+                })
+            }),
+            // Steps confirm only a finished job; sacct decides those.
+            failed_step: None,
+            components: Vec::new(),
+            failed_node: None,
+            unconfirmed: None,
+        }),
+        // squeue answered and no longer lists the job, yet sacct says it is
+        // pending or running: slurmdbd lags behind slurmctld, so that row is
+        // stale. Ask scontrol instead of taking a step back.
+        (None, Some(stale)) if squeue.success() && !map_state(&stale.state).0.is_terminal() => None,
+        (None, sacct) => sacct,
+    }
+}
+
+/// `observation` of `key` as accounting confirms it (see the comments within), with
+/// `accounted` the cluster's sacct rows by job and `unavailable` why accounting could
+/// not be asked.
+fn confirmed(
+    observation: Observation,
+    key: &TaskKey,
+    accounted: &HashMap<SlurmJobId, Vec<SacctRow>>,
+    accounting: bool,
+    unavailable: &Option<String>,
+) -> Observation {
+    // A job squeue says has ended is told by accounting how: its exit code and
+    // its steps (a COMPLETED job with a failed step did not finish; exit 124 is
+    // the child timeout). While accounting lags behind (no row yet, or a row
+    // that has not ended), the job is not called terminal: terminal states are
+    // final, so it waits a poll. While accounting cannot be asked at all, the
+    // end slurmctld shows is taken, said to be unconfirmed.
+    let ended = observation.source == "squeue" && map_state(&observation.state).0.is_terminal();
+    // A requeued job that then ends another way (cancelled while pending
+    // again) may still read in accounting as the run the requeue ended
+    // (NODE_FAIL): that row is an earlier run's, not this end.
+    let settled = accounted
+        .get(&key.0)
+        .and_then(|rows| observe_sacct(rows, *key))
+        .filter(|s| map_state(&s.state).0.is_terminal())
+        .filter(|s| {
+            !(ended && is_requeue_cause(&s.state.base) && s.state.base != observation.state.base)
+        });
+    match settled {
+        Some(sacct) if ended => sacct,
+        None if ended && accounting => Observation {
+            reason: Some(format!(
+                "ended {}; waiting for accounting to confirm its exit code and steps",
+                observation.state.raw
+            )),
+            state: SlurmState::from_base(SlurmBaseState::Completing),
+            exit_code: None,
+            ..observation
+        },
+        None if ended => Observation {
+            unconfirmed: unavailable.clone(),
+            ..observation
+        },
+        _ => observation,
+    }
 }
 
 /// Why sacct did not answer for this poll (`None`: it answered, or accounting is off on
@@ -380,10 +416,6 @@ pub(super) fn decide(
             "{message}; read from slurmctld while accounting could not be asked ({why}): not confirmed by accounting"
         );
     }
-    let never = observed
-        .reason
-        .as_deref()
-        .is_some_and(|r| reason_kind(r) == ReasonKind::NeverSatisfied);
     let mut cancel = false;
     let resumable = decide_resumable(
         record,
@@ -393,32 +425,65 @@ pub(super) fn decide(
         &observed.state.base,
         observed.reason.as_deref(),
     );
-    let (state, class, followup) = match state {
+    let (state, class, followup) = outcome(
+        record,
+        &observed,
+        (state, class),
+        resumable,
+        &mut message,
+        &mut cancel,
+    );
+    let mark = mark_of(state, class, message, &observed);
+    Decision {
+        mark,
+        native: Some(native),
+        followup,
+        observed: Some(observed),
+        cancel,
+    }
+}
+
+/// The state, error class and follow-up of a job `observed` in `state` (of `class`) by
+/// the tools, `resumable` when it may continue; the message and the cancel are amended
+/// with what is decided.
+fn outcome(
+    record: &JobRecord,
+    observed: &Observation,
+    (state, class): (JobState, Option<ErrorClass>),
+    resumable: Option<ResumeStep>,
+    message: &mut String,
+    cancel: &mut bool,
+) -> (JobState, Option<ErrorClass>, Followup) {
+    let never = observed
+        .reason
+        .as_deref()
+        .is_some_and(|r| reason_kind(r) == ReasonKind::NeverSatisfied);
+    match state {
         _ if resumable.is_some() => match resumable.unwrap_or(ResumeStep::Continue) {
             ResumeStep::BudgetUsedUp(why) => {
-                message = format!("{message}: {why}");
+                *message = format!("{message}: {why}");
                 (JobState::Error, Some(ErrorClass::Program), Followup::None)
             }
             ResumeStep::Continue => (JobState::Pending, None, Followup::Continue),
             ResumeStep::ContinueFresh => (JobState::Pending, None, Followup::ContinueFresh),
         },
         JobState::Pending if never && record.after.is_empty() => {
-            message = format!(
+            *message = format!(
                 "{message}: its dependency can never be satisfied; cancelled on the cluster"
             );
-            cancel = true;
+            *cancel = true;
             (JobState::Error, Some(ErrorClass::Program), Followup::None)
         }
         JobState::Complete => match &observed.failed_step {
             Some((step, step_state)) => {
-                message = format!("{message}, but step {step} ended {}", step_state.raw);
+                *message = format!("{message}, but step {step} ended {}", step_state.raw);
                 match map_state(step_state) {
                     (_, Some(class)) => (JobState::Error, Some(class), Followup::None),
                     _ => (JobState::Error, None, Followup::Classify),
                 }
             }
             None if observed.exit_code.is_some_and(|c| c != 0) => {
-                message = format!(
+                *message = format!(
                     "{message} with exit code {}",
                     observed.exit_code.unwrap_or(0)
                 );
@@ -430,12 +495,22 @@ pub(super) fn decide(
             None => (JobState::Complete, None, Followup::None),
         },
         JobState::Error if class.is_none() && observed.exit_code == Some(CHILD_TIMEOUT_EXIT) => {
-            message = format!("{message}: {CHILD_TIMEOUT_NOTE}");
+            *message = format!("{message}: {CHILD_TIMEOUT_NOTE}");
             (JobState::Error, Some(ErrorClass::Program), Followup::None)
         }
         JobState::Error if class.is_none() => (JobState::Error, None, Followup::Classify),
         other => (other, class, Followup::None),
-    };
+    }
+}
+
+/// The mark of a job decided `state` (of `class`) with `message`, with the nodes
+/// `observed` names (those it failed on, for an error).
+fn mark_of(
+    state: JobState,
+    class: Option<ErrorClass>,
+    message: String,
+    observed: &Observation,
+) -> Mark {
     let mut mark = Mark::new(state, TransitionSource::Poll).message(message);
     if let Some(class) = class {
         mark = mark.err_class(class);
@@ -455,13 +530,7 @@ pub(super) fn decide(
             Err(error) => tracing::warn!(%error, "unreadable node list; nodes not recorded"),
         }
     }
-    Decision {
-        mark,
-        native: Some(native),
-        followup,
-        observed: Some(observed),
-        cancel,
-    }
+    mark
 }
 
 /// The state of a job that is ending (squeue's COMPLETING, or an end squeue showed that

@@ -8,9 +8,10 @@ use sha2::{Digest, Sha256};
 
 use super::observe::TaskKey;
 use crate::slurm::commands;
+use crate::slurm::context::poll_request::PollRequest;
 use crate::slurm::parse::SlurmJobId;
-use crate::slurm::scripts::POLL;
 use crate::slurm::states::live_state_names;
+#[cfg(any(test, feature = "testing"))]
 use crate::transport::Command;
 use crate::Result;
 
@@ -71,43 +72,6 @@ pub(crate) fn poll_command(groups: &BTreeMap<Option<String>, Group>) -> Result<C
 /// What one poll of `groups` asks `poll.sh`, its memo not yet named.
 pub(crate) fn poll_request(groups: &BTreeMap<Option<String>, Group>) -> Result<PollRequest> {
     poll_request_deciding(groups, BASH_DECIDES_UP_TO)
-}
-
-/// A poll's request to `poll.sh` but its memo (the third parameter, named per run):
-/// the same records make the same request, which a repeated poll sends again as it is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct PollRequest {
-    /// The script's parameters, the memo left out.
-    params: Vec<String>,
-    /// The lists of jobs and keys.
-    stdin: Vec<u8>,
-    /// The lists' name in a memo: the start of their SHA-256, in hex.
-    lists: String,
-    /// Whether every group asks squeue for the user's own jobs: only then does the
-    /// script keep squeue's rows for the next poll.
-    pub(super) memo_able: bool,
-}
-
-impl PollRequest {
-    /// The command of this request, its lists on standard input, with `memo` (a memo's
-    /// word, `CLIENT:HELD:WRITE`, to which the lists' name is added; none: `-`) as the
-    /// script's memo.
-    pub(crate) fn command(&self, memo: Option<String>) -> Command {
-        self.command_without_lists(memo).stdin(self.stdin.clone())
-    }
-
-    /// The command of this request sent again under `memo` (`CLIENT:HELD:WRITE`): the
-    /// login node kept its lists, so none travel.
-    pub(crate) fn command_again(&self, memo: String) -> Command {
-        self.command_without_lists(Some(memo))
-    }
-
-    fn command_without_lists(&self, memo: Option<String>) -> Command {
-        let mut params = self.params.clone();
-        let memo = memo.map_or_else(|| "-".to_string(), |word| format!("{word}:{}", self.lists));
-        params.insert(2, memo);
-        POLL.command(params)
-    }
 }
 
 /// [`poll_command`], with bash deciding what needs sacct up to `bash_decides_up_to`
@@ -177,10 +141,10 @@ pub(super) fn poll_request_deciding(
     };
     params.insert(1, lists_by.to_string());
     let lists = hex::encode(&Sha256::digest(stdin.as_bytes())[..8]);
-    Ok(PollRequest {
+    Ok(PollRequest::new(
         params,
-        stdin: stdin.into_bytes(),
+        stdin.into_bytes(),
         lists,
-        memo_able: groups.values().all(|g| g.jobs.len() >= MINE_FROM),
-    })
+        groups.values().all(|g| g.jobs.len() >= MINE_FROM),
+    ))
 }

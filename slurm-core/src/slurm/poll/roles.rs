@@ -143,33 +143,7 @@ pub(super) fn roles_mark(
                 .cloned(),
         };
         if state.is_terminal() {
-            match ends.exits.get(name) {
-                Some(0) => {
-                    role.state = JobState::Complete;
-                    role.message = Some("exit 0".to_string());
-                }
-                _ if failed.as_deref() == Some(name.as_str()) => {
-                    role.state = JobState::Error;
-                    role.err_class = Some(mark.err_class.unwrap_or(ErrorClass::Program));
-                    role.node_fault = mark.node_fault;
-                    role.message = Some(match ends.exits.get(name) {
-                        Some(code) => format!("failed first: exit {code}"),
-                        None => "failed first".to_string(),
-                    });
-                }
-                _ if failed.is_some() => {
-                    role.state = JobState::Canceled;
-                    role.message = Some(format!(
-                        "stopped: role {} failed",
-                        failed.as_deref().unwrap_or_default()
-                    ));
-                }
-                _ => {
-                    role.err_class = mark.err_class.filter(|_| state == JobState::Error);
-                    role.node_fault = mark.node_fault;
-                    role.message = mark.message.clone();
-                }
-            }
+            role_end(&mut role, name, &ends, &failed, &mark);
         } else if role.state == current.state
             && role.nodes.as_ref().is_none_or(|n| n == &current.nodes)
         {
@@ -195,6 +169,44 @@ pub(super) fn roles_mark(
     out.message = message;
     out.roles = roles;
     Some(out)
+}
+
+/// How role `name` of a job that ends with `mark` ended, in `role`: by its exit in
+/// `ends`, or the role that `failed` first, or as the job did.
+fn role_end(
+    role: &mut TaskMark,
+    name: &str,
+    ends: &RoleEnds,
+    failed: &Option<String>,
+    mark: &Mark,
+) {
+    match ends.exits.get(name) {
+        Some(0) => {
+            role.state = JobState::Complete;
+            role.message = Some("exit 0".to_string());
+        }
+        _ if failed.as_deref() == Some(name) => {
+            role.state = JobState::Error;
+            role.err_class = Some(mark.err_class.unwrap_or(ErrorClass::Program));
+            role.node_fault = mark.node_fault;
+            role.message = Some(match ends.exits.get(name) {
+                Some(code) => format!("failed first: exit {code}"),
+                None => "failed first".to_string(),
+            });
+        }
+        _ if failed.is_some() => {
+            role.state = JobState::Canceled;
+            role.message = Some(format!(
+                "stopped: role {} failed",
+                failed.as_deref().unwrap_or_default()
+            ));
+        }
+        _ => {
+            role.err_class = mark.err_class.filter(|_| mark.state == JobState::Error);
+            role.node_fault = mark.node_fault;
+            role.message = mark.message.clone();
+        }
+    }
 }
 
 #[cfg(test)]

@@ -383,8 +383,8 @@ fn rows_of(all: &[u64], running: &[u64]) -> String {
 
 #[tokio::test]
 async fn a_repeated_poll_whose_rows_did_not_change_answers_same_and_nothing_else() {
-    use super::memo::{take_answer, MemoAnswer, Slot};
     use super::request::poll_request;
+    use crate::slurm::context::poll_memo::{take_answer, MemoAnswer, Slot};
     let all: Vec<u64> = (1..=MINE_FROM as u64).collect();
     let last = *all.last().unwrap();
     let tools = fake_tools(&rows_of(&all, &[]), 0);
@@ -469,8 +469,8 @@ async fn a_repeated_poll_whose_rows_did_not_change_answers_same_and_nothing_else
 
 #[tokio::test]
 async fn a_memo_is_kept_only_in_the_shells_private_folder_and_for_the_users_own_jobs() {
-    use super::memo::{take_answer, MemoAnswer};
     use super::request::poll_request;
+    use crate::slurm::context::poll_memo::{take_answer, MemoAnswer};
     let all: Vec<u64> = (1..=MINE_FROM as u64).collect();
     let tools = fake_tools(&rows_of(&all, &[]), 0);
     // A frame folder but no folder to keep in (a shell that gives none): nothing is

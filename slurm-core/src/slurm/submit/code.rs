@@ -5,32 +5,14 @@
 //! last with the manifest that makes the tree. A tree this backend already made is not
 //! asked about again, so a sweep's jobs send it once and ask once.
 
-use std::sync::Arc;
-
 use sha2::{Digest, Sha256};
 
 use crate::code::{CodeObject, CodeTree};
+use crate::slurm::context::code_progress::CodeSent;
 use crate::slurm::context::Context;
 use crate::slurm::scripts::{CodePutExit, CODE_MISSING, CODE_PUT};
 use crate::storage::RemotePath;
 use crate::{Error, Result};
-
-/// How much of a code tree a submit has sent so far (for a progress bar).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CodeSent {
-    /// Bytes of the objects sent so far.
-    pub sent_bytes: u64,
-    /// Bytes of the objects the cluster lacked (what this submit sends in all).
-    pub missing_bytes: u64,
-    /// Objects sent so far.
-    pub sent_objects: usize,
-    /// Objects the cluster lacked.
-    pub missing_objects: usize,
-}
-
-/// Called as a submit sends its code tree: first with nothing sent (once the missing
-/// objects are known), then after each archive.
-pub(crate) type CodeProgress = Arc<dyn Fn(CodeSent) + Send + Sync>;
 
 /// The objects of one archive: a few MiB at most (an object larger than that goes alone).
 const ARCHIVE_BYTES: u64 = 8 * 1024 * 1024;

@@ -61,8 +61,6 @@ use crate::retry::{open_or_follow, prior, Prior};
 use crate::spec::{JobSpec, Resources};
 use crate::Result;
 
-pub(crate) use self::code::CodeProgress;
-pub use self::code::CodeSent;
 pub(super) use self::script::job_view;
 #[cfg(test)]
 pub(crate) use self::stage::build_payload;

@@ -25,7 +25,7 @@ use crate::record::JobId;
 use crate::transport::Output;
 use crate::{Error, Result};
 
-use super::request::PollRequest;
+use super::poll_request::PollRequest;
 
 /// One of a client's two places for squeue's rows on the login node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
