@@ -175,40 +175,42 @@ async fn a_submit_queues_the_probe_and_the_job_at_once_and_waits_for_neither() {
         .submit(&image_job("train", 2, 8), SubmitOptions::default())
         .await
         .unwrap();
-    let fake = fake.lock().unwrap();
-    assert_eq!(
-        fake.ran.len(),
-        2,
-        "two submits and nothing else: {:?}",
-        fake.ran
-    );
-    let (probe_id, probe_script) = &fake.scripts[0];
-    let (job_id, job_script) = &fake.scripts[1];
-    assert!(probe_id.starts_with("nccl-probe-"), "{probe_id}");
-    assert!(probe_script.contains("# the NCCL probe's ladder"));
-    assert_eq!(job_id, record.id.as_str());
-    assert!(
-        job_script.contains("#SBATCH --dependency=afterok:101\n"),
-        "{job_script}"
-    );
-    assert!(
-        job_script.contains(&format!(
-            "# knobs from /shared/results/{probe_id}/nccl/knobs.env\n"
-        )),
-        "{job_script}"
-    );
-    assert!(
-        !job_script.contains("NCCL_P2P_DISABLE"),
-        "no knob known yet"
-    );
-    assert_eq!(record.state, JobState::Pending);
-    assert_eq!(record.after.len(), 1);
-    assert_eq!(record.after[0].job.as_str(), probe_id.as_str());
-    assert!(
-        record.last_message().contains("waits for NCCL probe"),
-        "{}",
-        record.last_message()
-    );
+    {
+        let fake = fake.lock().unwrap();
+        assert_eq!(
+            fake.ran.len(),
+            2,
+            "two submits and nothing else: {:?}",
+            fake.ran
+        );
+        let (probe_id, probe_script) = &fake.scripts[0];
+        let (job_id, job_script) = &fake.scripts[1];
+        assert!(probe_id.starts_with("nccl-probe-"), "{probe_id}");
+        assert!(probe_script.contains("# the NCCL probe's ladder"));
+        assert_eq!(job_id, record.id.as_str());
+        assert!(
+            job_script.contains("#SBATCH --dependency=afterok:101\n"),
+            "{job_script}"
+        );
+        assert!(
+            job_script.contains(&format!(
+                "# knobs from /shared/results/{probe_id}/nccl/knobs.env\n"
+            )),
+            "{job_script}"
+        );
+        assert!(
+            !job_script.contains("NCCL_P2P_DISABLE"),
+            "no knob known yet"
+        );
+        assert_eq!(record.state, JobState::Pending);
+        assert_eq!(record.after.len(), 1);
+        assert_eq!(record.after[0].job.as_str(), probe_id.as_str());
+        assert!(
+            record.last_message().contains("waits for NCCL probe"),
+            "{}",
+            record.last_message()
+        );
+    }
     // The user's list shows the job, not the probe.
     let listed = backend.records(&RecordFilter::any()).await.unwrap();
     assert_eq!(listed.len(), 1);
@@ -248,11 +250,13 @@ async fn a_poll_that_sees_the_probe_pass_caches_its_knobs_for_later_jobs() {
         .submit(&image_job("later", 4, 8), SubmitOptions::default())
         .await
         .unwrap();
-    let fake = fake.lock().unwrap();
-    assert_eq!(fake.ran.len() - before, 1, "{:?}", &fake.ran[before..]);
-    let (_, script) = fake.scripts.last().unwrap();
-    assert!(script.contains("export NCCL_P2P_DISABLE=1\n"), "{script}");
-    assert!(!script.contains("--dependency"), "{script}");
+    {
+        let fake = fake.lock().unwrap();
+        assert_eq!(fake.ran.len() - before, 1, "{:?}", &fake.ran[before..]);
+        let (_, script) = fake.scripts.last().unwrap();
+        assert!(script.contains("export NCCL_P2P_DISABLE=1\n"), "{script}");
+        assert!(!script.contains("--dependency"), "{script}");
+    }
     assert_eq!(probes(&backend).await.len(), 1);
 }
 
