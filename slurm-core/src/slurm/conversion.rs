@@ -158,6 +158,8 @@ pub(crate) async fn conclude(ctx: &Context<'_>, records: &[&JobRecord]) -> Concl
     }
 }
 
+/// Read the end of each of `conversions` (ended, not read yet): a completed one marks
+/// its image present, any other ends the jobs that wait for it; each is labelled read.
 async fn conclude_ended(ctx: &Context<'_>, conversions: &[JobRecord]) -> Result<Concluded> {
     let store = ctx.records();
     let failed: Vec<&JobRecord> = conversions
@@ -190,43 +192,7 @@ async fn conclude_ended(ctx: &Context<'_>, conversions: &[JobRecord]) -> Result<
                 .change(|facts| facts.sqsh_present.insert(env(ENV_OUT)));
             "converted"
         } else {
-            let text = said.get(&conversion.id).cloned().unwrap_or_default();
-            let failure = conversion_failure(
-                ConvertExit::ConvertFailed.status(),
-                &text,
-                &env(ENV_REGISTRY),
-                &env(ENV_IMAGE),
-                &ctx.config().convert_partition,
-            );
-            let job = conversion
-                .backend_ref
-                .as_ref()
-                .map_or("?", |r| r.native_id.as_str());
-            let how = conversion.last_message();
-            for waiter in waiting
-                .iter()
-                .filter(|r| r.after.iter().any(|d| d.job == conversion.id))
-            {
-                let message = format!(
-                    "the conversion of its image it waited for (record {}, SLURM job {job}) ended {}: {}; remedy: {}; cancelled on the cluster",
-                    conversion.id,
-                    if how.is_empty() { conversion.state.to_string() } else { how.to_string() },
-                    failure.message,
-                    failure.remedy
-                );
-                let updated = store
-                    .mark(
-                        &waiter.id,
-                        Mark::new(JobState::Error, TransitionSource::Poll)
-                            .message(message)
-                            .err_class(ErrorClass::Program),
-                    )
-                    .await?;
-                if let Some(native) = slurm_job(&updated)? {
-                    concluded.cancels.push(native);
-                }
-                concluded.ended.insert(waiter.id.clone(), updated);
-            }
+            end_waiters(ctx, conversion, env, &said, &waiting, &mut concluded).await?;
             "failed"
         };
         store
@@ -239,6 +205,58 @@ async fn conclude_ended(ctx: &Context<'_>, conversions: &[JobRecord]) -> Result<
             .await?;
     }
     Ok(concluded)
+}
+
+/// End ERROR the jobs among `waiting` that wait for the failed `conversion`, with what
+/// enroot said of it (its tail in `said`, its spec's variables read by `env`); their
+/// records and cancels are added to `concluded`.
+async fn end_waiters(
+    ctx: &Context<'_>,
+    conversion: &JobRecord,
+    env: impl Fn(&str) -> String,
+    said: &HashMap<JobId, String>,
+    waiting: &[JobRecord],
+    concluded: &mut Concluded,
+) -> Result<()> {
+    let store = ctx.records();
+    let text = said.get(&conversion.id).cloned().unwrap_or_default();
+    let failure = conversion_failure(
+        ConvertExit::ConvertFailed.status(),
+        &text,
+        &env(ENV_REGISTRY),
+        &env(ENV_IMAGE),
+        &ctx.config().convert_partition,
+    );
+    let job = conversion
+        .backend_ref
+        .as_ref()
+        .map_or("?", |r| r.native_id.as_str());
+    let how = conversion.last_message();
+    for waiter in waiting
+        .iter()
+        .filter(|r| r.after.iter().any(|d| d.job == conversion.id))
+    {
+        let message = format!(
+            "the conversion of its image it waited for (record {}, SLURM job {job}) ended {}: {}; remedy: {}; cancelled on the cluster",
+            conversion.id,
+            if how.is_empty() { conversion.state.to_string() } else { how.to_string() },
+            failure.message,
+            failure.remedy
+        );
+        let updated = store
+            .mark(
+                &waiter.id,
+                Mark::new(JobState::Error, TransitionSource::Poll)
+                    .message(message)
+                    .err_class(ErrorClass::Program),
+            )
+            .await?;
+        if let Some(native) = slurm_job(&updated)? {
+            concluded.cancels.push(native);
+        }
+        concluded.ended.insert(waiter.id.clone(), updated);
+    }
+    Ok(())
 }
 
 /// The tails of the logs (main.out and main.err) of `conversions`, by record, in one

@@ -28,16 +28,17 @@
 //! ([`memo`](super::context::poll_memo::PollMemo)); when they did, the same round trip answered in
 //! full and the steps above run on it.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::context::poll_memo::Held;
+use super::context::poll_memo::{Held, MemoGuard};
 use super::context::Context;
 use super::conversion::{awaits_verdict as awaits_conversion, conclude as conclude_conversions};
 use super::dependants::{follow_retries, next_step, DependantStep};
-use super::job::scancel_quietly;
-use super::poll::{observe_jobs, poll_again, Again, MemoUse, MINE_FROM};
+use super::job::{scancel_quietly, SlurmJob};
+use super::poll::{observe_jobs, poll_again, Again, MemoUse, Observed, MINE_FROM};
 use super::probe::{awaits_verdict, conclude};
 use super::reconcile::{settle_left, SETTLE_AFTER};
 use super::sidecars::{forget, forget_commands, forgotten, note_forgotten};
@@ -69,22 +70,9 @@ pub(super) async fn status_settling(
         false => None,
     };
     let mut memo = revision.and(ctx.poll_memo().try_take());
-    let mut answered = None;
-    if let (Some(guard), Some(revision)) = (memo.as_mut(), revision) {
-        if let Some(held) = guard.as_ref().filter(|h| h.answers(ids, revision)) {
-            match poll_again(ctx, held, ids.len()).await? {
-                Again::Unchanged => return Ok(held.statuses().to_vec()),
-                Again::Changed(answer) => answered = Some(answer),
-                // A new shell: a full poll, its lists sent.
-                Again::Lost => {}
-            }
-        }
-        // Held again only if this poll is quiet too.
-        **guard = None;
-    }
-    let memo_use = MemoUse {
-        ask: memo.as_ref().map(|_| ctx.poll_memo().ask(None)),
-        answered,
+    let memo_use = match ask_memo(ctx, ids, revision, &mut memo).await? {
+        ControlFlow::Continue(memo_use) => memo_use,
+        ControlFlow::Break(statuses) => return Ok(statuses),
     };
 
     // Each record is read once per poll: a poll of 10,000 jobs reads 10,000 files.
@@ -96,8 +84,91 @@ pub(super) async fn status_settling(
     settle_left(ctx, &mut records, settle_after).await?;
 
     // 2. Parents of dependants still waiting.
+    let (mut attempts, parents, ended_before, waits) =
+        parents_of_waiting(ctx, ids, &mut records).await?;
+
+    quiet &= !waits && parents.is_empty();
+
+    // 3. Poll.
+    let mut observed = observe_jobs(ctx, records, memo_use).await?;
+    let kept = observed.kept().cloned();
+
+    // 4. Follow-ups, and the secrets of jobs that have ended, in one round trip.
+    quiet &= follow_up_and_forget(ctx, &mut observed).await?;
+
+    // 5. Record.
+    let (mut statuses, mut cancels) = observed.record(ctx).await?;
+
+    // 6. Probes that ended (polled now, or parents that ended before).
+    quiet &=
+        conclude_probes_and_conversions(ctx, &mut statuses, &parents, &mut attempts, &mut cancels)
+            .await;
+    statuses.truncate(ids.len());
+
+    // 7. Dependants, their parents as this poll left them.
+    let (follow, ended) =
+        step_dependants(ctx, &mut statuses, &attempts, &ended_before, &mut cancels).await?;
+
+    // 8. Cancels.
+    quiet &= cancels.is_empty() && follow.is_empty() && ended.is_empty();
+    scancel_quietly(ctx, &cancels, "jobs that can never run").await;
+
+    // 9. Secrets of the records ended in steps 6-7.
+    forget_ended(ctx, &ended, &mut statuses).await?;
+
+    // The memo: a quiet poll that wrote nothing is held for the next poll of these ids.
+    if let (Some(guard), Some(revision), Some((slot, request)), true) =
+        (memo.as_mut(), revision, kept, quiet)
+    {
+        if store.revision().await? == Some(revision) {
+            **guard = Some(Held::new(ids, revision, slot, request, statuses.clone()));
+        }
+    }
+    Ok(statuses)
+}
+
+/// What this poll of `ids` uses of the `memo` taken at `revision`: when it holds a poll
+/// of the same ids and squeue's rows did not change since, the statuses that poll
+/// answered (`Break`, the memo kept); else what the script is asked, and the full
+/// answer of the held request sent again when its rows had changed (`Continue`, the
+/// memo emptied).
+async fn ask_memo(
+    ctx: &Context<'_>,
+    ids: &[JobId],
+    revision: Option<u64>,
+    memo: &mut Option<MemoGuard<'_>>,
+) -> Result<ControlFlow<Vec<JobStatus>, MemoUse>> {
+    let mut answered = None;
+    if let (Some(guard), Some(revision)) = (memo.as_mut(), revision) {
+        if let Some(held) = guard.as_ref().filter(|h| h.answers(ids, revision)) {
+            match poll_again(ctx, held, ids.len()).await? {
+                Again::Unchanged => return Ok(ControlFlow::Break(held.statuses().to_vec())),
+                Again::Changed(answer) => answered = Some(answer),
+                // A new shell: a full poll, its lists sent.
+                Again::Lost => {}
+            }
+        }
+        // Held again only if this poll is quiet too.
+        **guard = None;
+    }
+    Ok(ControlFlow::Continue(MemoUse {
+        ask: memo.as_ref().map(|_| ctx.poll_memo().ask(None)),
+        answered,
+    }))
+}
+
+/// The latest attempts of the parents of the dependants in `records` still waiting
+/// (step 2), those not ended added to `records`: the store's attempts (listed once, and
+/// only when a dependant waits), the parents, the ids of those that had ended before
+/// this poll, and whether a dependant waits.
+async fn parents_of_waiting(
+    ctx: &Context<'_>,
+    ids: &[JobId],
+    records: &mut Vec<JobRecord>,
+) -> Result<(Attempts, HashMap<JobId, JobRecord>, HashSet<JobId>, bool)> {
+    let store = ctx.records();
     let mut parent_ids: Vec<JobId> = Vec::new();
-    for record in &records {
+    for record in records.iter() {
         if !record.state.is_terminal() {
             parent_ids.extend(record.after.iter().map(|d| d.job.clone()));
         }
@@ -107,7 +178,7 @@ pub(super) async fn status_settling(
     let waits = records
         .iter()
         .any(|r| !r.state.is_terminal() && !r.after.is_empty());
-    let mut attempts = if waits {
+    let attempts = if waits {
         store.run(|store| Attempts::read(store)).await?
     } else {
         Attempts::default()
@@ -128,14 +199,13 @@ pub(super) async fn status_settling(
             records.push(parent.clone());
         }
     }
+    Ok((attempts, parents, ended_before, waits))
+}
 
-    quiet &= !waits && parents.is_empty();
-
-    // 3. Poll.
-    let mut observed = observe_jobs(ctx, records, memo_use).await?;
-    let kept = observed.kept().cloned();
-
-    // 4. Follow-ups, and the secrets of jobs that have ended, in one round trip.
+/// Sends the follow-ups `observed` needs with the removal of the secrets of its jobs
+/// that have ended (step 4), in one round trip, and refreshes the records whose secrets
+/// are gone; whether there was no secret to remove.
+async fn follow_up_and_forget(ctx: &Context<'_>, observed: &mut Observed) -> Result<bool> {
     let forget_now: Vec<JobRecord> = observed
         .records()
         .iter()
@@ -146,7 +216,7 @@ pub(super) async fn status_settling(
         })
         .map(|(_, record)| record.clone())
         .collect();
-    quiet &= forget_now.is_empty();
+    let quiet = forget_now.is_empty();
     let forget_refs: Vec<&JobRecord> = forget_now.iter().collect();
     let answers = observed
         .follow_up(ctx, forget_commands(&forget_refs))
@@ -155,11 +225,20 @@ pub(super) async fn status_settling(
     for record in note_forgotten(ctx, gone).await? {
         observed.refresh(record);
     }
+    Ok(quiet)
+}
 
-    // 5. Record.
-    let (mut statuses, mut cancels) = observed.record(ctx).await?;
-
-    // 6. Probes that ended (polled now, or parents that ended before).
+/// Concludes the NCCL probes and the image conversions that ended among `statuses` and
+/// the `parents` that ended before (step 6): the records they ended replace theirs in
+/// `statuses`, their cancels are added to `cancels`, and `attempts` is refreshed with
+/// every status; whether none of them awaited a verdict.
+async fn conclude_probes_and_conversions(
+    ctx: &Context<'_>,
+    statuses: &mut [JobStatus],
+    parents: &HashMap<JobId, JobRecord>,
+    attempts: &mut Attempts,
+    cancels: &mut Vec<SlurmJob>,
+) -> bool {
     // Only a probe's verdict reads what the scheduler said of it.
     let natives: BTreeMap<JobId, NativeStatus> = statuses
         .iter()
@@ -171,7 +250,7 @@ pub(super) async fn status_settling(
         .map(|s| &*s.record)
         .chain(parents.values().filter(|p| p.state.is_terminal()))
         .collect();
-    quiet &= !candidates
+    let quiet = !candidates
         .iter()
         .any(|r| awaits_verdict(r) || awaits_conversion(r));
     let mut concluded = conclude(ctx, &candidates, &natives).await;
@@ -187,12 +266,23 @@ pub(super) async fn status_settling(
             status.record = Arc::new(record);
         }
     }
-    for status in &statuses {
+    for status in statuses.iter() {
         attempts.refresh(&status.record);
     }
-    statuses.truncate(ids.len());
+    quiet
+}
 
-    // 7. Dependants, their parents as this poll left them.
+/// Takes the next step of each dependant in `statuses` still waiting, its parents as
+/// this poll left them (step 7): one that ends replaces its record in `statuses` and
+/// adds its job to `cancels`, and those whose parent was retried follow the retry; the
+/// dependants that followed a retry, and those that ended.
+async fn step_dependants(
+    ctx: &Context<'_>,
+    statuses: &mut [JobStatus],
+    attempts: &Attempts,
+    ended_before: &HashSet<JobId>,
+    cancels: &mut Vec<SlurmJob>,
+) -> Result<(Vec<JobRecord>, Vec<JobRecord>)> {
     let mut follow = Vec::new();
     let mut ended = Vec::new();
     for status in statuses.iter_mut() {
@@ -200,7 +290,7 @@ pub(super) async fn status_settling(
         if record.state.is_terminal() || record.after.is_empty() {
             continue;
         }
-        match next_step(ctx, record, &attempts, &ended_before).await? {
+        match next_step(ctx, record, attempts, ended_before).await? {
             DependantStep::Ended { record, job } => {
                 cancels.extend(job);
                 ended.push(JobRecord::clone(&record));
@@ -211,30 +301,26 @@ pub(super) async fn status_settling(
         }
     }
     if !follow.is_empty() {
-        follow_retries(ctx, &follow, &attempts).await?;
+        follow_retries(ctx, &follow, attempts).await?;
     }
+    Ok((follow, ended))
+}
 
-    // 8. Cancels.
-    quiet &= cancels.is_empty() && follow.is_empty() && ended.is_empty();
-    scancel_quietly(ctx, &cancels, "jobs that can never run").await;
-
-    // 9. Secrets of the records ended in steps 6-7.
+/// Removes the secrets of the records `ended` in steps 6-7 (step 9), and reads again
+/// from the store the records of `statuses` among them.
+async fn forget_ended(
+    ctx: &Context<'_>,
+    ended: &[JobRecord],
+    statuses: &mut [JobStatus],
+) -> Result<()> {
+    let store = ctx.records();
     if ended.iter().any(|r| r.secrets_staged) {
-        forget(ctx, &ended).await;
+        forget(ctx, ended).await;
         for status in statuses.iter_mut() {
             if ended.iter().any(|r| r.id == status.record.id) {
                 status.record = Arc::new(store.get(&status.record.id).await?);
             }
         }
     }
-
-    // The memo: a quiet poll that wrote nothing is held for the next poll of these ids.
-    if let (Some(guard), Some(revision), Some((slot, request)), true) =
-        (memo.as_mut(), revision, kept, quiet)
-    {
-        if store.revision().await? == Some(revision) {
-            **guard = Some(Held::new(ids, revision, slot, request, statuses.clone()));
-        }
-    }
-    Ok(statuses)
+    Ok(())
 }

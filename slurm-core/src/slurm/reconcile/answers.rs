@@ -76,6 +76,47 @@ pub(super) fn read_answers(names: &[String], parts: &[Output]) -> BTreeMap<Strin
         .iter()
         .map(|name| (name.clone(), Answers::default()))
         .collect();
+    read_fences(&mut answers, parts);
+    let squeue = &parts[1];
+    let sacct = &parts[2];
+    let sacct_disabled = is_accounting_disabled(&sacct.stderr_text());
+    let mut min_job_age = None;
+    let mut dbd_agent_queue: Option<u64> = None;
+    for line in parts[3].stdout_text().lines() {
+        match line.split_once(' ') {
+            Some(("min_job_age", value)) => min_job_age = value.trim().parse().ok(),
+            Some(("dbd_agent_queue", value)) => dbd_agent_queue = value.trim().parse().ok(),
+            _ => {}
+        }
+    }
+    for (name, entry) in answers.iter_mut() {
+        entry.min_job_age = min_job_age;
+        entry.accounting_lag = dbd_agent_queue.map(|queued| queued > 0);
+        if squeue.success() {
+            entry.squeue = Some(jobs_named(&squeue.stdout_text(), name));
+        } else {
+            entry.failures.push(format!(
+                "squeue: {}",
+                first_line(&squeue.stderr_text(), squeue.status)
+            ));
+        }
+        if sacct.success() && !sacct_disabled {
+            entry.sacct = Some(jobs_named(&sacct.stdout_text(), name));
+        } else if sacct_disabled {
+            entry.accounting_disabled = true;
+        } else {
+            entry.failures.push(format!(
+                "sacct: {}",
+                first_line(&sacct.stderr_text(), sacct.status)
+            ));
+        }
+    }
+    answers
+}
+
+/// Read what the fence (the first of `parts`) found of each attempt, whether it removed
+/// the secrets sidecar, and whether the job folder is another record's, into `answers`.
+fn read_fences(answers: &mut BTreeMap<String, Answers>, parts: &[Output]) {
     let decode = |text: &str| -> String {
         if text == "-" {
             return String::new();
@@ -122,43 +163,10 @@ pub(super) fn read_answers(names: &[String], parts: &[Output]) -> BTreeMap<Strin
             _ => {}
         }
     }
-    let squeue = &parts[1];
-    let sacct = &parts[2];
-    let sacct_disabled = is_accounting_disabled(&sacct.stderr_text());
-    let mut min_job_age = None;
-    let mut dbd_agent_queue: Option<u64> = None;
-    for line in parts[3].stdout_text().lines() {
-        match line.split_once(' ') {
-            Some(("min_job_age", value)) => min_job_age = value.trim().parse().ok(),
-            Some(("dbd_agent_queue", value)) => dbd_agent_queue = value.trim().parse().ok(),
-            _ => {}
-        }
-    }
-    for (name, entry) in answers.iter_mut() {
-        entry.min_job_age = min_job_age;
-        entry.accounting_lag = dbd_agent_queue.map(|queued| queued > 0);
-        if squeue.success() {
-            entry.squeue = Some(jobs_named(&squeue.stdout_text(), name));
-        } else {
-            entry.failures.push(format!(
-                "squeue: {}",
-                first_line(&squeue.stderr_text(), squeue.status)
-            ));
-        }
-        if sacct.success() && !sacct_disabled {
-            entry.sacct = Some(jobs_named(&sacct.stdout_text(), name));
-        } else if sacct_disabled {
-            entry.accounting_disabled = true;
-        } else {
-            entry.failures.push(format!(
-                "sacct: {}",
-                first_line(&sacct.stderr_text(), sacct.status)
-            ));
-        }
-    }
-    answers
 }
 
+/// The first line of `text` that is not blank (at most 300 characters), or what the
+/// exit `status` says when there is none.
 fn first_line(text: &str, status: i32) -> String {
     text.lines()
         .map(str::trim)

@@ -21,6 +21,7 @@ pub(super) enum Settler<'a> {
 }
 
 impl Settler<'_> {
+    /// The source of the transitions this settler marks.
     fn source(&self) -> TransitionSource {
         match self {
             Settler::Submit { .. } => TransitionSource::Agent,
@@ -28,6 +29,7 @@ impl Settler<'_> {
         }
     }
 
+    /// What the records this settler settles say of the settle.
     fn context(&self) -> String {
         match self {
             Settler::Submit { reason, .. } => format!("its submit's outcome was unknown: {reason}"),
@@ -73,43 +75,8 @@ pub(super) async fn apply(
     }
     let source = settler.source();
     let applied = match settled.verdict {
-        Verdict::Adopt(job) => {
-            tracing::info!(job = %id, slurm_job_id = %job.native_id, "adopted");
-            store
-                .mark(
-                    id,
-                    Mark::new(JobState::Pending, source)
-                        .message(format!(
-                            "adopted: SLURM job {job} carries its name ({})",
-                            redactor.redact(&settler.context())
-                        ))
-                        .backend_ref(job),
-                )
-                .await
-                .map(Applied::Adopted)
-        }
-        Verdict::NoJob(why) => {
-            let sent = record.submit_attempts.unwrap_or(0);
-            match settler {
-                Settler::Submit { max_attempts, .. } if sent < max_attempts => {
-                    count_attempt(ctx, id, sent + 1)
-                        .await
-                        .map(|()| Applied::Resend(sent + 1))
-                }
-                _ => {
-                    let why = redactor.redact(&why);
-                    let error = Error::Remote {
-                        command: format!("submit {id}"),
-                        status: 0,
-                        stderr: format!(
-                            "{sent} attempt(s) had an unknown outcome and the scheduler has no job named {id} ({why}); check the connection and submit again"
-                        ),
-                        transient: true,
-                    };
-                    never_reached(ctx, id, source, &why, error).await
-                }
-            }
-        }
+        Verdict::Adopt(job) => adopt(ctx, id, job, source, &settler, redactor).await,
+        Verdict::NoJob(why) => no_job(ctx, record, why, settler, source, redactor).await,
         Verdict::Foreign(why) => {
             let error = Error::invalid(
                 "id",
@@ -154,6 +121,65 @@ pub(super) async fn apply(
         // Settled meanwhile by someone else: keep what they found.
         Err(Error::InvalidTransition { .. }) => Ok(Applied::SettledElsewhere(store.get(id).await?)),
         other => other,
+    }
+}
+
+/// Adopt `job` as `id`'s (the one job carrying its name): the record is PENDING, its
+/// message saying which `settler` adopted it, redacted by `redactor`.
+async fn adopt(
+    ctx: &Context<'_>,
+    id: &crate::record::JobId,
+    job: BackendRef,
+    source: TransitionSource,
+    settler: &Settler<'_>,
+    redactor: &SecretRegistry,
+) -> Result<Applied> {
+    let store = ctx.records();
+    tracing::info!(job = %id, slurm_job_id = %job.native_id, "adopted");
+    store
+        .mark(
+            id,
+            Mark::new(JobState::Pending, source)
+                .message(format!(
+                    "adopted: SLURM job {job} carries its name ({})",
+                    redactor.redact(&settler.context())
+                ))
+                .backend_ref(job),
+        )
+        .await
+        .map(Applied::Adopted)
+}
+
+/// Apply "no job" (`why`) to `record`: a submit's `settler` sends another attempt while
+/// fewer than its most were sent; else the record ends NOT_SUBMITTED.
+async fn no_job(
+    ctx: &Context<'_>,
+    record: &JobRecord,
+    why: String,
+    settler: Settler<'_>,
+    source: TransitionSource,
+    redactor: &SecretRegistry,
+) -> Result<Applied> {
+    let id = &record.id;
+    let sent = record.submit_attempts.unwrap_or(0);
+    match settler {
+        Settler::Submit { max_attempts, .. } if sent < max_attempts => {
+            count_attempt(ctx, id, sent + 1)
+                .await
+                .map(|()| Applied::Resend(sent + 1))
+        }
+        _ => {
+            let why = redactor.redact(&why);
+            let error = Error::Remote {
+                command: format!("submit {id}"),
+                status: 0,
+                stderr: format!(
+                    "{sent} attempt(s) had an unknown outcome and the scheduler has no job named {id} ({why}); check the connection and submit again"
+                ),
+                transient: true,
+            };
+            never_reached(ctx, id, source, &why, error).await
+        }
     }
 }
 

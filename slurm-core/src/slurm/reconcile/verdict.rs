@@ -60,6 +60,8 @@ enum AttemptReading {
     Unknown(String),
 }
 
+/// How the answer of an attempt whose sbatch exited `rc`, printing `stdout` and
+/// `stderr`, reads.
 fn read_attempt(rc: i32, stdout: &str, stderr: &str) -> AttemptReading {
     match parse_sbatch_parsable(stdout, stderr) {
         Ok(SbatchOutcome::Submitted {
@@ -90,37 +92,7 @@ pub(super) fn verdict(record: &JobRecord, answers: &Answers, now: DateTime<Utc>)
             record.id
         ));
     }
-    let counted = record.submit_attempts.unwrap_or(0);
-    let mut seen: BTreeSet<BackendRef> = BTreeSet::new();
-    let mut refusal: Option<Error> = None;
-    // Whether some attempt's outcome is unknown, so the scheduler must be asked.
-    let mut unknown: Vec<String> = Vec::new();
-    let mut running: Vec<String> = Vec::new();
-    if counted == 0 {
-        unknown.push("the record predates fenced attempts".to_string());
-    }
-    for n in 1..=counted {
-        match answers.attempts.get(&n) {
-            Some(Attempt::Fenced) => {}
-            Some(Attempt::Done { rc, stdout, stderr }) => match read_attempt(*rc, stdout, stderr) {
-                AttemptReading::Job(job) => {
-                    seen.insert(job);
-                }
-                AttemptReading::Refused(error) => refusal = Some(error),
-                AttemptReading::Unknown(why) => unknown.push(format!("attempt {n}: {why}")),
-            },
-            Some(Attempt::Running { age }) if *age > ATTEMPT_DEAD_AFTER.as_secs() => {
-                unknown.push(format!(
-                    "attempt {n} began {age} s ago and left no answer: its submit was killed, and sbatch (bounded by {} s) can no longer create a job",
-                    super::SBATCH_LIMIT.as_secs() + 5
-                ))
-            }
-            Some(Attempt::Running { age }) => running.push(format!(
-                "attempt {n} may still be running sbatch (began {age} s ago)"
-            )),
-            None => running.push(format!("attempt {n} could not be fenced")),
-        }
-    }
+    let (mut seen, refusal, unknown, running) = read_attempts(record, answers);
     for jobs in [&answers.squeue, &answers.sacct].into_iter().flatten() {
         seen.extend(jobs.iter().cloned());
     }
@@ -157,28 +129,7 @@ pub(super) fn verdict(record: &JobRecord, answers: &Answers, now: DateTime<Utc>)
     let squeue_alone = answers.sacct.is_some() || answers.accounting_disabled;
     let answered = answers.squeue.is_some() && (sacct_current || (squeue_alone && young));
     if !answered {
-        let mut why = answers.failures.clone();
-        if squeue_alone && !sacct_current && !young {
-            let cause = if answers.accounting_disabled {
-                "accounting is disabled".to_string()
-            } else if answers.accounting_lag == Some(true) {
-                "sacct may lag behind slurmctld (its DBD agent queue is not empty)".to_string()
-            } else {
-                "whether sacct lags behind slurmctld could not be read (sdiag)".to_string()
-            };
-            let limit = match window {
-                Some(window) => format!(
-                    "the {} s squeue keeps an ended job (MinJobAge)",
-                    window.as_secs()
-                ),
-                None => {
-                    "the time squeue keeps an ended job (MinJobAge could not be read)".to_string()
-                }
-            };
-            why.push(format!(
-                "{cause} and the record is older than {limit}, so squeue alone cannot tell"
-            ));
-        }
+        let why = unanswered_causes(answers, window, squeue_alone, sacct_current, young);
         return Verdict::Unsettled {
             seen: seen_list,
             why: format!(
@@ -199,4 +150,83 @@ pub(super) fn verdict(record: &JobRecord, answers: &Answers, now: DateTime<Utc>)
             )),
         },
     }
+}
+
+/// What the attempts `record` counted said (`answers`): the jobs their answers name, the
+/// refusal of one, why the outcome of each unknown one is unknown, and why each that
+/// may still be running sbatch leaves the settle for later.
+fn read_attempts(
+    record: &JobRecord,
+    answers: &Answers,
+) -> (
+    BTreeSet<BackendRef>,
+    Option<Error>,
+    Vec<String>,
+    Vec<String>,
+) {
+    let counted = record.submit_attempts.unwrap_or(0);
+    let mut seen: BTreeSet<BackendRef> = BTreeSet::new();
+    let mut refusal: Option<Error> = None;
+    // Whether some attempt's outcome is unknown, so the scheduler must be asked.
+    let mut unknown: Vec<String> = Vec::new();
+    let mut running: Vec<String> = Vec::new();
+    if counted == 0 {
+        unknown.push("the record predates fenced attempts".to_string());
+    }
+    for n in 1..=counted {
+        match answers.attempts.get(&n) {
+            Some(Attempt::Fenced) => {}
+            Some(Attempt::Done { rc, stdout, stderr }) => match read_attempt(*rc, stdout, stderr) {
+                AttemptReading::Job(job) => {
+                    seen.insert(job);
+                }
+                AttemptReading::Refused(error) => refusal = Some(error),
+                AttemptReading::Unknown(why) => unknown.push(format!("attempt {n}: {why}")),
+            },
+            Some(Attempt::Running { age }) if *age > ATTEMPT_DEAD_AFTER.as_secs() => {
+                unknown.push(format!(
+                    "attempt {n} began {age} s ago and left no answer: its submit was killed, and sbatch (bounded by {} s) can no longer create a job",
+                    super::SBATCH_LIMIT.as_secs() + 5
+                ))
+            }
+            Some(Attempt::Running { age }) => running.push(format!(
+                "attempt {n} may still be running sbatch (began {age} s ago)"
+            )),
+            None => running.push(format!("attempt {n} could not be fenced")),
+        }
+    }
+    (seen, refusal, unknown, running)
+}
+
+/// Why the scheduler could not be asked: the `answers`' failures, and, when squeue
+/// alone would answer (`squeue_alone`) but sacct is not current and the record is not
+/// `young` (within `window`), why squeue alone cannot tell.
+fn unanswered_causes(
+    answers: &Answers,
+    window: Option<Duration>,
+    squeue_alone: bool,
+    sacct_current: bool,
+    young: bool,
+) -> Vec<String> {
+    let mut why = answers.failures.clone();
+    if squeue_alone && !sacct_current && !young {
+        let cause = if answers.accounting_disabled {
+            "accounting is disabled".to_string()
+        } else if answers.accounting_lag == Some(true) {
+            "sacct may lag behind slurmctld (its DBD agent queue is not empty)".to_string()
+        } else {
+            "whether sacct lags behind slurmctld could not be read (sdiag)".to_string()
+        };
+        let limit = match window {
+            Some(window) => format!(
+                "the {} s squeue keeps an ended job (MinJobAge)",
+                window.as_secs()
+            ),
+            None => "the time squeue keeps an ended job (MinJobAge could not be read)".to_string(),
+        };
+        why.push(format!(
+            "{cause} and the record is older than {limit}, so squeue alone cannot tell"
+        ));
+    }
+    why
 }

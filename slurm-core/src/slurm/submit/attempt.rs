@@ -66,20 +66,7 @@ pub(crate) async fn attempt(
     let mut attempt = 1u32;
     let mut accepted = format!("sbatch accepted the job{}", staged.note);
     // Every role's registry image is converted (or found converted) before the first send.
-    for conversion in &staged.role_conversions {
-        match convert_image(ctx, conversion).await {
-            Ok(done @ Converted::ByJob(_)) => {
-                accepted.push_str(&conversion_note(conversion, &done))
-            }
-            Ok(Converted::Present) => {}
-            Err(error) => {
-                return Err(Failed::Refused {
-                    error,
-                    state: JobState::Error,
-                })
-            }
-        }
-    }
+    convert_role_images(ctx, staged, &mut accepted).await?;
     let mut resent_unsent = false;
     // Every failure below comes while no attempt's outcome is unknown (the first
     // attempt, or one sent after a settle said "no job"): it ends the record. Once an
@@ -138,6 +125,30 @@ pub(crate) async fn attempt(
             Err(error) => return Err(Failed::Unsettled(error)),
         }
     }
+}
+
+/// Convert every role's registry image of `staged` (or find it converted), the note of
+/// each conversion job added to `accepted`; a failed conversion refuses the submit.
+async fn convert_role_images(
+    ctx: &Context<'_>,
+    staged: &Staged,
+    accepted: &mut String,
+) -> std::result::Result<(), Failed> {
+    for conversion in &staged.role_conversions {
+        match convert_image(ctx, conversion).await {
+            Ok(done @ Converted::ByJob(_)) => {
+                accepted.push_str(&conversion_note(conversion, &done))
+            }
+            Ok(Converted::Present) => {}
+            Err(error) => {
+                return Err(Failed::Refused {
+                    error,
+                    state: JobState::Error,
+                })
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The submit command of attempt `attempt`.
