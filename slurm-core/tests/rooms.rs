@@ -19,7 +19,7 @@ const LONGEST_FUNCTION: usize = 80;
 /// Imports that close a circle the layout has not undone yet, as (crate, importer,
 /// imported module): each is left out of its crate's graph, and each must still be made
 /// (a circle undone leaves this list).
-const KNOWN_CIRCLES: [(&str, &str, &str); 9] = [
+const KNOWN_CIRCLES: [(&str, &str, &str); 7] = [
     // The generic retry names the submit options of the backend seam, whose local
     // backend runs the retry.
     ("slurm-core", "retry", "backend::options"),
@@ -31,10 +31,6 @@ const KNOWN_CIRCLES: [(&str, &str, &str); 9] = [
     // A record's segments and tasks have methods of the record.
     ("slurm-core", "record::segments", "record::job_record"),
     ("slurm-core", "record::tasks", "record::job_record"),
-    // The probe on demand is an operation inside the probe's steps, which the status
-    // step and the submit use.
-    ("slurm-core", "slurm::probe::on_demand", "slurm::status"),
-    ("slurm-core", "slurm::probe::on_demand", "slurm::submit"),
 ];
 
 /// The functions of the SLURM room still longer than [`LONGEST_FUNCTION`] lines, as
