@@ -7,10 +7,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::classify::RetryPolicy;
-use crate::dependency::Dependency;
 use crate::record::{JobId, JobRecord};
 use crate::redact::{check_secret_value, SecretRegistry};
-use crate::spec::JobSpec;
+use crate::spec::{Dependency, JobSpec};
 use crate::Result;
 
 /// Options of [`Backend::submit`](super::Backend::submit).
