@@ -85,6 +85,7 @@ mod classify;
 mod code;
 mod dependency;
 mod error;
+mod id;
 mod image;
 mod names;
 mod nccl;
@@ -105,12 +106,11 @@ pub use classify::ErrorClass;
 pub use error::{CheckKind, Error, ErrorKind, Result};
 
 // The job spec.
-pub use dependency::{Dependency, DependencyCondition, DependencyVerdict};
 pub use spec::{
     role_env_name, role_host_var, role_hosts_var, validate_sbatch_line, ArraySpec, CodeSpec,
-    CompletionCheck, JobSpec, Limits, NcclProbe, Resources, ResumeSignal, ResumeSpec, RoleSpec,
-    Scalar, SpecDefaults, Sweep, TaskSet, WallTime, RESTART_COUNT_VAR, RESUME_FROM_VAR,
-    ROLE_RANK_VAR, ROLE_VAR,
+    CompletionCheck, Dependency, DependencyCondition, DependencyVerdict, JobSpec, Limits,
+    NcclProbe, Resources, ResumeSignal, ResumeSpec, RoleSpec, Scalar, SpecDefaults, Sweep, TaskSet,
+    WallTime, RESTART_COUNT_VAR, RESUME_FROM_VAR, ROLE_RANK_VAR, ROLE_VAR,
 };
 pub use storage::RemotePath;
 

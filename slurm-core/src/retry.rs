@@ -3,7 +3,6 @@
 //! array, claimed once however many watchers and processes ask, kept off the nodes its
 //! failures were tied to, and its dependants following the new attempt.
 
-use crate::backend::SubmitOptions;
 use crate::record::{JobId, JobRecord, RecordStore, RetryClaim};
 use crate::spec::JobSpec;
 use crate::{Error, Result};
@@ -78,19 +77,6 @@ pub(crate) fn retry_spec(previous: &JobRecord, cluster_copy: Option<&str>) -> Re
         Some(failed) => spec.for_tasks(failed),
         None => spec,
     })
-}
-
-/// The submit options of the retry of `previous`, with the secrets' values the first
-/// submit was given (`None`: read from this process's environment).
-pub(crate) fn retry_options(
-    previous: &JobRecord,
-    secret_values: Option<std::collections::BTreeMap<String, String>>,
-) -> SubmitOptions {
-    SubmitOptions {
-        retry_of: Some(previous.id.clone()),
-        secret_values,
-        ..SubmitOptions::default()
-    }
 }
 
 /// Open `record`: a retry's record together with its claim of the retry

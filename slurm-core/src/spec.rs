@@ -53,6 +53,7 @@ use crate::image::ImageRef;
 use crate::storage::{MountSpec, StorageUri};
 use crate::{Error, Result};
 
+mod after;
 mod array;
 mod code;
 mod probe;
@@ -61,8 +62,9 @@ mod roles;
 mod validate;
 mod wall_time;
 
-use crate::dependency::Dependency;
+use crate::id::JobId;
 use crate::names::{validate_safe_name, validate_shell_name};
+pub use after::{Dependency, DependencyCondition, DependencyVerdict};
 pub(crate) use array::{ArrayPlan, MAX_TASKS};
 pub use array::{ArraySpec, Scalar, Sweep, TaskSet};
 pub use code::CodeSpec;
@@ -803,6 +805,14 @@ impl JobSpec {
             // A resumable job continues by requeueing itself.
             requeue: self.resume.is_some() || self.requeue.unwrap_or(defaults.requeue),
         })
+    }
+}
+
+impl JobId {
+    /// Mint an id for `spec` from its labels `arch` and `action` (`arch-action`), else
+    /// from its name.
+    pub fn mint_for(spec: &JobSpec) -> Self {
+        Self::mint(&spec.id_label())
     }
 }
 

@@ -19,24 +19,10 @@ const LONGEST_FUNCTION: usize = 80;
 /// Imports that close a circle the layout has not undone yet, as (crate, importer,
 /// imported module): each is left out of its crate's graph, and each must still be made
 /// (a circle undone leaves this list).
-const KNOWN_CIRCLES: [(&str, &str, &str); 10] = [
-    // The generic retry names the submit options of the backend seam, whose local
-    // backend runs the retry.
-    ("slurm-core", "retry", "backend::options"),
-    // A spec (and so a record) holds its dependencies, whose checks read records.
-    ("slurm-core", "dependency", "record::job_record"),
-    ("slurm-core", "dependency", "record::store"),
-    ("slurm-core", "dependency", "record::id"),
-    ("slurm-core", "dependency", "record::filter"),
+const KNOWN_CIRCLES: [(&str, &str, &str); 2] = [
     // A record's segments and tasks have methods of the record.
     ("slurm-core", "record::segments", "record::job_record"),
     ("slurm-core", "record::tasks", "record::job_record"),
-    // The probe on demand is an operation inside the probe's steps, which the status
-    // step and the submit use.
-    ("slurm-core", "slurm::probe::on_demand", "slurm::status"),
-    ("slurm-core", "slurm::probe::on_demand", "slurm::submit"),
-    // The builder of the ssh2 transport builds the transport, which reads the builder.
-    ("slurm-ssh", "config", "ssh2_transport"),
 ];
 
 /// The functions of the SLURM room still longer than [`LONGEST_FUNCTION`] lines, as

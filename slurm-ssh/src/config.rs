@@ -1,4 +1,4 @@
-//! The configuration of [`Ssh2Transport`]: builder from the environment, `with_*` setters, `~/.ssh/config` lookup.
+//! The configuration of [`Ssh2Transport`](crate::Ssh2Transport): builder from the environment, `with_*` setters, `~/.ssh/config` lookup.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -8,7 +8,6 @@ use slurm_core::{Error, Result};
 use ssh2_config::{ParseRule, SshConfig};
 
 use crate::hosts::HostSpec;
-use crate::Ssh2Transport;
 
 /// Default number of sessions (connections) kept per login host.
 pub(crate) const DEFAULT_SESSIONS: usize = 2;
@@ -43,7 +42,7 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// Settings of an [`Ssh2Transport`]: start from [`Ssh2TransportBuilder::from_env`]
+/// Settings of an [`Ssh2Transport`](crate::Ssh2Transport): start from [`Ssh2TransportBuilder::from_env`]
 /// or [`Ssh2TransportBuilder::new`], adjust with the `with_*` setters, then
 /// [`build`](Ssh2TransportBuilder::build).
 #[derive(Clone)]
@@ -233,12 +232,6 @@ impl Ssh2TransportBuilder {
     /// The longest a silent connection is kept: `keepalive * (max_missed + 1)`.
     pub(crate) fn silence_bound(&self) -> Duration {
         self.keepalive * (self.keepalive_max_missed + 1)
-    }
-
-    /// Check the settings and start the transport's session threads (connecting
-    /// happens on first use); the same as [`Ssh2Transport::new`].
-    pub fn build(self) -> Result<Ssh2Transport> {
-        Ssh2Transport::new(self)
     }
 
     pub(crate) fn validate(&self) -> Result<()> {

@@ -7,10 +7,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::classify::RetryPolicy;
-use crate::dependency::Dependency;
-use crate::record::JobId;
+use crate::record::{JobId, JobRecord};
 use crate::redact::{check_secret_value, SecretRegistry};
-use crate::spec::JobSpec;
+use crate::spec::{Dependency, JobSpec};
 use crate::Result;
 
 /// Options of [`Backend::submit`](super::Backend::submit).
@@ -27,6 +26,19 @@ pub struct SubmitOptions {
 }
 
 impl SubmitOptions {
+    /// The submit options of the retry of `previous`, with the secrets' values the first
+    /// submit was given (`None`: read from this process's environment).
+    pub(crate) fn for_retry_of(
+        previous: &JobRecord,
+        secret_values: Option<BTreeMap<String, String>>,
+    ) -> Self {
+        SubmitOptions {
+            retry_of: Some(previous.id.clone()),
+            secret_values,
+            ..SubmitOptions::default()
+        }
+    }
+
     /// The values of the secrets `spec` names, from [`SubmitOptions::secret_values`] or
     /// this process's environment, each checked by the one rule every backend applies.
     pub(crate) fn secrets_for(&self, spec: &JobSpec) -> Result<SecretRegistry> {

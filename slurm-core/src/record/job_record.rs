@@ -8,8 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::classify::ErrorClass;
 
-use crate::dependency::Dependency;
-use crate::spec::{CompletionCheck, JobSpec};
+use crate::spec::{CompletionCheck, Dependency, JobSpec};
 use crate::state::JobState;
 use crate::storage::RemotePath;
 use crate::{Error, Result};

@@ -24,7 +24,7 @@ use super::forward::{forward, ForwardOptions, JobForward};
 use super::images::stage_image;
 use super::logs::{follow_logs, logs};
 use super::preflight::{cluster_name, preflight};
-use super::probe::probe_nccl;
+use super::probe_on_demand::probe_nccl;
 use super::resubmit::resubmit;
 use super::secrets::SecretMemory;
 use super::status::status_many;

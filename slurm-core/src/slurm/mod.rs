@@ -21,7 +21,8 @@
 //! | `reconcile/` | settling a submit whose outcome is unknown; the only code that turns a verdict into a record change |
 //! | `status` | the status step: the poll, then what follows, in a fixed order |
 //! | `poll/` | the poll's request protocol and observations |
-//! | `probe/` | the NCCL probe: a submit's need, the verdicts of probes that ended, a probe on demand |
+//! | `probe/` | the NCCL probe's steps: a submit's need, the verdicts of probes that ended |
+//! | `probe_on_demand` | the probe on demand: one probe submitted and waited for |
 //! | `dependants` | `--dependency`, dependants that end or follow a retried parent |
 //! | `secrets`, `sidecars` | the values submitted (memory only) and log redaction; sidecar removal |
 //! | `resubmit`, `cancel`, `logs`, `preflight` | the other operations |
@@ -52,6 +53,7 @@ mod paths;
 mod poll;
 mod preflight;
 mod probe;
+mod probe_on_demand;
 mod reasons;
 mod reconcile;
 mod release;

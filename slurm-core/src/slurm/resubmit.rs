@@ -6,10 +6,11 @@ use super::context::Context;
 use super::dependants::follow_retries;
 use super::paths::spec_copy;
 use super::submit::submit;
+use crate::backend::SubmitOptions;
 use crate::dependency::follow_retry;
 use crate::dependency::Attempts;
 use crate::record::{JobId, JobRecord};
-use crate::retry::{begin, retry_options, retry_spec, RetryStart};
+use crate::retry::{begin, retry_spec, RetryStart};
 use crate::Result;
 
 /// Submit the finished record `id` again, linked to it; a retry made elsewhere already
@@ -35,7 +36,7 @@ pub(super) async fn resubmit(ctx: &Context<'_>, id: &JobId) -> Result<JobRecord>
     let spec = retry_spec(&previous, cluster_copy.as_deref())?;
     // The secrets' values this backend submitted the failed record with (kept in memory
     // only), else this process's environment.
-    let options = retry_options(&previous, ctx.secrets().values_of(id));
+    let options = SubmitOptions::for_retry_of(&previous, ctx.secrets().values_of(id));
     let record = submit(ctx, &spec, options, ctx.config().submit.clone()).await?;
     // Dependants of the failed attempt wait for this one instead (on the cluster too).
     let (previous_id, retry_id) = (id.clone(), record.id.clone());

@@ -43,9 +43,10 @@ use crate::backend::{
     Backend, JobStatus, LogOptions, LogStream, SubmitOptions, WatchEvent, WatchOptions,
 };
 use crate::classify::{ErrorClass, RetryPolicy};
-use crate::dependency::{Dependency, DependencyCondition};
 use crate::record::{JobId, JobRecord, RecordFilter};
-use crate::spec::{ArraySpec, JobSpec, Scalar, Sweep, TaskSet, WallTime};
+use crate::spec::{
+    ArraySpec, Dependency, DependencyCondition, JobSpec, Scalar, Sweep, TaskSet, WallTime,
+};
 use crate::state::JobState;
 use crate::{ErrorKind, Result};
 

@@ -8,7 +8,7 @@
 //! `max_channels` long-lived shells per connection run commands side by side, more
 //! commands queue.
 //!
-//! The rooms: this file is the async bridge; [`worker`] is the owner thread (queue,
+//! The rooms: this file is the async bridge (and the builder's `build`, which starts it); [`worker`] is the owner thread (queue,
 //! reconnect, polling); [`connect`] opens and authenticates a session, failing over
 //! across the login hosts; [`shells`] runs the shells of one connection and
 //! [`channel`] moves one shell on its channel; [`backoff`] spaces out retries.
@@ -101,6 +101,14 @@ impl fmt::Debug for Ssh2Transport {
         f.debug_struct("Ssh2Transport")
             .field("settings", &self.settings)
             .finish()
+    }
+}
+
+impl Ssh2TransportBuilder {
+    /// Check the settings and start the transport's session threads (connecting
+    /// happens on first use); the same as [`Ssh2Transport::new`].
+    pub fn build(self) -> Result<Ssh2Transport> {
+        Ssh2Transport::new(self)
     }
 }
 

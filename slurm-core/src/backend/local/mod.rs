@@ -33,7 +33,7 @@ use crate::record::{
     AsyncStore, BackendRef, JobId, JobRecord, Mark, RecordFilter, RecordStore, TransitionSource,
 };
 use crate::redact::SecretRegistry;
-use crate::retry::{begin, open_or_follow, prior, retry_options, retry_spec, Prior, RetryStart};
+use crate::retry::{begin, open_or_follow, prior, retry_spec, Prior, RetryStart};
 use crate::spec::{JobSpec, SpecDefaults, TaskSet};
 use crate::state::JobState;
 use crate::storage::RemotePath;
@@ -541,7 +541,8 @@ impl Backend for LocalBackend {
         };
         let spec = retry_spec(&previous, cluster_copy.as_deref())?;
         // The submit re-points the failed attempt's dependants at the retry.
-        self.submit(&spec, retry_options(&previous, None)).await
+        self.submit(&spec, SubmitOptions::for_retry_of(&previous, None))
+            .await
     }
 
     async fn status(&self, id: &JobId) -> Result<JobStatus> {

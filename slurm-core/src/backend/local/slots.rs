@@ -16,8 +16,9 @@ use crate::backend::LogStream;
 use crate::classify::{
     classify_failure, Ending, ErrorClass, CHILD_TIMEOUT_EXIT, CHILD_TIMEOUT_NOTE, LOG_TAIL_LINES,
 };
-use crate::dependency::{resolve_dependencies, DependencyVerdict};
+use crate::dependency::resolve_dependencies;
 use crate::record::{JobId, JobRecord, Mark, TaskMark, TransitionSource};
+use crate::spec::DependencyVerdict;
 use crate::state::JobState;
 
 /// A cancel request, answered once the job's process is gone and its record marked.

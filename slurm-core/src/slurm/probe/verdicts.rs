@@ -144,7 +144,7 @@ async fn conclude_ended(
 }
 
 /// The rungs a finished (or running) probe tried, from its verdict file's text.
-pub(super) fn attempts_of(
+pub(in crate::slurm) fn attempts_of(
     record: &JobRecord,
     verdict: &str,
     native: Option<&NativeStatus>,
@@ -163,7 +163,10 @@ pub(super) fn attempts_of(
 }
 
 /// The verdict files of `probes` (empty when a probe wrote none), in one round trip.
-pub(super) async fn read_verdicts(ctx: &Context<'_>, probes: &[JobRecord]) -> Result<Vec<String>> {
+pub(in crate::slurm) async fn read_verdicts(
+    ctx: &Context<'_>,
+    probes: &[JobRecord],
+) -> Result<Vec<String>> {
     let mut commands = Vec::with_capacity(probes.len());
     for probe in probes {
         let path = probe_verdict(probe)?;
@@ -195,7 +198,7 @@ pub(super) async fn read_verdicts(ctx: &Context<'_>, probes: &[JobRecord]) -> Re
 }
 
 /// Cache a passing probe's knobs for its cluster and shape.
-pub(super) fn cache_pass(
+pub(in crate::slurm) fn cache_pass(
     ctx: &Context<'_>,
     cluster: &str,
     probe: &JobRecord,

@@ -5,13 +5,12 @@
 use sha2::{Digest, Sha256};
 
 use super::plan::SubmitPlan;
-use crate::dependency::Dependency;
 use crate::names::validate_safe_name;
 use crate::record::JobRecord;
 use crate::redact::SecretRegistry;
 use crate::slurm::images::Conversion;
 use crate::slurm::paths::{staged_file, staged_script, staged_sidecar, STAGED_SPEC, STAGED_SWEEP};
-use crate::spec::{ArrayPlan, JobSpec};
+use crate::spec::{ArrayPlan, Dependency, JobSpec};
 use crate::transport::shell_quote;
 use crate::{Error, Result};
 

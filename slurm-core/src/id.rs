@@ -6,7 +6,6 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::names::{validate_safe_name, MAX_NAME_LEN};
-use crate::spec::JobSpec;
 use crate::{Error, Result};
 
 /// The hex digits of a minted id's random suffix.
@@ -56,12 +55,6 @@ impl JobId {
         let label = if clean.is_empty() { "job" } else { clean };
         let suffix: u64 = rand::random();
         JobId(format!("{label}-{suffix:0width$x}", width = SUFFIX_HEX))
-    }
-
-    /// Mint an id for `spec` from its labels `arch` and `action` (`arch-action`), else
-    /// from its name.
-    pub fn mint_for(spec: &JobSpec) -> Self {
-        Self::mint(&spec.id_label())
     }
 
     /// The id text.

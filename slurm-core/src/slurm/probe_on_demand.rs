@@ -1,14 +1,15 @@
-//! `probe_nccl`: one probe for jobs like a spec, submitted and waited for, its first
-//! passing env cached for the cluster and shape.
+//! `probe_nccl`, the probe on demand: one probe for jobs like a spec, submitted and
+//! waited for, its first passing env cached for the cluster and shape. An operation
+//! above the submit and the status step, which use the probe's steps in `probe/`.
 
 use std::time::Instant;
 
-use super::verdicts::{attempts_of, cache_pass, read_verdicts};
 use crate::backend::JobStatus;
 use crate::nccl::{verdict_of, ProbeOptions, ProbeReport};
 use crate::record::JobId;
 use crate::slurm::context::Context;
 use crate::slurm::preflight::cluster_name;
+use crate::slurm::probe::{attempts_of, cache_pass, read_verdicts};
 use crate::slurm::status::status_many;
 use crate::slurm::submit::{plan_resources, submit_probe};
 use crate::spec::JobSpec;
