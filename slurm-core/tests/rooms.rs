@@ -16,26 +16,6 @@ const CRATES: [&str; 4] = ["slurm-core", "slurm-records", "slurm-render", "slurm
 /// brace included.
 const LONGEST_FUNCTION: usize = 80;
 
-/// Imports that close a circle the layout has not undone yet, as (crate, importer,
-/// imported module): each is left out of its crate's graph, and each must still be made
-/// (a circle undone leaves this list).
-const KNOWN_CIRCLES: [(&str, &str, &str); 2] = [
-    // A record's segments and tasks have methods of the record.
-    ("slurm-core", "record::segments", "record::job_record"),
-    ("slurm-core", "record::tasks", "record::job_record"),
-];
-
-/// The functions of the SLURM room still longer than [`LONGEST_FUNCTION`] lines, as
-/// `file function` (each must still be too long: one split leaves this list).
-const LONG_FUNCTIONS_LEFT: [&str; 6] = [
-    "images.rs gate_conversion",
-    "images.rs conversion_failure",
-    "submit/mod.rs submit",
-    "submit/plan.rs new",
-    "submit/script.rs script_context",
-    "submit/stage.rs stage",
-];
-
 /// A module's path in its crate: `["slurm", "poll"]`; the crate root is empty.
 type Module = Vec<String>;
 
@@ -223,19 +203,11 @@ struct Tree {
     edges: BTreeMap<Module, BTreeSet<Module>>,
     /// For each edge, the import that made it first (`from` imports `target`).
     why: BTreeMap<(Module, Module), (Module, Module)>,
-    /// The imports left out (see [`KNOWN_CIRCLES`]) that the crate makes.
-    left_out: BTreeSet<(Module, Module)>,
 }
 
 impl Tree {
     /// The module graph of the crate whose sources are under `src`.
     fn of(src: &Path) -> Tree {
-        Tree::leaving_out(src, &BTreeSet::new())
-    }
-
-    /// The module graph of the crate whose sources are under `src`, without the imports
-    /// of `left_out` (importer, imported module).
-    fn leaving_out(src: &Path, left_out: &BTreeSet<(Module, Module)>) -> Tree {
         let krate = Crate::read(src);
         let modules: BTreeSet<Module> = krate.files.keys().cloned().collect();
         let declared = Regex::new(r"(?m)^\s*(pub(?:\([^)]*\))?\s+)?use\s+([^;]+);").unwrap();
@@ -276,7 +248,6 @@ impl Tree {
             modules,
             edges: BTreeMap::new(),
             why: BTreeMap::new(),
-            left_out: BTreeSet::new(),
         };
         for reference in references {
             // The crate root re-exports the rooms: its own imports are no layer.
@@ -284,12 +255,7 @@ impl Tree {
                 continue;
             }
             let target = tree.defining_module(&reference.path, &reexports);
-            let import = (reference.from, target);
-            if left_out.contains(&import) {
-                tree.left_out.insert(import);
-            } else {
-                tree.add(&import.0, &import.1);
-            }
+            tree.add(&reference.from, &target);
         }
         tree
     }
@@ -417,25 +383,13 @@ fn no_module_imports_a_module_that_imports_it_back() {
         "the graph sees sibling imports"
     );
     for krate in CRATES {
-        let known: BTreeSet<(Module, Module)> = KNOWN_CIRCLES
-            .iter()
-            .filter(|(owner, _, _)| *owner == krate)
-            .map(|(_, from, target)| (module(from), module(target)))
-            .collect();
-        let tree = Tree::leaving_out(&src_of(krate), &known);
+        let tree = Tree::of(&src_of(krate));
         assert!(
             tree.modules.len() > 2,
             "the walk found the sources of {krate}"
         );
         if let Some(circle) = tree.first_circle() {
             panic!("a circle in {krate}: {circle}");
-        }
-        if let Some((from, target)) = known.difference(&tree.left_out).next() {
-            panic!(
-                "{krate}: {} no longer imports {}: drop it from KNOWN_CIRCLES",
-                name(from),
-                name(target)
-            );
         }
     }
 }
@@ -646,33 +600,20 @@ fn no_function_of_the_slurm_room_is_longer_than_the_limit() {
     sources(&src, &mut files);
     files.sort();
     let mut long = Vec::new();
-    let mut left = BTreeSet::new();
     for file in files.iter().filter(|f| !is_test_file(f)) {
         let text = std::fs::read_to_string(file).unwrap();
         let file = file.strip_prefix(&src).unwrap().display().to_string();
         for (function, line, length) in functions(&code(&text)) {
-            let known = format!("{file} {function}");
-            if length <= LONGEST_FUNCTION {
-                continue;
-            }
-            if LONG_FUNCTIONS_LEFT.contains(&known.as_str()) {
-                left.insert(known);
-            } else {
+            if length > LONGEST_FUNCTION {
                 long.push(format!("{file}:{line} {function} ({length} lines)"));
             }
         }
     }
     assert!(
         long.is_empty(),
-        "functions longer than {LONGEST_FUNCTION} lines:\n{}",
+        "functions of src/slurm longer than {LONGEST_FUNCTION} lines (split them):\n{}",
         long.join("\n")
     );
-    for known in LONG_FUNCTIONS_LEFT {
-        assert!(
-            left.contains(known),
-            "{known} is no longer too long: drop it from LONG_FUNCTIONS_LEFT"
-        );
-    }
 }
 
 #[test]

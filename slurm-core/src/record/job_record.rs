@@ -532,3 +532,17 @@ impl JobRecord {
         self.state.is_terminal()
     }
 }
+
+/// An array's tasks, told in short.
+impl JobRecord {
+    /// The task indices grouped by state, as ranges: `[(COMPLETE, "0-1"), (PENDING,
+    /// "2-7")]` (empty for a single job).
+    pub fn task_groups(&self) -> Vec<(JobState, String)> {
+        super::tasks::state_groups(&self.tasks)
+    }
+
+    /// `8 tasks: 2 COMPLETE, 2 RUNNING, 4 PENDING` (`0 tasks: ` for a single job).
+    pub fn task_summary(&self) -> String {
+        super::tasks::summary(&self.tasks)
+    }
+}

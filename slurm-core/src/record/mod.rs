@@ -13,6 +13,7 @@ mod lease_files;
 mod mark;
 mod memory;
 mod read_cache;
+mod resumed_run;
 mod segments;
 mod store;
 mod tasks;

@@ -10,8 +10,6 @@ use serde::{Deserialize, Serialize};
 use crate::classify::ErrorClass;
 use crate::state::{JobState, TransitionOutcome};
 
-use super::JobRecord;
-
 /// One task of an array as the record keeps it, read through its accessors.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskRecord {
@@ -192,20 +190,6 @@ pub(crate) fn derive_state<K>(tasks: &BTreeMap<K, TaskRecord>) -> (JobState, Opt
         (JobState::Submitting, None)
     } else {
         (JobState::Pending, None)
-    }
-}
-
-/// An array's tasks, told in short.
-impl JobRecord {
-    /// The task indices grouped by state, as ranges: `[(COMPLETE, "0-1"), (PENDING,
-    /// "2-7")]` (empty for a single job).
-    pub fn task_groups(&self) -> Vec<(JobState, String)> {
-        state_groups(&self.tasks)
-    }
-
-    /// `8 tasks: 2 COMPLETE, 2 RUNNING, 4 PENDING` (`0 tasks: ` for a single job).
-    pub fn task_summary(&self) -> String {
-        summary(&self.tasks)
     }
 }
 

@@ -18,7 +18,7 @@ use crate::error::CheckKind;
 use crate::image::{check_gpu_image, ImageRef};
 use crate::spec::JobSpec;
 use crate::storage::RemotePath;
-use crate::transport::round_trip;
+use crate::transport::{round_trip, Output};
 use crate::{Error, Result};
 
 /// How many of enroot's lines an error carries.
@@ -203,6 +203,23 @@ pub(crate) async fn gate_conversion(
     if sqsh.success() && !conversion.force {
         return Ok(present(ctx));
     }
+    check_conversion_prerequisites(conversion, &machines, partition, &enroot, &part)?;
+    ctx.facts()
+        .change(|facts| facts.conversion_ready.insert(key));
+    Ok(ImageNeed::Convert)
+}
+
+/// The gate's conversion checks, on the answers of its round trip: enroot on PATH of
+/// the login shell and credentials installed for the image's registry (both from
+/// `enroot`, which looked for the credentials of `machines`), and the conversion
+/// `partition` existing and up (from `part`); each failure an error naming its fix.
+fn check_conversion_prerequisites(
+    conversion: &Conversion,
+    machines: &[String],
+    partition: &str,
+    enroot: &Output,
+    part: &Output,
+) -> Result<()> {
     if enroot.stdout_text().lines().any(|l| l == "enroot") {
         return Err(Error::Preflight {
             kind: CheckKind::Containers,
@@ -212,7 +229,7 @@ pub(crate) async fn gate_conversion(
         });
     }
     let registry = conversion.image.registry().unwrap_or_default();
-    let credentials = CredentialsStatus::from_enroot_output(registry, &machines, &enroot);
+    let credentials = CredentialsStatus::from_enroot_output(registry, machines, enroot);
     if !credentials.is_present() {
         return Err(Error::Preflight {
             kind: CheckKind::Credentials,
@@ -224,7 +241,7 @@ pub(crate) async fn gate_conversion(
             remedy: format!("install them once: {}", install_hint(registry)),
         });
     }
-    match parse_partition(&part) {
+    match parse_partition(part) {
         Some(info) if info.up => {}
         found => {
             let state = if found.is_some() {
@@ -240,9 +257,7 @@ pub(crate) async fn gate_conversion(
             });
         }
     }
-    ctx.facts()
-        .change(|facts| facts.conversion_ready.insert(key));
-    Ok(ImageNeed::Convert)
+    Ok(())
 }
 
 /// Convert once on the CPU partition (the script holds a lock per image: a submit
@@ -322,15 +337,6 @@ pub(crate) fn conversion_failure(
     partition: &str,
 ) -> ConversionFailure {
     let lines = enroot_lines(stderr);
-    let said = |patterns: &[&str]| {
-        stderr.lines().any(|line| {
-            let line = line.to_ascii_lowercase();
-            patterns.iter().any(|p| line.contains(p))
-        })
-    };
-    let authenticated = said(&["authentication succeeded"]);
-    let anonymous = said(&["authenticating with user: <anonymous>"]);
-    let check = format!("slurmctl credentials check {registry}");
     let (kind, what, remedy) = match ConvertExit::from_status(status) {
         Some(ConvertExit::NoEnroot) => (
             CheckKind::Containers,
@@ -347,6 +353,35 @@ pub(crate) fn conversion_failure(
             format!("converting {image} produced no whole squashfs image"),
             "check the disk of the results root (df) and convert again".to_string(),
         ),
+        _ => cause_told_by_enroot(stderr, registry, image, partition),
+    };
+    ConversionFailure {
+        kind,
+        message: format!("{what}; {NEVER_PULLS}; enroot said: {lines}"),
+        remedy,
+    }
+}
+
+/// The cause of a failed conversion whose exit status named none, as enroot's output
+/// (`stderr`) tells it: what to fix, what happened and how to fix it. enroot's words
+/// decide, never the absence of an `[ERROR]` line alone.
+fn cause_told_by_enroot(
+    stderr: &str,
+    registry: &str,
+    image: &str,
+    partition: &str,
+) -> (CheckKind, String, String) {
+    let said = |patterns: &[&str]| {
+        stderr.lines().any(|line| {
+            let line = line.to_ascii_lowercase();
+            patterns.iter().any(|p| line.contains(p))
+        })
+    };
+    let authenticated = said(&["authentication succeeded"]);
+    let anonymous = said(&["authenticating with user: <anonymous>"]);
+    let check = format!("slurmctl credentials check {registry}");
+    // A table: the first row whose words enroot said decides.
+    match () {
         _ if said(&["slurm-run-no-enroot"]) => (
             CheckKind::Containers,
             format!("enroot is not on PATH on the conversion node of partition {partition}"),
@@ -397,11 +432,6 @@ pub(crate) fn conversion_failure(
             format!("converting {image} failed"),
             "fix what enroot says on the conversion partition, then submit again".to_string(),
         ),
-    };
-    ConversionFailure {
-        kind,
-        message: format!("{what}; {NEVER_PULLS}; enroot said: {lines}"),
-        remedy,
     }
 }
 

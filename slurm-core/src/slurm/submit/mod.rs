@@ -101,20 +101,7 @@ pub(super) async fn submit(
         ctx.config(),
         ctx.facts(),
     )?;
-    // A cold image: its conversion is queued first, as a job of its own the job waits
-    // for (this submit never waits on the CPU partition's queue).
-    if let Some(job) = conversion_needed(ctx, &plan).await? {
-        waiting.extend(waiting_for(ctx, vec![Dependency::ok(job.id.clone())]).await?);
-        plan.conversion_job = Some(job);
-    }
-    // Each role's registry image (a multi-role job): gated here, converted before the
-    // first send.
-    let own = plan.conversion().map(|c| c.path.clone());
-    for conversion in plan.conversions() {
-        if Some(&conversion.path) != own.as_ref() {
-            gate_conversion(ctx, conversion).await?;
-        }
-    }
+    plan_images(ctx, &mut plan, &mut waiting).await?;
     plan.code = match code {
         Some(Code::Tree(tree)) => Some(send_code(ctx, &tree, &plan.root).await?),
         Some(Code::Kept(kept)) => Some(kept),
@@ -123,20 +110,7 @@ pub(super) async fn submit(
 
     // 3. NCCL: the cluster's knobs, or a probe the job waits for (on the scheduler:
     // this submit never waits for it).
-    let mut new_probe = None;
-    let (nccl_spec, nccl_resources) = plan.nccl_shape();
-    match probe::decide(ctx, nccl_spec, nccl_resources, &slurm).await? {
-        NcclNeed::Nothing => {}
-        NcclNeed::Knobs(knobs) => plan.knobs = knobs,
-        NcclNeed::Probe => match wait_for_probe(ctx, &plan, &slurm).await? {
-            Probed::Knobs(knobs) => plan.knobs = knobs,
-            Probed::InFlight(probe) => plan.probe = Some(probe),
-            Probed::Queued(probe) => {
-                new_probe = Some(probe.clone());
-                plan.probe = Some(probe);
-            }
-        },
-    }
+    let new_probe = plan_nccl(ctx, &mut plan, &slurm).await?;
     if let Some(probe) = &plan.probe {
         waiting.extend(waiting_for(ctx, vec![Dependency::ok(probe.id.clone())]).await?);
     }
@@ -149,6 +123,56 @@ pub(super) async fn submit(
         drop_probe(ctx, probe).await;
     }
     submitted.map_err(Sent::into_error)
+}
+
+/// Step 2's images: a cold image's conversion job queued first (or the one in flight
+/// followed), added to what the job waits for in `waiting`; and each other role's
+/// registry image (a multi-role job) gated here, to be converted before the first send.
+async fn plan_images(
+    ctx: &Context<'_>,
+    plan: &mut SubmitPlan,
+    waiting: &mut Vec<ResolvedDependency>,
+) -> Result<()> {
+    // A cold image: its conversion is queued first, as a job of its own the job waits
+    // for (this submit never waits on the CPU partition's queue).
+    if let Some(job) = conversion_needed(ctx, plan).await? {
+        waiting.extend(waiting_for(ctx, vec![Dependency::ok(job.id.clone())]).await?);
+        plan.conversion_job = Some(job);
+    }
+    // Each role's registry image (a multi-role job): gated here, converted before the
+    // first send.
+    let own = plan.conversion().map(|c| c.path.clone());
+    for conversion in plan.conversions() {
+        if Some(&conversion.path) != own.as_ref() {
+            gate_conversion(ctx, conversion).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Step 3 of the flow: `plan` gets the cluster's cached NCCL knobs, or the probe it
+/// waits for (one in flight, or one queued now for it). Answers the probe queued now,
+/// if any: `submit` cancels it when nothing is submitted.
+async fn plan_nccl(
+    ctx: &Context<'_>,
+    plan: &mut SubmitPlan,
+    slurm: &SlurmSubmitOptions,
+) -> Result<Option<JobRecord>> {
+    let mut new_probe = None;
+    let (nccl_spec, nccl_resources) = plan.nccl_shape();
+    match probe::decide(ctx, nccl_spec, nccl_resources, slurm).await? {
+        NcclNeed::Nothing => {}
+        NcclNeed::Knobs(knobs) => plan.knobs = knobs,
+        NcclNeed::Probe => match wait_for_probe(ctx, plan, slurm).await? {
+            Probed::Knobs(knobs) => plan.knobs = knobs,
+            Probed::InFlight(probe) => plan.probe = Some(probe),
+            Probed::Queued(probe) => {
+                new_probe = Some(probe.clone());
+                plan.probe = Some(probe);
+            }
+        },
+    }
+    Ok(new_probe)
 }
 
 /// The dependencies of `after` still to wait for, each checked before a submit (see

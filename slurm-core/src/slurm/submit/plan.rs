@@ -106,6 +106,20 @@ fn user_exclusions(spec: &JobSpec) -> Result<Vec<String>> {
     Ok(nodes)
 }
 
+/// The nodes a retry of `retry_of` avoids, and those the spec's own `--exclude` entries
+/// name: one list, written once (an entry of its own would replace the computed one).
+fn excluded_nodes(spec: &JobSpec, retry_of: Option<&JobRecord>) -> Result<Vec<String>> {
+    let mut exclude = retry_of
+        .map(JobRecord::nodes_to_exclude)
+        .unwrap_or_default();
+    for node in user_exclusions(spec)? {
+        if !exclude.contains(&node) {
+            exclude.push(node);
+        }
+    }
+    Ok(exclude)
+}
+
 /// sbatch refuses `--oversubscribe` with `--exclusive` (fatal from Slurm 23.02), and
 /// slurm-run writes `--exclusive` for a job of whole nodes (8 GPUs a node).
 fn refuse_oversubscribe(spec: &JobSpec, exclusive: bool) -> Result<()> {
@@ -178,17 +192,7 @@ impl SubmitPlan {
             }
         };
         let array = spec.array_plan()?;
-        // The nodes a retry avoids, and those the spec's own `--exclude` entries name:
-        // one list, written once (an entry of its own would replace the computed one).
-        let mut exclude = retry_of
-            .as_ref()
-            .map(JobRecord::nodes_to_exclude)
-            .unwrap_or_default();
-        for node in user_exclusions(&spec)? {
-            if !exclude.contains(&node) {
-                exclude.push(node);
-            }
-        }
+        let exclude = excluded_nodes(&spec, retry_of.as_ref())?;
         refuse_oversubscribe(&spec, resources.exclusive)?;
         check_exclusions(
             resources.nodes,

@@ -12,7 +12,8 @@ use crate::slurm::paths::{
     logs_dir, probe_knobs, resume_ready, resume_segments, sidecar, sweep_file, ROLES_DIR,
 };
 use crate::spec::{
-    role_host_var, role_hosts_var, BUDGET_USED_UP_EXIT, REQUEUE_REFUSED_EXIT, WARNING_CARRIER,
+    role_host_var, role_hosts_var, JobSpec, Resources, BUDGET_USED_UP_EXIT, REQUEUE_REFUSED_EXIT,
+    WARNING_CARRIER,
 };
 use crate::storage::RemotePath;
 use crate::Result;
@@ -61,31 +62,8 @@ pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<
     let image = plan.image.as_ref().map(|i| i.container_image.clone());
     let code_dir = plan.code.as_ref().map(|c| &c.dir);
     let (results_dir_in_job, mounts) = job_view(job_dir, image.is_some(), config, spec, code_dir)?;
-    let resume = match &spec.resume {
-        Some(resume) => Some(ResumeContext {
-            signal: resume.signal.name().to_string(),
-            signal_number: resume.signal.number(),
-            carrier_number: WARNING_CARRIER.1,
-            warn_before_secs: resume.warn_before.as_secs(),
-            wall_secs: resources.wall.as_secs(),
-            max_restarts: resume.max_restarts,
-            checkpoints: resume.checkpoints.clone(),
-            segments_file: resume_segments(job_dir)?.as_str().to_string(),
-            ready_dir: resume_ready(job_dir)?.as_str().to_string(),
-            budget_exit: BUDGET_USED_UP_EXIT,
-            refused_exit: REQUEUE_REFUSED_EXIT,
-        }),
-        None => None,
-    };
-    let command = match &spec.resume {
-        Some(resume) => resume_step_command(
-            &spec.command,
-            resume.signal.name(),
-            // The step's view of `resume_ready` (the job folder as the step sees it).
-            &format!("{results_dir_in_job}/resume/ready"),
-        )?,
-        None => spec.command.clone(),
-    };
+    let resume = resume_context(spec, resources, job_dir)?;
+    let command = step_command(spec, &results_dir_in_job)?;
     let env_var = |(name, value): (&String, &String)| EnvVar {
         name: name.clone(),
         value: value.clone(),
@@ -138,25 +116,74 @@ pub(crate) fn script_context(plan: &SubmitPlan, config: &SlurmConfig) -> Result<
         resume,
         dependency: plan.dependency.clone(),
         exclude: plan.exclude.clone(),
-        array: match &plan.array {
-            Some(array) => Some(ArrayContext {
-                tasks: match array.max_parallel {
-                    Some(max) => format!("{}%{max}", array.indices),
-                    None => array.indices.to_string(),
-                },
-                sweep_file: match spec.sweep {
-                    Some(_) => Some(sweep_file(job_dir)?.as_str().to_string()),
-                    None => None,
-                },
-            }),
-            None => None,
-        },
+        array: array_context(plan)?,
         roles: role_contexts(plan, config, &results_dir_in_job_of(plan, config, true))?,
         heterogeneous: plan.roles.iter().filter(|r| r.role.on.is_none()).count() > 1,
         roles_dir: match plan.roles.is_empty() {
             true => None,
             false => Some(job_dir.join(ROLES_DIR)?.as_str().to_string()),
         },
+    })
+}
+
+/// The template's view of `spec`'s resume (none without one): its signal, warning and
+/// budget, with `resources`' wall time and the files under `job_dir` it uses.
+fn resume_context(
+    spec: &JobSpec,
+    resources: &Resources,
+    job_dir: &RemotePath,
+) -> Result<Option<ResumeContext>> {
+    Ok(match &spec.resume {
+        Some(resume) => Some(ResumeContext {
+            signal: resume.signal.name().to_string(),
+            signal_number: resume.signal.number(),
+            carrier_number: WARNING_CARRIER.1,
+            warn_before_secs: resume.warn_before.as_secs(),
+            wall_secs: resources.wall.as_secs(),
+            max_restarts: resume.max_restarts,
+            checkpoints: resume.checkpoints.clone(),
+            segments_file: resume_segments(job_dir)?.as_str().to_string(),
+            ready_dir: resume_ready(job_dir)?.as_str().to_string(),
+            budget_exit: BUDGET_USED_UP_EXIT,
+            refused_exit: REQUEUE_REFUSED_EXIT,
+        }),
+        None => None,
+    })
+}
+
+/// The command the job's step runs: `spec`'s own, or for a resumable job the shell that
+/// runs it and passes the resume signal on to it (see [`resume_step_command`]), noting
+/// its start in `resume_ready` under the job folder as the step sees it
+/// (`results_dir_in_job`).
+fn step_command(spec: &JobSpec, results_dir_in_job: &str) -> Result<String> {
+    Ok(match &spec.resume {
+        Some(resume) => resume_step_command(
+            &spec.command,
+            resume.signal.name(),
+            // The step's view of `resume_ready` (the job folder as the step sees it).
+            &format!("{results_dir_in_job}/resume/ready"),
+        )?,
+        None => spec.command.clone(),
+    })
+}
+
+/// The template's view of `plan`'s array of tasks (none for a single job): its task
+/// range with the most run at once, and the sweep file when the spec sweeps.
+fn array_context(plan: &SubmitPlan) -> Result<Option<ArrayContext>> {
+    let spec = &plan.spec;
+    let job_dir = &plan.job_dir;
+    Ok(match &plan.array {
+        Some(array) => Some(ArrayContext {
+            tasks: match array.max_parallel {
+                Some(max) => format!("{}%{max}", array.indices),
+                None => array.indices.to_string(),
+            },
+            sweep_file: match spec.sweep {
+                Some(_) => Some(sweep_file(job_dir)?.as_str().to_string()),
+                None => None,
+            },
+        }),
+        None => None,
     })
 }
 

@@ -41,45 +41,10 @@ pub(crate) struct Staged {
 pub(crate) fn stage(plan: &SubmitPlan, script: String, secrets: &SecretRegistry) -> Result<Staged> {
     let spec = &plan.spec;
     let id = &plan.id;
-    let mut files: Vec<(String, Vec<u8>, u32)> = vec![
-        (
-            STAGED_SPEC.to_string(),
-            serde_json::to_vec_pretty(spec).map_err(|e| Error::parse("spec", e.to_string()))?,
-            0o600,
-        ),
-        (staged_script(id), script.into_bytes(), 0o700),
-    ];
-    if let Some(array) = &plan.array {
-        if let Some(text) = sweep_file(spec, array)? {
-            files.push((STAGED_SWEEP.to_string(), text.into_bytes(), 0o600));
-        }
-    }
-    if !secrets.is_empty() {
-        let mut sidecar = String::new();
-        for (name, value) in secrets.entries() {
-            sidecar.push_str(&format!("export {name}={}\n", shell_quote(value)?));
-        }
-        files.push((staged_sidecar(id), sidecar.into_bytes(), 0o600));
-    }
-    files.extend(supporting_files(spec)?);
+    let files = archive_files(plan, script, secrets)?;
     let payload = build_payload(id.as_str(), &files)?;
 
-    let mut record = JobRecord::new(id.clone(), spec, plan.job_dir.clone())?;
-    record.container_image = plan.image.as_ref().map(|i| i.container_image.clone());
-    if let Some(array) = &plan.array {
-        record = record.with_tasks(array.indices.iter());
-    }
-    if let Some(previous) = &plan.retry_of {
-        record = record.retrying(previous);
-    }
-    record.excluded_nodes = plan.exclude.clone();
-    if let Some(code) = &plan.code {
-        record.code_commit = code.commit.clone();
-        record.code_dir = Some(code.dir.as_str().to_string());
-    }
-    record.scheduler_release = plan.release.clone();
-    record.submit_attempts = Some(1);
-    record.secrets_staged = !secrets.is_empty();
+    let mut record = record_to_open(plan, secrets)?;
     let mut note = String::new();
     if let Some(probe) = &plan.probe {
         record.after.push(Dependency::ok(probe.id.clone()));
@@ -130,6 +95,65 @@ pub(crate) fn stage(plan: &SubmitPlan, script: String, secrets: &SecretRegistry)
             .unwrap_or_else(|| plan.conversions().into_iter().cloned().collect()),
         note,
     })
+}
+
+/// The files of `plan`'s staging archive (path, bytes, mode): the spec, the rendered
+/// `script`, the sweep file of an array, the sidecar of `secrets` (mode 600) and the
+/// supporting files.
+fn archive_files(
+    plan: &SubmitPlan,
+    script: String,
+    secrets: &SecretRegistry,
+) -> Result<Vec<(String, Vec<u8>, u32)>> {
+    let spec = &plan.spec;
+    let id = &plan.id;
+    let mut files: Vec<(String, Vec<u8>, u32)> = vec![
+        (
+            STAGED_SPEC.to_string(),
+            serde_json::to_vec_pretty(spec).map_err(|e| Error::parse("spec", e.to_string()))?,
+            0o600,
+        ),
+        (staged_script(id), script.into_bytes(), 0o700),
+    ];
+    if let Some(array) = &plan.array {
+        if let Some(text) = sweep_file(spec, array)? {
+            files.push((STAGED_SWEEP.to_string(), text.into_bytes(), 0o600));
+        }
+    }
+    if !secrets.is_empty() {
+        let mut sidecar = String::new();
+        for (name, value) in secrets.entries() {
+            sidecar.push_str(&format!("export {name}={}\n", shell_quote(value)?));
+        }
+        files.push((staged_sidecar(id), sidecar.into_bytes(), 0o600));
+    }
+    files.extend(supporting_files(spec)?);
+    Ok(files)
+}
+
+/// The record `plan` opens (SUBMITTING, attempt 1 counted), before what it waits for
+/// is added: its image, tasks, the record it retries, the nodes it avoids, its code
+/// tree, the cluster's release, and whether `secrets` are staged.
+fn record_to_open(plan: &SubmitPlan, secrets: &SecretRegistry) -> Result<JobRecord> {
+    let spec = &plan.spec;
+    let id = &plan.id;
+    let mut record = JobRecord::new(id.clone(), spec, plan.job_dir.clone())?;
+    record.container_image = plan.image.as_ref().map(|i| i.container_image.clone());
+    if let Some(array) = &plan.array {
+        record = record.with_tasks(array.indices.iter());
+    }
+    if let Some(previous) = &plan.retry_of {
+        record = record.retrying(previous);
+    }
+    record.excluded_nodes = plan.exclude.clone();
+    if let Some(code) = &plan.code {
+        record.code_commit = code.commit.clone();
+        record.code_dir = Some(code.dir.as_str().to_string());
+    }
+    record.scheduler_release = plan.release.clone();
+    record.submit_attempts = Some(1);
+    record.secrets_staged = !secrets.is_empty();
+    Ok(record)
 }
 
 /// The spec's supporting files, read from this machine, for the job's `files/` folder.
