@@ -9,25 +9,23 @@ use std::time::{Duration, Instant};
 /// How often the ticking task ticks.
 pub const TICK: Duration = Duration::from_millis(10);
 
-/// The largest gap between two ticks that still counts as keeping pace: twenty ticks.
-/// A call that blocked the runtime's one thread for as long as the waits these tests
-/// cause (a second or more) leaves a gap of that whole wait.
-pub const PACE_BOUND: Duration = Duration::from_millis(200);
-
 /// What the ticking task saw while the future ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pace {
     /// How many times it ticked.
     pub ticks: u64,
-    /// The largest gap between two of its ticks (or from the start to the first).
+    /// The largest gap between two of its ticks (or from the start to the first):
+    /// reported to read a failure by, never asserted (a loaded machine stretches it).
     pub longest_gap: Duration,
 }
 
 impl Pace {
-    /// Whether the ticking task kept pace: it ticked at least `ticks` times and never
-    /// waited longer than [`PACE_BOUND`] between two ticks.
+    /// Whether the ticking task kept going: it ticked at least `ticks` times while the
+    /// future ran. The cases hold what the future waits for until the ticks came, so a
+    /// future that held the runtime's one thread could only end when the holder gave up
+    /// at its deadline, with no ticks: the count decides, no clock does.
     pub fn kept(&self, ticks: u64) -> bool {
-        self.ticks >= ticks && self.longest_gap <= PACE_BOUND
+        self.ticks >= ticks
     }
 }
 
