@@ -6,6 +6,7 @@
 use slurm_core::{Backend, ErrorClass, JobState, SubmitOptions};
 use slurm_run_testsupport::backend::{down_node, harness, small_spec, wait_state, wait_terminal};
 use slurm_run_testsupport::cluster;
+use slurm_run_testsupport::testbed::CancelOnDrop;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pending_and_running_jobs_are_cancelled() {
@@ -119,11 +120,24 @@ async fn a_node_failure_is_infra_or_a_requeue() {
     assert_eq!(cancelled.state(), JobState::Canceled);
 }
 
-/// Cancels a SLURM job of the test bed when dropped (a failed test included).
-struct CancelOnDrop<'a>(&'a slurm_run_testsupport::Testbed, String);
-
-impl Drop for CancelOnDrop<'_> {
-    fn drop(&mut self) {
-        let _ = self.0.admin("scancel").arg(&self.1).status();
-    }
+/// The exclusive gate starts on an empty queue: a job a test left behind (here one
+/// submitted under a shared hold that was then let go, as a failed test lets go) is
+/// cancelled before the exclusive holder runs, so it cannot keep that test's
+/// whole-cluster job pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exclusive_gate_starts_on_an_empty_queue() {
+    let h = harness();
+    let shared = cluster::shared().await;
+    let left = h
+        .backend
+        .submit(
+            &small_spec("left-behind", "sleep 600"),
+            SubmitOptions::default(),
+        )
+        .await
+        .unwrap();
+    drop(shared);
+    let _cluster = cluster::exclusive().await;
+    let status = h.backend.status(left.id()).await.unwrap();
+    assert_eq!(status.state(), JobState::Canceled, "{status:?}");
 }

@@ -15,7 +15,7 @@ use slurm_core::{
 use slurm_render::HandlebarsRenderer;
 use slurm_run_testsupport::backend::{registry_image, with_credentials};
 use slurm_run_testsupport::examples::example;
-use slurm_run_testsupport::testbed::Master;
+use slurm_run_testsupport::testbed::{CancelOnDrop, Master};
 use slurm_run_testsupport::transports::{openssh, ssh2};
 use slurm_run_testsupport::{cluster, harness, small_spec, testbed_env, Testbed};
 
@@ -415,6 +415,10 @@ async fn slurmctl_forward_and_exec(master: Option<Master>, tag: &str) {
     );
     let token = format!("slurmctl-forward-{tag}");
     let (record, port) = serving_job(&b, &format!("ctl-forward-{tag}"), &token).await;
+    // The serving job never ends by itself: a failed assertion must not leave it holding
+    // its GPUs for the tests after this one.
+    let native = record.backend_ref().unwrap().native_id.clone();
+    let _job_guard = CancelOnDrop(&tb, native);
     let id = record.id().to_string();
     let port = port.to_string();
 
@@ -443,7 +447,22 @@ async fn slurmctl_forward_and_exec(master: Option<Master>, tag: &str) {
     let (code, err) = finish(child, 120);
     assert_eq!((code, out.trim()), (3, "beside-the-job"), "{err}");
 
-    // A forward stopped by SIGINT.
+    // A forward interrupted the moment it printed its URL (a person's Ctrl-C right away):
+    // it already listens for SIGINT, so it still says so and exits 130 (it listened only
+    // after printing, and a SIGINT in between killed it with no word: CI saw exit -1).
+    let mut child = spawn_ctl(&["forward", &id, "--port", &port], &env);
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("http://127.0.0.1:"), "{line}");
+    // SAFETY: a plain kill(2) of our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let (code, err) = finish(child, 60);
+    assert_eq!(code, 130, "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+
+    // A forward stopped by SIGINT once its page came through.
     let mut child = spawn_ctl(&["forward", &id, "--port", &port], &env);
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())

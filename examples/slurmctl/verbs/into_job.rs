@@ -37,6 +37,12 @@ pub(crate) async fn forward(
         local_port: local,
         node,
     };
+    // Listen for SIGINT and SIGTERM before the URL is out: whoever reads it may interrupt
+    // at once, and a signal before these exist would kill the process with no word.
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|e| Error::io("listen for SIGINT", e))?;
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| Error::io("listen for SIGTERM", e))?;
     let forward = backend.forward(&id, &options).await?;
     let local = forward.local();
     let target = format!("{}:{}", forward.node(), forward.port());
@@ -48,10 +54,6 @@ pub(crate) async fn forward(
     } else {
         out.line(&format!("http://{local}"));
     }
-    let mut interrupt =
-        signal(SignalKind::interrupt()).map_err(|e| Error::io("listen for SIGINT", e))?;
-    let mut terminate =
-        signal(SignalKind::terminate()).map_err(|e| Error::io("listen for SIGTERM", e))?;
     let mut ticks = tokio::time::interval(interval);
     ticks.tick().await;
     loop {

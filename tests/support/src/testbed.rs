@@ -376,6 +376,16 @@ impl Drop for Stopped {
     }
 }
 
+/// Cancels a SLURM job of the test bed (by its SLURM id) when dropped, a failed test's
+/// included, so a job a test meant to cancel does not outlive it.
+pub struct CancelOnDrop<'a>(pub &'a Testbed, pub String);
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.admin("scancel").arg(&self.1).status();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::process::{Child, Stdio};
