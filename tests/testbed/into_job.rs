@@ -392,6 +392,28 @@ fn finish(mut child: std::process::Child, secs: u64) -> (i32, String) {
     }
 }
 
+/// Run `slurmctl` with `args` (a forward in text form): read the URL it prints, which
+/// must be on 127.0.0.1, hand its `HOST:PORT` to `before`, then SIGINT it; it must say it
+/// was interrupted and exit 130.
+fn interrupted_forward(args: &[&str], env: &[(String, String)], before: impl FnOnce(&str)) {
+    let mut child = spawn_ctl(args, env);
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let local = line
+        .trim()
+        .strip_prefix("http://")
+        .unwrap_or_else(|| panic!("not a URL: {line:?}"));
+    assert!(local.starts_with("127.0.0.1:"), "{line}");
+    before(local);
+    // SAFETY: a plain kill(2) of our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let (code, err) = finish(child, 60);
+    assert_eq!(code, 130, "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+}
+
 /// `slurmctl forward` over `master` (OpenSSH) or ssh2: prints the URL (or the JSON
 /// object), the page arrives through it, and it ends by itself when the job ends,
 /// saying so; a second forward ended by SIGINT says it was interrupted; `--role` is
@@ -450,35 +472,12 @@ async fn slurmctl_forward_and_exec(master: Option<Master>, tag: &str) {
     // A forward interrupted the moment it printed its URL (a person's Ctrl-C right away):
     // it already listens for SIGINT, so it still says so and exits 130 (it listened only
     // after printing, and a SIGINT in between killed it with no word: CI saw exit -1).
-    let mut child = spawn_ctl(&["forward", &id, "--port", &port], &env);
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.starts_with("http://127.0.0.1:"), "{line}");
-    // SAFETY: a plain kill(2) of our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let (code, err) = finish(child, 60);
-    assert_eq!(code, 130, "{err}");
-    assert!(err.contains("interrupted"), "{err}");
+    interrupted_forward(&["forward", &id, "--port", &port], &env, |_| {});
 
     // A forward stopped by SIGINT once its page came through.
-    let mut child = spawn_ctl(&["forward", &id, "--port", &port], &env);
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let local = line
-        .trim()
-        .strip_prefix("http://")
-        .unwrap_or_else(|| panic!("not a URL: {line:?}"));
-    assert!(local.starts_with("127.0.0.1:"), "{line}");
-    assert_eq!(fetch(local.parse().unwrap()).unwrap(), token);
-    // SAFETY: a plain kill(2) of our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let (code, err) = finish(child, 60);
-    assert_eq!(code, 130, "{err}");
-    assert!(err.contains("interrupted"), "{err}");
+    interrupted_forward(&["forward", &id, "--port", &port], &env, |local| {
+        assert_eq!(fetch(local.parse().unwrap()).unwrap(), token);
+    });
 
     // A forward with --json and a local port of our choosing ends when the job does.
     let free = slurm_core::free_local_port().unwrap().to_string();
