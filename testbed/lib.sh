@@ -27,6 +27,12 @@ TB_CPU_PARTITION=cpu_long
 TB_PREEMPT_PARTITION=preemptible
 # The same, but a preempted job is cancelled (PreemptMode=CANCEL, as some clusters set).
 TB_PREEMPT_CANCEL_PARTITION=preemptible_cancel
+# Accounting, enforced (AccountingStorageEnforce): the login user's default account; an
+# account where the user may run one job at a time (MaxJobs=1); a QOS with a 10-minute
+# MaxWall the user may ask for (QOS normal stays the default).
+TB_ACCOUNT=research
+TB_LIMITED_ACCOUNT=limited
+TB_SHORT_QOS=short
 TB_SHARED="$TB_DIR/shared"
 TB_RESULTS="$TB_SHARED/results"
 TB_CONF="$TB_DIR/etc/slurm.conf"

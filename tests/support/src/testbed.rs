@@ -28,6 +28,8 @@ const NAMES: &[&str] = &[
     "SLURM_RUN_TEST_REGISTRY_USER",
     "SLURM_RUN_TEST_REGISTRY_PASSWORD",
     "SLURM_RUN_TEST_POSTGRES_URL",
+    "SLURM_RUN_TEST_LIMITED_ACCOUNT",
+    "SLURM_RUN_TEST_SHORT_QOS",
 ];
 
 /// The test bed environment: taken from the process environment when
