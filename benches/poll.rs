@@ -252,14 +252,19 @@ async fn main() {
     // up to 100 jobs, counted for a sample of FRESH_SAMPLE and scaled above).
     let mut load = vec![
         "The load on the scheduler (RPCs counted by `sdiag` and `sacctmgr show stats` for the \
-         job user; one poll cycle of held jobs, squeue settles them all):\n\n\
-         | jobs | slurm-run, one poll: slurmctld / slurmdbd | one `squeue -j` per job | one `sacct -j` per job |\n\
-         |---|---|---|---|"
+         job user; one poll cycle of held jobs, squeue settles them all; `why` of the same \
+         jobs, asked on request and never by the poll):\n\n\
+         | jobs | slurm-run, one poll: slurmctld / slurmdbd | `why`: slurmctld / slurmdbd | one `squeue -j` per job | one `sacct -j` per job |\n\
+         |---|---|---|---|---|"
             .to_string(),
     ];
     for n in [1, 100, 10_000] {
         let (ctld, dbd) = rpcs_of(&h, async {
             h.backend.status_many(&records[..n]).await.expect("poll");
+        })
+        .await;
+        let (why_ctld, why_dbd) = rpcs_of(&h, async {
+            h.backend.why(&records[..n]).await.expect("why");
         })
         .await;
         let sample: Vec<&SlurmJobId> = if n <= 100 {
@@ -305,7 +310,7 @@ async fn main() {
             }
         };
         load.push(format!(
-            "| {n} | {ctld} / {dbd} | {} / {} | {} / {} |",
+            "| {n} | {ctld} / {dbd} | {why_ctld} / {why_dbd} | {} / {} | {} / {} |",
             shown(squeue_ctld),
             shown(squeue_dbd),
             shown(sacct_ctld),

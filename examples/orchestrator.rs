@@ -271,6 +271,15 @@ impl Orchestrator {
                         latest.insert(first, record.id().clone());
                     }
                 }
+                WatchEvent::Waiting { from, status } => {
+                    let now = status.native().and_then(|n| n.category);
+                    println!(
+                        "{elapsed:>6.1}s  {}  still {}: {from} -> {}",
+                        status.id(),
+                        status.state(),
+                        now.map_or("?", |c| c.as_str())
+                    );
+                }
                 WatchEvent::Dropped { id, reason } => {
                     println!("{elapsed:>6.1}s  {id}  no longer watched: {reason}");
                 }

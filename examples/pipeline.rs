@@ -111,6 +111,15 @@ async fn run() -> Result<ExitCode> {
                     *id = record.id().clone();
                 }
             }
+            WatchEvent::Waiting { from, status } => {
+                let now = status.native().and_then(|n| n.category);
+                println!(
+                    "{}: still {}: {from} -> {}",
+                    status.id(),
+                    status.state(),
+                    now.map_or("?", |c| c.as_str())
+                );
+            }
             WatchEvent::Dropped { id, reason } => {
                 println!("{id}: no longer watched: {reason}");
             }

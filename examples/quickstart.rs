@@ -150,6 +150,14 @@ async fn run() -> Result<ExitCode> {
                 let line = format!("{previous} failed on the cluster's side; retried as {id}");
                 (line, format!("{id} {}", record.state()))
             }
+            WatchEvent::Waiting { from, status } => {
+                let now = status
+                    .native()
+                    .and_then(|n| n.category)
+                    .map_or("?", |c| c.as_str());
+                let line = format!("still {}: {from} -> {now}", status.state());
+                (line, format!("{} {} ({now})", status.id(), status.state()))
+            }
             WatchEvent::Dropped { id: lost, reason } => (
                 format!("{lost} is no longer watched: {reason}"),
                 format!("{id}"),

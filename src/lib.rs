@@ -83,7 +83,12 @@ pub use slurm_core::{
 // What comes out: records, their states, the answers.
 pub use slurm_core::{
     JobId, JobRecord, JobState, JobStatus, NativeStatus, PreflightCheck, PreflightReport,
-    RecordFilter, Segment, SegmentEnd, Unsettled, UnsettledKind, WatchEvent,
+    RecordFilter, Segment, SegmentEnd, Timeline, Unsettled, UnsettledKind, WatchEvent,
+};
+// Why a job waits and where it would start sooner.
+pub use slurm_core::{
+    Forecast, JobAhead, LimitUse, NodeStates, ParentJob, PartitionForecast, WaitAnswer,
+    WaitCategory, WaitEvidence,
 };
 
 /// The names a program embedding slurm-run usually needs: `use slurm_run::prelude::*;`.

@@ -96,6 +96,18 @@ pub(crate) enum Cmd {
         /// cached knobs). Overrides the spec's nccl_probe and SLURM_NCCL_PROBE.
         #[arg(long, value_name = "auto|always|never")]
         probe: Option<NcclProbe>,
+        /// Submit nothing: for each partition of the spec's list, when and where the job
+        /// would start (sbatch --test-only), or why it could not run there; exit 2 when
+        /// no partition can run it.
+        #[arg(long)]
+        forecast: bool,
+    },
+    /// Why jobs wait and when they will start: the category, the scheduler's reason, the
+    /// evidence and the remedy, one round trip for all ids.
+    Why {
+        /// Record ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
     },
     /// The current state of jobs, one remote round trip for all of them.
     Status {

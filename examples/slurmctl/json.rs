@@ -1,7 +1,8 @@
 //! The JSON Lines format (`--json`): one object per job, task, role, transition, check or error.
 
+use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
-use slurm_run::prelude::{Error, JobRecord, LogStream};
+use slurm_run::prelude::{Error, JobRecord, JobState, LogStream};
 use slurm_run::CredentialsStatus;
 use slurm_run::Segment;
 use slurm_run::{NativeStatus, PreflightCheck};
@@ -11,7 +12,7 @@ use crate::unsettled::unsettled_note;
 
 /// One job as a JSON object: the fields scripts rely on, then the details.
 pub(crate) fn job(record: &JobRecord, native: Option<&NativeStatus>) -> Value {
-    json!({
+    let mut object = json!({
         "id": record.id(),
         "state": record.state(),
         "slurm_job_id": record.backend_ref().as_ref().and_then(|r| r.native_id.parse::<u64>().ok()),
@@ -31,11 +32,82 @@ pub(crate) fn job(record: &JobRecord, native: Option<&NativeStatus>) -> Value {
         "message": record.history().last().and_then(|t| t.message()),
         "unsettled": unsettled_note(record),
         "candidates": record.candidates().iter().map(|r| r.native_id.clone()).collect::<Vec<_>>(),
-        "segments": record.segments().iter().map(segment).collect::<Vec<_>>(),
+        "segments": segments(record),
         "code_commit": record.code_commit(),
         "submitted_at": record.submitted_at(),
         "updated_at": record.updated_at(),
-    })
+    });
+    with_times(&mut object, &times_of(record));
+    object
+}
+
+/// A run's times: the scheduler's where it told them (`Timeline`), else what the
+/// record saw (the submit, the first RUNNING, the end).
+struct Times {
+    submitted_at: DateTime<Utc>,
+    eligible_at: Option<DateTime<Utc>>,
+    started_at: Option<DateTime<Utc>>,
+    ended_at: Option<DateTime<Utc>>,
+}
+
+/// The times of a record's newest run.
+fn times_of(record: &JobRecord) -> Times {
+    let timeline = record.timeline();
+    let seen = |state: JobState| {
+        record
+            .history()
+            .iter()
+            .find(|t| t.state() == state)
+            .map(|t| t.at())
+    };
+    let ended = record
+        .history()
+        .iter()
+        .rfind(|t| t.state().is_terminal())
+        .map(|t| t.at());
+    Times {
+        submitted_at: timeline
+            .submitted_at
+            .unwrap_or_else(|| record.submitted_at()),
+        eligible_at: timeline.eligible_at,
+        started_at: timeline.started_at.or_else(|| seen(JobState::Running)),
+        ended_at: timeline.ended_at.or(ended),
+    }
+}
+
+/// `eligible_at`, `started_at`, `ended_at`, `queue_wait_s` (submitted to started; to now
+/// while it waits) and `eligible_wait_s` (submitted to eligible) into `object`.
+fn with_times(object: &mut Value, times: &Times) {
+    let seconds = |from: DateTime<Utc>, to: DateTime<Utc>| (to - from).num_seconds().max(0);
+    object["eligible_at"] = json!(times.eligible_at);
+    object["started_at"] = json!(times.started_at);
+    object["ended_at"] = json!(times.ended_at);
+    object["queue_wait_s"] = json!(times.started_at.map(|s| seconds(times.submitted_at, s)));
+    object["eligible_wait_s"] = json!(times.eligible_at.map(|e| seconds(times.submitted_at, e)));
+}
+
+/// The segments of a resumable run, each with its times: the scheduler's where it told
+/// them, else as seen (a segment's queue wait runs from the end of the one before, or
+/// from the submit for the first).
+fn segments(record: &JobRecord) -> Vec<Value> {
+    let mut queued_from = record.submitted_at();
+    record
+        .segments()
+        .iter()
+        .map(|s| {
+            let timeline = s.timeline();
+            let times = Times {
+                submitted_at: timeline.submitted_at.unwrap_or(queued_from),
+                eligible_at: timeline.eligible_at,
+                started_at: Some(timeline.started_at.unwrap_or(s.started_at())),
+                ended_at: timeline.ended_at.or(s.ended_at()),
+            };
+            queued_from = times.ended_at.unwrap_or(queued_from);
+            let mut object = segment(s);
+            with_times(&mut object, &times);
+            object
+        })
+        .collect()
 }
 
 /// One segment of a resumable run: its SLURM job, nodes, start, end and how it ended.

@@ -5,7 +5,10 @@
 //! slurmctl submit SPEC [--after ID[:ok|any|notok|start]]... [--probe auto|always|never]
 //!                                    submit exactly once (after other jobs; with or
 //!                                    without the NCCL probe first)
+//! slurmctl submit SPEC --forecast    where and when it would start, per partition of
+//!                                    its list (submits nothing; exit 2 when none can run it)
 //! slurmctl status ID...              current state (one round trip for all ids)
+//! slurmctl why ID...                 why jobs wait, when they start, what releases them
 //! slurmctl watch ID...               follow jobs until each is terminal
 //! slurmctl logs ID [--task N] [--tail N] [--err] [--follow]
 //! slurmctl cancel ID... [--tasks 0-3,8]   cancel (a whole array, or some of its tasks)
@@ -57,6 +60,7 @@ mod progress;
 mod text;
 mod unsettled;
 mod verbs;
+mod waiting;
 
 use std::process::ExitCode;
 

@@ -3,10 +3,11 @@
 use std::io::{IsTerminal, Write};
 
 use slurm_run::prelude::{Error, JobRecord, JobStatus};
-use slurm_run::{NativeStatus, PreflightCheck};
+use slurm_run::{Forecast, NativeStatus, PreflightCheck, WaitAnswer};
 
 use crate::json;
 use crate::text::{self, Style};
+use crate::waiting;
 
 /// Write `text` to stdout as it is; a closed pipe ends the program quietly.
 pub(crate) fn write_stdout(text: &str) {
@@ -89,6 +90,33 @@ impl Out {
             .filter(|s| !s.record().segments().is_empty())
         {
             self.lines(text::segments(self.style, status.record()));
+        }
+    }
+
+    /// Why jobs wait: one JSON object each, or a few lines each.
+    pub(crate) fn wait_answers(&self, answers: &[WaitAnswer]) {
+        for answer in answers {
+            if self.json {
+                self.line(&serde_json::to_string(answer).expect("an answer serialises"));
+            } else {
+                self.lines(waiting::wait_answer(self.style, answer));
+            }
+        }
+    }
+
+    /// A forecast: one JSON object per partition (`soonest` marks the first to start),
+    /// or one line each.
+    pub(crate) fn forecast(&self, forecast: &Forecast) {
+        if !self.json {
+            self.lines(waiting::forecast(self.style, forecast));
+            return;
+        }
+        let soonest = forecast.soonest().map(|p| p.partition.clone());
+        for partition in &forecast.partitions {
+            let mut object = serde_json::to_value(partition).expect("a forecast serialises");
+            object["soonest"] =
+                serde_json::Value::Bool(soonest.as_deref() == Some(partition.partition.as_str()));
+            self.line(&object.to_string());
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use slurm_run::{NativeStatus, PreflightCheck};
+use slurm_run::{NativeStatus, PreflightCheck, WaitCategory};
 
 use slurm_run::prelude::{JobId, JobRecord, JobState, JobStatus, TaskSet};
 
@@ -240,6 +240,23 @@ pub(crate) fn transition(
         line.push_str(&format!("  {class}"));
     }
     line
+}
+
+/// One line of `watch`: a waiting job's category changed from `from` to `now`
+/// (`still PENDING: resources -> priority`).
+pub(crate) fn waiting(
+    style: Style,
+    from: WaitCategory,
+    record: &JobRecord,
+    now_category: Option<WaitCategory>,
+) -> String {
+    format!(
+        "{}  {}  still {}: {from} -> {}",
+        now(),
+        record.id(),
+        style.state(record.state(), record.state().as_str()),
+        now_category.map_or("?", |c| c.as_str())
+    )
 }
 
 /// One line of `watch`: `previous` was retried as `record`.

@@ -25,14 +25,17 @@
 //! - **Records**: [`JobRecord`], a job as slurm-run remembers it, read through one
 //!   accessor per field ([`JobRecord::id`], [`JobRecord::state`],
 //!   [`JobRecord::backend_ref`], ...): [`JobId`], [`BackendRef`], [`JobState`], its
-//!   history of [`Transition`]s (each by a [`TransitionSource`]), why a submit is not
+//!   history of [`Transition`]s (each by a [`TransitionSource`]), the scheduler's times of
+//!   its run ([`Timeline`]), why a submit is not
 //!   settled yet ([`Unsettled`], [`UnsettledKind`]), an array's
 //!   [`TaskRecord`]s ([`JobRecord::task_groups`]), the results folder's [`RemotePath`].
 //! - **The `Backend` seam**, what orchestrators hold as `Arc<dyn Backend>`: [`Backend`],
 //!   [`BackendExt`]; its options [`SubmitOptions`], [`WatchOptions`] (with a
 //!   [`RetryPolicy`]), [`LogOptions`] and [`LogStream`]; its answers [`JobStatus`] (read
 //!   through its accessors, with [`NativeStatus`]), [`WatchEvent`], [`PreflightReport`]
-//!   of [`PreflightCheck`]s.
+//!   of [`PreflightCheck`]s; why a job waits, a [`WaitAnswer`] (its [`WaitCategory`] and
+//!   [`WaitEvidence`]: [`NodeStates`], [`JobAhead`], [`LimitUse`], [`ParentJob`]), and
+//!   where a job would start, a [`Forecast`] of [`PartitionForecast`]s.
 //! - **The `Transport` seam**, where commands run: [`Transport`], [`Command`], [`Output`],
 //!   [`shell_quote`] (the one quoting function), [`round_trip`] (several commands in one),
 //!   [`Script`] (a fixed remote script, its exit statuses named once with [`exit_statuses!`]),
@@ -116,15 +119,16 @@ pub use storage::RemotePath;
 
 // Records.
 pub use record::{
-    BackendRef, JobId, JobRecord, Segment, SegmentEnd, SegmentNote, TaskRecord, Transition,
-    TransitionSource, Unsettled, UnsettledKind,
+    BackendRef, JobId, JobRecord, Segment, SegmentEnd, SegmentNote, TaskRecord, Timeline,
+    Transition, TransitionSource, Unsettled, UnsettledKind,
 };
 pub use state::JobState;
 
 // The Backend seam: what runs jobs, its options and answers.
 pub use backend::{
-    Backend, BackendExt, JobStatus, LogOptions, LogStream, NativeStatus, PreflightCheck,
-    PreflightReport, SubmitOptions, WatchEvent, WatchOptions,
+    Backend, BackendExt, Forecast, JobAhead, JobStatus, LimitUse, LogOptions, LogStream,
+    NativeStatus, NodeStates, ParentJob, PartitionForecast, PreflightCheck, PreflightReport,
+    SubmitOptions, WaitAnswer, WaitCategory, WaitEvidence, WatchEvent, WatchOptions,
 };
 pub use classify::RetryPolicy;
 

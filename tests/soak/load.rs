@@ -86,7 +86,11 @@ async fn follow(
                         slots.lock().expect("slots lock").remove(status.id());
                     }
                 }
-                Ok(WatchEvent::Retried { .. } | WatchEvent::Unanswered { .. }) => {}
+                Ok(
+                    WatchEvent::Retried { .. }
+                    | WatchEvent::Unanswered { .. }
+                    | WatchEvent::Waiting { .. },
+                ) => {}
                 Ok(WatchEvent::Dropped { id, reason }) => {
                     log.ended_with.push(format!("{id} dropped: {reason}"))
                 }

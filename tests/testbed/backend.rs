@@ -449,7 +449,7 @@ async fn follow_streams_the_log_until_the_job_ends_and_infra_failures_are_retrie
                 retried = Some(record);
             }
             WatchEvent::Transition { status, .. } => last = Some(status),
-            WatchEvent::Unanswered { .. } => {}
+            WatchEvent::Unanswered { .. } | WatchEvent::Waiting { .. } => {}
             WatchEvent::Dropped { id, reason } => panic!("{id} dropped: {reason}"),
         }
     }

@@ -31,3 +31,4 @@ mod ssh_faults;
 mod testbed_scripts;
 mod transports;
 mod wall_time;
+mod why;

@@ -646,3 +646,95 @@ fn a_completed_arrays_tasks_keep_their_exit_codes() {
         assert_eq!(task["exit_code"], 0, "{task}");
     }
 }
+
+#[test]
+fn why_and_a_forecast_in_text_and_json_and_the_timeline_in_status() {
+    let _cluster = cluster::exclusive_blocking();
+    let ctl = Ctl::new();
+    let blocker = ctl.spec(
+        "blocker.yaml",
+        "name: ctl-why-blocker\ncommand: sleep 600\nnodes: 2\ngpus_per_node: 0\ntime: \"00:20:00\"\nextra_sbatch: [\"--exclusive\"]\n",
+    );
+    let small = ctl.spec(
+        "small.yaml",
+        "name: ctl-why\ncommand: \"true\"\ngpus_per_node: 1\ncpus_per_task: 1\ntime: \"00:05:00\"\n",
+    );
+    let id_of = |run: &Run| run.json_lines()[0]["id"].as_str().unwrap().to_string();
+    let block = id_of(ctl.run(&["--json", "submit", &blocker]).expect_code(0));
+    let job = id_of(ctl.run(&["--json", "submit", &small]).expect_code(0));
+    // Text: the category, the nodes and the remedy; JSON: one object per job.
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let text = loop {
+        let run = ctl.run(&["why", &job, &block]);
+        run.expect_code(0);
+        // The start estimate comes with the backfill pass after the submit.
+        if run.stdout.contains("resources [Resources]")
+            && run.stdout.contains("RUNNING: running")
+            && run.stdout.contains("expected start: 20")
+        {
+            break run.stdout;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", run.stdout);
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(text.contains("partition gpu: 0 idle"), "{text}");
+    assert!(text.contains("  remedy: "), "{text}");
+    let json = ctl.run(&["--json", "why", &job]);
+    let answer = &json.expect_code(0).json_lines()[0];
+    assert_eq!(answer["id"], job.as_str());
+    assert_eq!(answer["category"], "resources");
+    assert_eq!(answer["evidence"]["nodes"]["allocated"], 2);
+    assert!(
+        answer["start_estimate"].as_str().unwrap().ends_with('Z'),
+        "{answer}"
+    );
+    assert_eq!(answer["evidence"]["limit"], Value::Null);
+    // A forecast: one line per partition, the soonest marked, nothing submitted.
+    let records = ctl.record_count();
+    let several = ctl.spec(
+        "several.yaml",
+        "name: ctl-why-forecast\ncommand: \"true\"\npartition: \"gpu,nosuch\"\ngpus_per_node: 1\ntime: \"00:05:00\"\n",
+    );
+    let forecast = ctl.run(&["submit", &several, "--forecast"]);
+    let out = &forecast.expect_code(0).stdout;
+    assert!(out.contains("gpu") && out.contains("<- soonest"), "{out}");
+    assert!(out.contains("nosuch  cannot run: "), "{out}");
+    assert!(out.contains("nothing was submitted"), "{out}");
+    let lines = ctl
+        .run(&["--json", "submit", &several, "--forecast"])
+        .expect_code(0)
+        .json_lines();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(
+        (&lines[0]["partition"], &lines[0]["soonest"]),
+        (&Value::from("gpu"), &Value::Bool(true))
+    );
+    assert!(lines[1]["why_not"].as_str().unwrap().contains("nosuch"));
+    let nowhere = ctl.spec(
+        "nowhere.yaml",
+        "name: ctl-why-nowhere\ncommand: \"true\"\npartition: nosuch\ntime: \"00:05:00\"\n",
+    );
+    let refused = ctl.run(&["submit", &nowhere, "--forecast"]);
+    assert!(refused
+        .expect_code(2)
+        .stdout
+        .contains("no partition of the list can run this job"));
+    assert_eq!(ctl.record_count(), records);
+    // Once it ran: its timeline in status --json.
+    ctl.run(&["cancel", &block]).expect_code(0);
+    ctl.run(&["watch", &job]).expect_code(0);
+    let status = &ctl
+        .run(&["--json", "status", &job])
+        .expect_code(0)
+        .json_lines()[0];
+    for key in ["started_at", "ended_at"] {
+        assert!(status[key].as_str().is_some(), "{key}: {status}");
+    }
+    assert!(status["queue_wait_s"].as_i64().unwrap() >= 1, "{status}");
+    // The eligible time is accounting's: null while slurmdbd has not recorded it when the
+    // end is read (a job that starts the second it becomes eligible may end first there).
+    match status["eligible_at"].as_str() {
+        Some(_) => assert!(status["eligible_wait_s"].as_i64().is_some(), "{status}"),
+        None => assert_eq!(status["eligible_wait_s"], Value::Null, "{status}"),
+    }
+}

@@ -23,6 +23,17 @@ pub(crate) async fn status(global: &Global, ids: &[String], out: &Out) -> Result
     Ok(OK)
 }
 
+/// `why ID...`: why each job waits, when it will start, and what releases it.
+pub(crate) async fn why(global: &Global, ids: &[String], out: &Out) -> Result<u8> {
+    let ids = parse_ids(ids)?;
+    let backend = backend(global)?;
+    let progress = Progress::start("why");
+    let answers = backend.why(&ids).await?;
+    progress.finish();
+    out.wait_answers(&answers);
+    Ok(OK)
+}
+
 /// `cancel ID... [--tasks LIST]`: every job in one scancel (or some tasks of each array).
 pub(crate) async fn cancel(
     global: &Global,

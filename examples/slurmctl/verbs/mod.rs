@@ -27,7 +27,15 @@ pub(crate) async fn run(cli: &Cli, out: &Out) -> Result<u8> {
             action: None,
         } => tokio::task::block_in_place(|| jobs::records(global, state, out)),
         Cmd::Preflight { spec } => specs::preflight(global, spec.as_ref(), out).await,
-        Cmd::Submit { spec, after, probe } => specs::submit(global, spec, after, *probe, out).await,
+        Cmd::Submit {
+            spec,
+            forecast: true,
+            ..
+        } => specs::forecast(global, spec, out).await,
+        Cmd::Submit {
+            spec, after, probe, ..
+        } => specs::submit(global, spec, after, *probe, out).await,
+        Cmd::Why { ids } => jobs::why(global, ids, out).await,
         Cmd::Status { ids } => jobs::status(global, ids, out).await,
         Cmd::Watch {
             ids,

@@ -7,7 +7,7 @@ use slurm_run::PROBE_LABEL;
 
 use crate::args::Global;
 use crate::connect::backend;
-use crate::exit::{check_exit_code, OK};
+use crate::exit::{check_exit_code, BAD_INPUT, OK};
 use crate::json;
 use crate::output::Out;
 use crate::progress::Progress;
@@ -83,6 +83,22 @@ pub(crate) async fn submit(
     }
     out.line(&format!("follow it with: slurmctl watch {}", record.id()));
     Ok(OK)
+}
+
+/// `submit SPEC --forecast`: for each partition of the spec's list, when and where the
+/// job would start, or why it could not run there; nothing is submitted. Exit 2 when no
+/// partition can run it.
+pub(crate) async fn forecast(global: &Global, spec: &Path, out: &Out) -> Result<u8> {
+    let spec = JobSpec::from_path(spec)?;
+    let backend = backend(global)?;
+    let progress = Progress::start(&format!("forecasting {}", spec.name));
+    let forecast = backend.forecast(&spec).await?;
+    progress.finish();
+    out.forecast(&forecast);
+    Ok(match forecast.soonest() {
+        Some(_) => OK,
+        None => BAD_INPUT,
+    })
 }
 
 /// `render SPEC`: the batch script a submit would write (secrets are never in it).

@@ -93,6 +93,16 @@ async fn follow(
                     latest.insert(root, (*record).clone());
                 }
             }
+            WatchEvent::Waiting { from, status } => {
+                let now = status.native().and_then(|n| n.category);
+                if out.json {
+                    let job = json::job(status.record(), status.native());
+                    let fields = [("from", json!(from)), ("category", json!(now))];
+                    progress.line(&json::event(job, "waiting", &fields).to_string());
+                } else {
+                    progress.line(&text::waiting(out.style, from, status.record(), now));
+                }
+            }
             WatchEvent::Dropped { id, reason } => {
                 // Its record cannot be read: the others are still watched; exit 2 at the end.
                 dropped.insert(id.clone());

@@ -10,6 +10,8 @@ use crate::classify::ErrorClass;
 use crate::record::{JobId, JobRecord};
 use crate::state::JobState;
 
+use super::{WaitAnswer, WaitCategory, WaitEvidence};
+
 /// What the scheduler said of a job, beside the vocabulary state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NativeStatus {
@@ -27,6 +29,11 @@ pub struct NativeStatus {
     pub nodes: Option<String>,
     /// Where it was read (SLURM: `squeue`, `sacct` or `scontrol`).
     pub source: &'static str,
+    /// What holds a waiting job back, or that it runs or ended, where the backend can
+    /// tell from what it read (the batched poll: no extra query; `why` adds the
+    /// evidence).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub category: Option<WaitCategory>,
 }
 
 /// A job's current state, as its record now holds it, with what the scheduler said;
@@ -113,6 +120,14 @@ pub enum WatchEvent {
         /// The job now.
         status: Box<JobStatus>,
     },
+    /// A waiting job's category changed (`resources` to `priority`, `dependency` to
+    /// `resources`, ...) while its state stayed the same (reported once per change).
+    Waiting {
+        /// The category before.
+        from: WaitCategory,
+        /// The job now (its category in [`JobStatus::native`]).
+        status: Box<JobStatus>,
+    },
     /// A job ended ERROR (infra) and a new record was submitted to retry it; the
     /// watch goes on with the new record.
     Retried {
@@ -140,4 +155,29 @@ pub enum WatchEvent {
         /// When the watch asks again.
         retry_in: Duration,
     },
+}
+
+impl WaitAnswer {
+    /// The answer of a backend that cannot tell why: the category from the state alone
+    /// ([`WaitCategory::of_state`]), the scheduler's reason as the status holds it.
+    pub fn from_status(status: &JobStatus) -> WaitAnswer {
+        let category = WaitCategory::of_state(status.state());
+        let explanation = match category {
+            WaitCategory::Running => "it runs".to_string(),
+            WaitCategory::Ended => format!("it ended {}", status.state()),
+            _ => "this backend cannot tell why the job waits".to_string(),
+        };
+        WaitAnswer {
+            id: status.id().clone(),
+            native_id: status.native_id().map(str::to_string),
+            state: status.state(),
+            category,
+            reason: status.native().and_then(|n| n.reason.clone()),
+            explanation,
+            remedy: None,
+            start_estimate: None,
+            start_estimate_source: None,
+            evidence: WaitEvidence::default(),
+        }
+    }
 }

@@ -12,6 +12,7 @@ pub(crate) mod local;
 mod options;
 mod preflight;
 mod watch;
+mod why;
 
 use std::fmt;
 use std::sync::Arc;
@@ -31,6 +32,10 @@ pub use options::{LogOptions, LogStream, SubmitOptions, WatchOptions};
 pub(crate) use preflight::CheckKind;
 pub use preflight::{PreflightCheck, PreflightReport};
 pub(crate) use watch::watch_by_polling;
+pub use why::{
+    Forecast, JobAhead, LimitUse, NodeStates, ParentJob, PartitionForecast, WaitAnswer,
+    WaitCategory, WaitEvidence,
+};
 
 /// Runs jobs somewhere and keeps their records true. Object safe: hold it as
 /// `Arc<dyn Backend>`.
@@ -96,6 +101,28 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn watch(&self, ids: &[JobId], options: WatchOptions)
         -> BoxStream<'static, Result<WatchEvent>>;
 
+    /// Why each of `ids` waits (or that it no longer does), when it will start and
+    /// what would release it, in the order of `ids`: one round trip for any number of
+    /// jobs where the backend can. The default answers from [`status_many`] what the
+    /// state alone tells (running, ended, or not evaluated).
+    ///
+    /// [`status_many`]: Backend::status_many
+    async fn why(&self, ids: &[JobId]) -> Result<Vec<WaitAnswer>> {
+        let statuses = self.status_many(ids).await?;
+        Ok(statuses.iter().map(WaitAnswer::from_status).collect())
+    }
+
+    /// Where and when `spec` would start, for each partition of its list, without
+    /// submitting it (no record is opened). The default refuses: the backend cannot
+    /// tell.
+    async fn forecast(&self, spec: &JobSpec) -> Result<Forecast> {
+        let _ = spec;
+        Err(crate::Error::invalid(
+            "forecast",
+            "this backend cannot forecast a start: submit the job and ask `why` instead",
+        ))
+    }
+
     /// The record of `id`, as stored (no remote call; the store's read runs off the
     /// runtime's threads).
     async fn record(&self, id: &JobId) -> Result<JobRecord>;
@@ -155,6 +182,12 @@ macro_rules! forward_backend {
                 options: WatchOptions,
             ) -> BoxStream<'static, Result<WatchEvent>> {
                 (**self).watch(ids, options)
+            }
+            async fn why(&self, ids: &[JobId]) -> Result<Vec<WaitAnswer>> {
+                (**self).why(ids).await
+            }
+            async fn forecast(&self, spec: &JobSpec) -> Result<Forecast> {
+                (**self).forecast(spec).await
             }
             async fn record(&self, id: &JobId) -> Result<JobRecord> {
                 (**self).record(id).await

@@ -2,12 +2,12 @@
 //! each transition reported once, back-off on transient errors (each reported, with the
 //! pause before the next poll), infra failures resubmitted within the retry budget.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use futures::stream::{self, BoxStream, StreamExt};
 
-use super::{Backend, WatchEvent, WatchOptions};
+use super::{Backend, WaitCategory, WatchEvent, WatchOptions};
 use crate::classify::ErrorClass;
 use crate::record::{JobId, JobRecord};
 use crate::state::JobState;
@@ -18,6 +18,8 @@ struct Watch<B> {
     options: WatchOptions,
     /// Watched jobs not yet terminal, with the state last reported.
     active: Vec<(JobId, JobState)>,
+    /// The category last seen of each active job the backend categorises.
+    categories: HashMap<JobId, WaitCategory>,
     queued: VecDeque<Result<WatchEvent>>,
     failures: u32,
     first: bool,
@@ -45,6 +47,7 @@ where
         backend,
         options,
         active: Vec::new(),
+        categories: HashMap::new(),
         queued: VecDeque::new(),
         failures: 0,
         first: true,
@@ -177,11 +180,23 @@ impl<B: Backend> Watch<B> {
         let mut still_active = Vec::new();
         for ((id, last), status) in self.active.drain(..).zip(statuses) {
             let now = status.state();
+            let category = status.native().and_then(|n| n.category);
+            let before = match category {
+                Some(category) => self.categories.insert(id.clone(), category),
+                None => self.categories.remove(&id),
+            };
             if now != last {
                 self.queued.push_back(Ok(WatchEvent::Transition {
                     from: last,
                     status: Box::new(status.clone()),
                 }));
+            } else if let (Some(from), Some(category)) = (before, category) {
+                if from != category && category.waits() {
+                    self.queued.push_back(Ok(WatchEvent::Waiting {
+                        from,
+                        status: Box::new(status.clone()),
+                    }));
+                }
             }
             if !now.is_terminal() {
                 still_active.push((id, now));

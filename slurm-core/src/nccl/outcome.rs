@@ -267,6 +267,7 @@ mod tests {
             exit_code: exit,
             nodes: None,
             source: "sacct",
+            category: None,
         }
     }
 

@@ -13,7 +13,9 @@ use crate::state::JobState;
 use crate::storage::RemotePath;
 use crate::{Error, Result};
 
-use super::{BackendRef, JobId, Segment, TaskRecord, Transition, TransitionSource, Unsettled};
+use super::{
+    BackendRef, JobId, Segment, TaskRecord, Timeline, Transition, TransitionSource, Unsettled,
+};
 
 /// The record format written by this version. Version 2 added the array tasks, the
 /// dependencies, the nodes and the node exclusions; version 3 made `unsettled` typed
@@ -98,6 +100,8 @@ pub struct JobRecord {
     pub(crate) code_commit: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) code_dir: Option<String>,
+    #[serde(default, skip_serializing_if = "Timeline::is_empty")]
+    pub(crate) timeline: Timeline,
 }
 
 /// What a record says: one read accessor per field.
@@ -290,6 +294,13 @@ impl JobRecord {
         self.retried_as.as_ref()
     }
 
+    /// The scheduler's times of the job's newest run (submitted, eligible, started,
+    /// ended), as accounting told them; empty until it did (it is asked once the job
+    /// ended, or when the scheduler requeued it).
+    pub fn timeline(&self) -> &Timeline {
+        &self.timeline
+    }
+
     /// A resumable run's segments, oldest first: each time the job ran, with its
     /// scheduler job, nodes, start, end and how it ended. Empty for other records.
     pub fn segments(&self) -> &[Segment] {
@@ -377,6 +388,7 @@ impl JobRecord {
             restarts: 0,
             code_commit: None,
             code_dir: None,
+            timeline: Timeline::default(),
         })
     }
 

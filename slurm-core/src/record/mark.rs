@@ -12,7 +12,7 @@ use crate::state::{JobState, TransitionOutcome};
 use crate::{Error, Result};
 
 use super::tasks::{self, derive_state, role_summary, summary, TaskMark, TaskRecord};
-use super::{BackendRef, JobRecord, SegmentNote, Transition, TransitionSource};
+use super::{BackendRef, JobRecord, SegmentNote, Timeline, Transition, TransitionSource};
 
 /// A state change asked of a store: validated by the state machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +44,9 @@ pub struct Mark {
     /// How the segment of a resumable run that ends with this mark ended, when the
     /// backend knows (see [`JobRecord::segments`]).
     pub segment: Option<SegmentNote>,
+    /// The scheduler's times of the job's newest run, when it told them (see
+    /// [`JobRecord::timeline`]).
+    pub times: Option<Timeline>,
 }
 
 impl Mark {
@@ -61,7 +64,14 @@ impl Mark {
             tasks: BTreeMap::new(),
             roles: BTreeMap::new(),
             segment: None,
+            times: None,
         }
+    }
+
+    /// With the scheduler's times of the job's newest run.
+    pub fn times(mut self, times: Timeline) -> Self {
+        self.times = Some(times);
+        self
     }
 
     /// With how the segment that ends with this mark ended.
@@ -177,6 +187,9 @@ impl JobRecord {
                     message,
                 });
                 self.note_segment(previous, mark.segment, now);
+                if let Some(times) = &mark.times {
+                    self.note_timeline(times);
+                }
                 self.updated_at = now;
                 Ok(true)
             }
@@ -189,6 +202,9 @@ impl JobRecord {
                 if self.err_class.is_none() && mark.err_class.is_some() {
                     self.err_class = mark.err_class;
                     changed = true;
+                }
+                if let Some(times) = &mark.times {
+                    changed |= self.note_timeline(times);
                 }
                 if changed {
                     self.updated_at = now;

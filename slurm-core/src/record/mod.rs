@@ -14,9 +14,11 @@ mod mark;
 mod memory;
 mod read_cache;
 mod resumed_run;
+mod run_times;
 mod segments;
 mod store;
 mod tasks;
+mod timeline;
 mod timestamp;
 mod unsettled;
 
@@ -35,6 +37,7 @@ pub use segments::{Segment, SegmentEnd, SegmentNote};
 pub(crate) use store::list_readable;
 pub use store::{Listing, RecordStore, RetryClaim, SubmitLease, LEASE_RETRY};
 pub use tasks::{TaskMark, TaskRecord};
+pub use timeline::Timeline;
 pub use unsettled::{Unsettled, UnsettledKind};
 
 #[cfg(test)]

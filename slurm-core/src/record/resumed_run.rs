@@ -63,6 +63,7 @@ impl JobRecord {
                     ended_at: None,
                     ended: None,
                     checkpoint: None,
+                    timeline: Default::default(),
                 });
             }
             JobState::Pending if previous == JobState::Running && open => {

@@ -7,6 +7,8 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::Timeline;
+
 /// How one segment of a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -80,6 +82,10 @@ pub struct Segment {
     /// The checkpoint it left for the next segment (a path in the job folder), if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) checkpoint: Option<String>,
+    /// The scheduler's times of the run, where it told them (accounting, once the run
+    /// ended).
+    #[serde(default, skip_serializing_if = "Timeline::is_empty")]
+    pub(crate) timeline: Timeline,
 }
 
 impl Segment {
@@ -111,6 +117,12 @@ impl Segment {
     /// The checkpoint it left for the next segment, if known.
     pub fn checkpoint(&self) -> Option<&str> {
         self.checkpoint.as_deref()
+    }
+
+    /// The scheduler's times of the run (submitted, eligible, started, ended), where
+    /// it told them.
+    pub fn timeline(&self) -> &Timeline {
+        &self.timeline
     }
 }
 

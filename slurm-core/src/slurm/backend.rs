@@ -28,11 +28,12 @@ use super::probe_on_demand::probe_nccl;
 use super::resubmit::resubmit;
 use super::secrets::SecretMemory;
 use super::status::status_many;
-use super::submit::{render_script, submit};
+use super::submit::{forecast, render_script, submit};
+use super::why::why;
 use super::{SlurmConfig, SlurmSubmitOptions};
 use crate::backend::{
-    watch_by_polling, Backend, JobStatus, LogOptions, PreflightReport, SubmitOptions, WatchEvent,
-    WatchOptions,
+    watch_by_polling, Backend, Forecast, JobStatus, LogOptions, PreflightReport, SubmitOptions,
+    WaitAnswer, WatchEvent, WatchOptions,
 };
 use crate::nccl::{
     knobs_path, read_knobs, remove_knobs, ClusterKnobs, ProbeOptions, ProbeReport, PROBE_LABEL,
@@ -324,6 +325,14 @@ where
     async fn status(&self, id: &JobId) -> Result<JobStatus> {
         let mut all = status_many(&self.context(), std::slice::from_ref(id)).await?;
         Ok(all.remove(0))
+    }
+
+    async fn why(&self, ids: &[JobId]) -> Result<Vec<WaitAnswer>> {
+        why(&self.context(), ids).await
+    }
+
+    async fn forecast(&self, spec: &JobSpec) -> Result<Forecast> {
+        forecast(&self.context(), spec).await
     }
 
     async fn status_many(&self, ids: &[JobId]) -> Result<Vec<JobStatus>> {

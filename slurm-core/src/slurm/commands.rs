@@ -1,7 +1,11 @@
 //! The argv of every scheduler command the SLURM backend runs outside its scripts, built
 //! from typed arguments in one place (the scripts are in [`scripts`](super::scripts)).
 
-use super::parse::{SlurmJobId, SACCT_FORMAT, SACCT_FORMAT_WITH_FAILED_NODE, SQUEUE_FORMAT};
+#[cfg(any(test, feature = "testing"))]
+use super::parse::SACCT_FORMAT;
+use super::parse::{
+    SlurmJobId, SACCT_POLL_FORMAT, SACCT_POLL_FORMAT_WITH_FAILED_NODE, SQUEUE_FORMAT,
+};
 use crate::names::validate_safe_name;
 use crate::transport::Command;
 use crate::Result;
@@ -57,14 +61,19 @@ pub(crate) fn squeue_rows(cluster: Option<&str>) -> Result<Command> {
 }
 
 /// sacct of every job row and step, every duplicate row of a requeued job
-/// (`--duplicates`), `--parsable2` in [`SACCT_FORMAT`], or with `failed_node` in
-/// [`SACCT_FORMAT_WITH_FAILED_NODE`] (a client of Slurm 23.02 or newer); without
+/// (`--duplicates`), `--parsable2` in [`SACCT_POLL_FORMAT`], or with `failed_node` in
+/// [`SACCT_POLL_FORMAT_WITH_FAILED_NODE`] (a client of Slurm 23.02 or newer); without
 /// `--jobs=` (the poll script adds the ids squeue could not settle).
 pub(crate) fn sacct_rows(cluster: Option<&str>, failed_node: bool) -> Result<Command> {
     let format = match failed_node {
-        true => SACCT_FORMAT_WITH_FAILED_NODE,
-        false => SACCT_FORMAT,
+        true => SACCT_POLL_FORMAT_WITH_FAILED_NODE,
+        false => SACCT_POLL_FORMAT,
     };
+    sacct_in(cluster, format)
+}
+
+/// sacct in `format` (see [`sacct_rows`]).
+fn sacct_in(cluster: Option<&str>, format: &str) -> Result<Command> {
     let mut command = Command::new("sacct").args([
         "--noheader".to_string(),
         "--parsable2".to_string(),
@@ -80,7 +89,7 @@ pub(crate) fn sacct_rows(cluster: Option<&str>, failed_node: bool) -> Result<Com
 /// [`sacct_rows`] of `ids`.
 #[cfg(any(test, feature = "testing"))]
 pub(crate) fn sacct_jobs(ids: &[SlurmJobId], cluster: Option<&str>) -> Result<Command> {
-    Ok(sacct_rows(cluster, false)?.arg(jobs_arg(ids)?))
+    Ok(sacct_in(cluster, SACCT_FORMAT)?.arg(jobs_arg(ids)?))
 }
 
 /// `scontrol show job` of one job, one line per job.

@@ -64,6 +64,7 @@ mod sidecars;
 mod states;
 mod status;
 mod submit;
+mod why;
 
 #[cfg(test)]
 mod cancel_tests;

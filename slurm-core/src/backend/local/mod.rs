@@ -5,6 +5,7 @@
 mod resume;
 mod roles;
 mod slots;
+mod why;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -25,8 +26,9 @@ use resume::LocalResume;
 use slots::{CancelRequest, Key, Launch, Processes, Queue};
 
 use crate::backend::{
-    watch_by_polling, Backend, CheckKind, JobStatus, LogOptions, LogStream, NativeStatus,
-    PreflightReport, SubmitOptions, WatchEvent, WatchOptions,
+    watch_by_polling, Backend, CheckKind, Forecast, JobStatus, LogOptions, LogStream, NativeStatus,
+    PartitionForecast, PreflightReport, SubmitOptions, WaitAnswer, WaitCategory, WatchEvent,
+    WatchOptions,
 };
 use crate::dependency::{check_before_submit, follow_retry, never_satisfied, resolve_dependencies};
 use crate::record::{
@@ -220,6 +222,11 @@ impl LocalBackend {
                 .or((state == JobState::Complete).then_some(0)),
             nodes: (state != JobState::Pending).then(|| "localhost".to_string()),
             source: "local",
+            category: Some(match state {
+                JobState::Pending if !record.after.is_empty() => WaitCategory::Dependency,
+                JobState::Pending => WaitCategory::Resources,
+                other => WaitCategory::of_state(other),
+            }),
         };
         let tasks: BTreeMap<u32, NativeStatus> = record
             .tasks
@@ -547,6 +554,49 @@ impl Backend for LocalBackend {
 
     async fn status(&self, id: &JobId) -> Result<JobStatus> {
         Ok(self.status_many(std::slice::from_ref(id)).await?.remove(0))
+    }
+
+    async fn why(&self, ids: &[JobId]) -> Result<Vec<WaitAnswer>> {
+        let statuses = self.status_many(ids).await?;
+        let mut answers = Vec::with_capacity(statuses.len());
+        for status in &statuses {
+            let mut parents = Vec::new();
+            for dependency in &status.record().after {
+                if let Ok(parent) = self.inner.store.get(&dependency.job).await {
+                    parents.push(parent);
+                }
+            }
+            answers.push(self.wait_answer(status, &parents));
+        }
+        Ok(answers)
+    }
+
+    async fn forecast(&self, spec: &JobSpec) -> Result<Forecast> {
+        spec.validate()?;
+        let free = {
+            let queue = self.inner.queue.lock().expect("queue lock");
+            queue.running < self.inner.max_running && queue.waiting.is_empty()
+        };
+        let line = if free {
+            PartitionForecast::starts(
+                "local",
+                chrono::Utc::now(),
+                Some("localhost".into()),
+                "local queue",
+            )
+        } else {
+            let mut busy = PartitionForecast::starts(
+                "local",
+                chrono::Utc::now(),
+                Some("localhost".into()),
+                "local queue",
+            );
+            busy.start_estimate = None;
+            busy
+        };
+        Ok(Forecast {
+            partitions: vec![line],
+        })
     }
 
     async fn status_many(&self, ids: &[JobId]) -> Result<Vec<JobStatus>> {

@@ -24,13 +24,15 @@ pub use id::SlurmJobId;
 pub(crate) use nodelist::expand_nodelist;
 #[cfg(test)]
 pub(crate) use sacct::parse_sacct;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use sacct::SACCT_FORMAT;
 pub(crate) use sacct::{
-    parse_sacct_rows, resolve_newest_of, split_failed_nodes, SacctRow, SACCT_FORMAT,
-    SACCT_FORMAT_WITH_FAILED_NODE,
+    parse_sacct_rows_eligible, resolve_newest_of, split_failed_nodes, SacctRow, SACCT_POLL_FORMAT,
+    SACCT_POLL_FORMAT_WITH_FAILED_NODE,
 };
 pub(crate) use sbatch::{parse_sbatch_parsable, SbatchOutcome};
 pub(crate) use scontrol::parse_scontrol_show_job;
-pub(crate) use squeue::{parse_squeue, SqueueRow, SQUEUE_FORMAT};
+pub(crate) use squeue::{optional, parse_squeue, SqueueRow, SQUEUE_FORMAT};
 
 #[cfg(test)]
 mod release_tests;

@@ -18,14 +18,26 @@ pub(crate) const SACCT_FIELDS: &[&str] = &[
 ];
 
 /// [`SACCT_FIELDS`] joined for `--format=`.
+#[cfg(any(test, feature = "testing"))]
 pub(crate) const SACCT_FORMAT: &str =
     "JobID,JobIDRaw,State,ExitCode,Reason,Submit,Start,End,NodeList,JobName";
 
 /// [`SACCT_FORMAT`] and `FailedNode` (sacct from Slurm 23.02; 22.05 refuses the field):
 /// the node that caused a job's failure. It comes after JobName, at the end of the line,
 /// where a name holding the delimiter cannot hide it (node names hold no `|`).
+#[cfg(test)]
 pub(crate) const SACCT_FORMAT_WITH_FAILED_NODE: &str =
     "JobID,JobIDRaw,State,ExitCode,Reason,Submit,Start,End,NodeList,JobName,FailedNode";
+
+/// The poll's sacct format: [`SACCT_FORMAT`] and `Eligible` (when the run became
+/// eligible to start: the job's timeline), read with [`parse_sacct_rows_eligible`].
+pub(crate) const SACCT_POLL_FORMAT: &str =
+    "JobID,JobIDRaw,State,ExitCode,Reason,Submit,Start,End,NodeList,JobName,Eligible";
+
+/// The poll's sacct format where the client has `FailedNode`: [`SACCT_POLL_FORMAT`], then
+/// `FailedNode` last (split off first, then the eligible time).
+pub(crate) const SACCT_POLL_FORMAT_WITH_FAILED_NODE: &str =
+    "JobID,JobIDRaw,State,ExitCode,Reason,Submit,Start,End,NodeList,JobName,Eligible,FailedNode";
 
 /// sacct output in [`SACCT_FORMAT_WITH_FAILED_NODE`] as output in [`SACCT_FORMAT`] (each
 /// line's last field cut off), and the `FailedNode` of every row that names one, by its
@@ -72,6 +84,8 @@ pub(crate) struct SacctRow {
     pub start: Option<NaiveDateTime>,
     /// End time, `None` while pending or running.
     pub end: Option<NaiveDateTime>,
+    /// When the run became eligible, where the output had the column (`Eligible`).
+    pub eligible: Option<NaiveDateTime>,
     /// Nodes (`None assigned` reads as `None`).
     pub nodelist: Option<String>,
     /// The job name.
@@ -82,7 +96,7 @@ pub(crate) struct SacctRow {
 
 /// Parse sacct output in [`SACCT_FORMAT`] (`--parsable2`). Blank lines are
 /// skipped; any malformed line is an error naming the line (the tests' strict reading;
-/// the poll reads with [`parse_sacct_rows`]).
+/// the poll reads with [`parse_sacct_rows_eligible`]).
 #[cfg(test)]
 pub(crate) fn parse_sacct(stdout: &str) -> Result<Vec<SacctRow>> {
     let (rows, mut unreadable) = parse_sacct_rows(stdout);
@@ -103,16 +117,43 @@ pub(crate) struct UnreadableRow {
 
 /// Parse sacct output in [`SACCT_FORMAT`], every line that reads, and apart the lines
 /// that do not (so one odd row costs its own job only).
+#[cfg(test)]
 pub(crate) fn parse_sacct_rows(stdout: &str) -> (Vec<SacctRow>, Vec<UnreadableRow>) {
+    parse_sacct_rows_eligible(stdout, false)
+}
+
+/// Parse sacct output in [`SACCT_FORMAT`] (each line ending with `Eligible` when `eligible`) (the
+/// poll's format, its `FailedNode` split off first).
+pub(crate) fn parse_sacct_rows_eligible(
+    stdout: &str,
+    eligible: bool,
+) -> (Vec<SacctRow>, Vec<UnreadableRow>) {
     let mut rows = Vec::new();
     let mut unreadable = Vec::new();
     for (n, line) in stdout.lines().enumerate() {
-        let line = line.trim_end_matches('\r');
+        let mut line = line.trim_end_matches('\r');
         if line.trim().is_empty() {
             continue;
         }
+        let mut eligible_at = None;
+        if eligible {
+            // The last field when it reads as a time (a line without the column, as an
+            // older capture's, reads as before: its last field is the name, and cutting
+            // it would leave too few fields).
+            if let Some((row, at)) = line.rsplit_once('|') {
+                if let Ok(at) = parse_time(at) {
+                    if row.split('|').count() >= SACCT_FIELDS.len() {
+                        line = row;
+                        eligible_at = at;
+                    }
+                }
+            }
+        }
         match parse_row(n, line, rows.len()) {
-            Ok(row) => rows.push(row),
+            Ok(row) => rows.push(SacctRow {
+                eligible: eligible_at,
+                ..row
+            }),
             Err(error) => unreadable.push(UnreadableRow {
                 job: line
                     .split('|')
@@ -163,6 +204,7 @@ fn parse_row(n: usize, line: &str, position: usize) -> Result<SacctRow> {
         submit: parse_time(p[5]).map_err(bad)?,
         start: parse_time(p[6]).map_err(bad)?,
         end: parse_time(p[7]).map_err(bad)?,
+        eligible: None,
         nodelist: optional(p[8]).filter(|n| n != "None assigned"),
         name: p[9].to_string(),
         position,
@@ -345,6 +387,28 @@ mod tests {
         assert_eq!(rows[0].name, "a|b");
         assert_eq!(failed.len(), 1, "{failed:?}");
         assert_eq!(failed["7"], "n2");
+    }
+
+    #[test]
+    fn the_polls_eligible_time_is_cut_off_the_end_and_an_older_line_reads_as_before() {
+        assert_eq!(
+            SACCT_POLL_FORMAT_WITH_FAILED_NODE,
+            format!("{SACCT_POLL_FORMAT},FailedNode")
+        );
+        assert_eq!(SACCT_POLL_FORMAT, format!("{SACCT_FORMAT},Eligible"));
+        let out = "\
+7|7|COMPLETED|0:0|None|2024-05-01T10:00:00|2024-05-01T10:00:05|2024-05-01T10:03:00|n1|a|b|2024-05-01T10:00:02
+7.batch|7.batch|COMPLETED|0:0||2024-05-01T10:00:05|2024-05-01T10:00:05|2024-05-01T10:03:00|n1|batch|Unknown
+8|8|COMPLETED|0:0|None|2024-05-01T10:00:00|2024-05-01T10:00:05|2024-05-01T10:03:00|n1|old-name
+";
+        let (rows, unreadable) = parse_sacct_rows_eligible(out, true);
+        assert!(unreadable.is_empty(), "{unreadable:?}");
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[0].name, "a|b");
+        assert_eq!(rows[0].eligible.unwrap().to_string(), "2024-05-01 10:00:02");
+        assert_eq!(rows[1].eligible, None);
+        assert_eq!(rows[2].name, "old-name");
+        assert_eq!(rows[2].eligible, None);
     }
 
     #[test]

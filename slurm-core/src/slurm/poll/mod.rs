@@ -564,7 +564,7 @@ async fn poll_groups(
     let parts = round_trip::split(&output, 2 * groups.len())?;
     let mut polled = Polled::default();
     for ((cluster, group), pair) in groups.iter().zip(parts.chunks(2)) {
-        let merged = merge_reading(&group.keys, &pair[0], &pair[1], group.failed_node)?;
+        let merged = merge_reading(&group.keys, &pair[0], &pair[1], group.failed_node, true)?;
         for (key, observation) in merged.observations {
             polled
                 .observations

@@ -8,14 +8,15 @@ use crate::backend::NativeStatus;
 use crate::classify::{
     classify_failure, is_node_fault, ErrorClass, CHILD_TIMEOUT_EXIT, CHILD_TIMEOUT_NOTE,
 };
-use crate::record::{JobRecord, Mark, TransitionSource};
+use crate::record::{JobRecord, Mark, Timeline, TransitionSource};
 use crate::slurm::parse::{
     expand_nodelist, is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error,
-    parse_sacct_rows, parse_scontrol_show_job, parse_squeue, resolve_newest_of, split_failed_nodes,
-    SacctRow, SlurmJobId, SqueueRow,
+    parse_sacct_rows_eligible, parse_scontrol_show_job, parse_squeue, resolve_newest_of,
+    split_failed_nodes, SacctRow, SlurmJobId, SqueueRow,
 };
 use crate::slurm::reasons::{reason_kind, ReasonKind};
 use crate::slurm::states::{map_state, SlurmBaseState, SlurmState};
+use crate::slurm::why::category_of;
 
 use super::resume::{decide_resumable, ResumeStep};
 use crate::spec::CompletionCheck;
@@ -46,6 +47,8 @@ pub(super) struct Observation {
     /// The end was read from slurmctld (squeue, scontrol) while accounting could not be
     /// asked (why): its exit code and steps are not confirmed by accounting.
     pub(super) unconfirmed: Option<String>,
+    /// The newest run's times, from accounting (submitted, eligible, started, ended).
+    pub(super) times: Option<Timeline>,
 }
 
 /// What one cluster's squeue and sacct parts said of the keys asked about.
@@ -104,7 +107,7 @@ impl Followup {
 /// does not (see [`Merged`]), and a sacct row that cannot be read costs its own job only.
 #[cfg(test)]
 pub(super) fn merge(keys: &[TaskKey], squeue: &Output, sacct: &Output) -> Result<Merged> {
-    merge_reading(keys, squeue, sacct, false)
+    merge_reading(keys, squeue, sacct, false, false)
 }
 
 /// [`merge`], with sacct's rows in `SACCT_FORMAT_WITH_FAILED_NODE` when `failed_node`:
@@ -114,6 +117,7 @@ pub(super) fn merge_reading(
     squeue: &Output,
     sacct: &Output,
     failed_node: bool,
+    eligible: bool,
 ) -> Result<Merged> {
     let squeue_rows = if squeue.success() {
         parse_squeue(&squeue.stdout_text())?
@@ -128,7 +132,7 @@ pub(super) fn merge_reading(
         true => split_failed_nodes(&sacct.stdout_text()),
         false => (sacct.stdout_text(), HashMap::new()),
     };
-    let sacct_rows = read_sacct_rows(sacct, &sacct_text, accounting, &mut merged);
+    let sacct_rows = read_sacct_rows(sacct, &sacct_text, accounting, eligible, &mut merged);
     // Rows by job (a row describes only keys of its own job), so a poll of 10,000 jobs
     // looks each key up among its job's rows alone.
     let mut live_rows: HashMap<SlurmJobId, Vec<&SqueueRow>> = HashMap::new();
@@ -189,10 +193,11 @@ fn read_sacct_rows(
     sacct: &Output,
     text: &str,
     accounting: bool,
+    eligible: bool,
     merged: &mut Merged,
 ) -> Vec<SacctRow> {
     if accounting {
-        let (rows, unreadable) = parse_sacct_rows(text);
+        let (rows, unreadable) = parse_sacct_rows_eligible(text, eligible);
         for row in unreadable {
             tracing::warn!(error = %row.error, "a sacct row could not be read; its job is left as it was");
             let why = format!("its accounting row could not be read ({})", row.error);
@@ -238,6 +243,7 @@ fn first_observation(
             components: Vec::new(),
             failed_node: None,
             unconfirmed: None,
+            times: sacct.as_ref().and_then(|s| s.times),
         }),
         // squeue answered and no longer lists the job, yet sacct says it is
         // pending or running: slurmdbd lags behind slurmctld, so that row is
@@ -323,6 +329,7 @@ pub(super) fn kept(current: JobState, why: &str) -> Decision {
             nodes: None,
             source: "sacct",
             reason_note: None,
+            category: None,
         }),
         followup: Followup::None,
         observed: None,
@@ -374,6 +381,7 @@ pub(super) fn from_scontrol(id: SlurmJobId, part: &Output) -> Result<Option<Obse
                 components: Vec::new(),
                 failed_node: job.get("FailedNode").and_then(optional_node),
                 unconfirmed: None,
+                times: None,
             })
         })
         .next_back())
@@ -403,6 +411,10 @@ pub(super) fn decide(
         exit_code: observed.exit_code,
         nodes: observed.nodes.clone(),
         source: observed.source,
+        category: Some(category_of(
+            observed.state.base.name(),
+            observed.reason.as_deref(),
+        )),
     };
     let (state, class) = map_state(&observed.state);
     let state = if observed.state.base == SlurmBaseState::Completing {
@@ -512,6 +524,9 @@ fn mark_of(
     observed: &Observation,
 ) -> Mark {
     let mut mark = Mark::new(state, TransitionSource::Poll).message(message);
+    if let Some(times) = observed.times {
+        mark = mark.times(times);
+    }
     if let Some(class) = class {
         mark = mark.err_class(class);
         mark.node_fault = class == ErrorClass::Infra
@@ -651,6 +666,13 @@ fn observe_sacct(rows: &[SacctRow], key: TaskKey) -> Option<Observation> {
         components: Vec::new(),
         failed_node: None,
         unconfirmed: None,
+        times: Some(Timeline::new(
+            newest.submit.map(|t| t.and_utc()),
+            newest.eligible.map(|t| t.and_utc()),
+            newest.start.map(|t| t.and_utc()),
+            newest.end.map(|t| t.and_utc()),
+        ))
+        .filter(|t| !t.is_empty()),
     })
 }
 

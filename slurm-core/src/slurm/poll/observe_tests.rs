@@ -245,6 +245,7 @@ fn a_status_json_that_cannot_be_read_is_no_verdict() {
         components: Vec::new(),
         failed_node: None,
         unconfirmed: None,
+        times: None,
     };
     let read = |status: i32, stdout: &str, stderr: &str| Output {
         status,
@@ -461,7 +462,7 @@ fn a_node_failure_is_pinned_on_the_node_sacct_names_from_23_02() {
         let sacct = sacct.replacen("|n2|fixture-node-fail|", "|n[1-2]|fixture-node-fail|", 1);
         let job = sacct.split('|').next().unwrap().to_string();
         let id: TaskKey = (SlurmJobId::new(job.parse().unwrap()).unwrap(), None);
-        let observed = merge_reading(&[id], &out(""), &out(&sacct), true)
+        let observed = merge_reading(&[id], &out(""), &out(&sacct), true, false)
             .unwrap()
             .observations
             .remove(&id);

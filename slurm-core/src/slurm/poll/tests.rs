@@ -300,7 +300,7 @@ async fn few_jobs_are_named_to_squeue_and_many_are_kept_from_the_users_own() {
 
 #[test]
 fn sacct_is_asked_for_failed_node_only_where_the_client_has_it() {
-    use crate::slurm::parse::{SACCT_FORMAT, SACCT_FORMAT_WITH_FAILED_NODE};
+    use crate::slurm::parse::{SACCT_POLL_FORMAT, SACCT_POLL_FORMAT_WITH_FAILED_NODE};
     let formats = |failed_node: bool| {
         let group = Group {
             failed_node,
@@ -312,9 +312,9 @@ fn sacct_is_asked_for_failed_node_only_where_the_client_has_it() {
             .filter_map(|a| a.strip_prefix("--format=").map(str::to_string))
             .collect::<Vec<_>>()
     };
-    assert!(formats(true).contains(&SACCT_FORMAT_WITH_FAILED_NODE.to_string()));
-    assert!(formats(false).contains(&SACCT_FORMAT.to_string()));
-    assert!(!formats(false).contains(&SACCT_FORMAT_WITH_FAILED_NODE.to_string()));
+    assert!(formats(true).contains(&SACCT_POLL_FORMAT_WITH_FAILED_NODE.to_string()));
+    assert!(formats(false).contains(&SACCT_POLL_FORMAT.to_string()));
+    assert!(!formats(false).contains(&SACCT_POLL_FORMAT_WITH_FAILED_NODE.to_string()));
 }
 
 #[tokio::test]

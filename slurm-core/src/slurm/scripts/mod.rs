@@ -188,9 +188,17 @@ pub(crate) const CLUSTER_CONFIG: Script =
 pub(crate) const MISSING_PATHS: Script =
     Script::new("missing-paths", include_str!("missing_paths.sh"));
 
+/// Why jobs wait: squeue of the jobs (ids on standard input), the nodes by state of
+/// their partitions, the jobs ahead of each, and the limits that hold them, framed.
+pub(crate) const WHY: Script = framed(Script::new("why", include_str!("why.sh")));
+
+/// `sbatch --test-only` of one batch script per partition (the scripts on standard
+/// input, NUL-separated), framed: where and when a job would start, submitting nothing.
+pub(crate) const FORECAST: Script = framed(Script::new("forecast", include_str!("forecast.sh")));
+
 /// Every script of the SLURM backend.
 #[cfg(any(test, feature = "testing"))]
-pub(crate) fn all() -> [Script; 19] {
+pub(crate) fn all() -> [Script; 21] {
     [
         CONTINUE_FRESH,
         CONTINUE_SEGMENT,
@@ -211,6 +219,8 @@ pub(crate) fn all() -> [Script; 19] {
         ENROOT,
         CLUSTER_CONFIG,
         MISSING_PATHS,
+        WHY,
+        FORECAST,
     ]
 }
 

@@ -20,6 +20,8 @@
 # an end), and arrays with a task it lists neither alone nor in a pending range. A poll
 # of jobs that are all pending or running costs one squeue and no sacct. Bash's
 # builtins do the rest, so the poll costs little more than the tools it runs.
+# Times in UTC (sacct's are read as such into the records' timelines).
+export TZ=UTC
 live=$1 lists_by=$2 memo=$3
 shift 3
 # The groups' words, each group's from group_from[K] (its how, its decider, its squeue

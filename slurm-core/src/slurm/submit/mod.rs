@@ -27,6 +27,7 @@
 
 mod attempt;
 mod code;
+mod forecast;
 mod plan;
 mod script;
 mod stage;
@@ -61,6 +62,7 @@ use crate::retry::{open_or_follow, prior, Prior};
 use crate::spec::{JobSpec, Resources};
 use crate::Result;
 
+pub(super) use self::forecast::forecast;
 pub(super) use self::script::job_view;
 #[cfg(test)]
 pub(crate) use self::stage::build_payload;
@@ -437,6 +439,16 @@ pub(super) async fn plan_resources(ctx: &Context<'_>, spec: &JobSpec) -> Result<
 pub(super) async fn render_script(ctx: &Context<'_>, spec: &JobSpec) -> Result<String> {
     spec.validate()?;
     let root = ensure_ready(ctx, spec).await?;
+    render_under(ctx, spec, root).await
+}
+
+/// Render the script for `spec` (validated) under the results root `root`, as
+/// [`render_script`] does once the cluster is known.
+async fn render_under(
+    ctx: &Context<'_>,
+    spec: &JobSpec,
+    root: crate::storage::RemotePath,
+) -> Result<String> {
     let mut plan = SubmitPlan::new(
         spec.clone(),
         root,
