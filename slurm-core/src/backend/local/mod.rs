@@ -577,22 +577,14 @@ impl Backend for LocalBackend {
             let queue = self.inner.queue.lock().expect("queue lock");
             queue.running < self.inner.max_running && queue.waiting.is_empty()
         };
-        let line = if free {
-            PartitionForecast::starts(
-                "local",
-                chrono::Utc::now(),
-                Some("localhost".into()),
-                "local queue",
-            )
-        } else {
-            let mut busy = PartitionForecast::starts(
-                "local",
-                chrono::Utc::now(),
-                Some("localhost".into()),
-                "local queue",
-            );
-            busy.start_estimate = None;
-            busy
+        // Busy: it starts when a running job ends, which this machine cannot foresee.
+        let line = PartitionForecast {
+            partition: "local".to_string(),
+            start_estimate: free.then(chrono::Utc::now),
+            nodes: Some("localhost".to_string()),
+            why_not: None,
+            preempts: Vec::new(),
+            source: "local queue".to_string(),
         };
         Ok(Forecast {
             partitions: vec![line],

@@ -81,7 +81,7 @@ impl LocalBackend {
                 ..WaitEvidence::default()
             };
         } else if at_array_limit {
-            let max = launch_max(self, record);
+            let max = launch_max(record);
             answer.category = WaitCategory::Limit;
             answer.reason = Some("JobArrayTaskLimit".to_string());
             answer.explanation = format!(
@@ -119,7 +119,7 @@ impl LocalBackend {
 }
 
 /// The array limit of `record`'s spec.
-fn launch_max(_backend: &LocalBackend, record: &JobRecord) -> Option<u32> {
+fn launch_max(record: &JobRecord) -> Option<u32> {
     record
         .spec
         .as_ref()

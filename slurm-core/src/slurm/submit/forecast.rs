@@ -4,6 +4,7 @@
 //! is opened.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use regex::Regex;
@@ -148,16 +149,21 @@ async fn test_only(
 /// add words before `using`), with the jobs it would preempt where it names them; any
 /// other answer is why the job could not run there.
 pub(crate) fn read_test_only(partition: &str, status: i32, text: &str) -> PartitionForecast {
-    let will_run = Regex::new(
-        r"Job \d+ to start at (\S+)(?:\s+\S+)*?\s+using \d+ processors on nodes (\S+) in partition (\S+)",
-    )
-    .expect("a valid pattern");
+    static WILL_RUN: OnceLock<Regex> = OnceLock::new();
+    static PREEMPT: OnceLock<Regex> = OnceLock::new();
+    let will_run = WILL_RUN.get_or_init(|| {
+        Regex::new(
+            r"Job \d+ to start at (\S+)(?:\s+\S+)*?\s+using \d+ processors on nodes (\S+) in partition (\S+)",
+        )
+        .expect("a valid pattern")
+    });
     if let Some(found) = will_run.captures(text) {
         if let Some(at) = utc_time(&found[1]) {
             let mut answer =
                 PartitionForecast::starts(partition, at, Some(found[2].to_string()), TEST_ONLY);
-            let preempt =
-                Regex::new(r"(?i)preempt\w*[^0-9\n]*((?:\d+[ ,]*)+)").expect("a valid pattern");
+            let preempt = PREEMPT.get_or_init(|| {
+                Regex::new(r"(?i)preempt\w*[^0-9\n]*((?:\d+[ ,]*)+)").expect("a valid pattern")
+            });
             answer.preempts = preempt
                 .captures_iter(text)
                 .flat_map(|c| {

@@ -6,6 +6,7 @@ mod explain;
 mod read;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use regex::Regex;
@@ -28,6 +29,7 @@ use crate::transport::round_trip;
 use crate::{Error, Result};
 
 /// What the why script's four parts said.
+#[derive(Default)]
 struct Seen {
     rows: Vec<WhyRow>,
     nodes: BTreeMap<String, NodeStates>,
@@ -48,13 +50,7 @@ pub(crate) async fn why(ctx: &Context<'_>, ids: &[JobId]) -> Result<Vec<WaitAnsw
         }
     }
     let seen = if asked.is_empty() {
-        Seen {
-            rows: Vec::new(),
-            nodes: BTreeMap::new(),
-            ahead: BTreeMap::new(),
-            associations: Vec::new(),
-            qos: Vec::new(),
-        }
+        Seen::default()
     } else {
         ask(ctx, &asked).await?
     };
@@ -64,12 +60,13 @@ pub(crate) async fn why(ctx: &Context<'_>, ids: &[JobId]) -> Result<Vec<WaitAnsw
         .collect())
 }
 
-/// The scheduler's id of the job a record now stands for.
+/// The scheduler's id of the job a record now stands for (none when its native id
+/// does not read as one).
 fn slurm_job(record: &JobRecord) -> Option<SlurmJobId> {
-    record
-        .backend_ref
-        .as_ref()
-        .and_then(|r| SlurmJobId::parse(&r.native_id).ok())
+    super::job::slurm_job(record)
+        .ok()
+        .flatten()
+        .map(|(_, id)| id)
 }
 
 /// The records the jobs depend on (a parent retried: its latest attempt), by the
@@ -220,19 +217,17 @@ fn with_evidence(
         WaitCategory::Dependency => Some(parent_jobs(record, row, parents, seen)),
         _ => None,
     };
+    let nodes = partition.as_deref().and_then(|p| seen.nodes.get(p));
     answer.explanation = with_figures(
         answer.explanation,
         category,
-        partition.as_deref().and_then(|p| seen.nodes.get(p)),
+        nodes,
         ahead.map(|a| a.0),
         limit.as_ref(),
         parent_jobs.as_deref(),
     );
     answer.evidence = WaitEvidence {
-        nodes: partition
-            .as_deref()
-            .and_then(|p| seen.nodes.get(p))
-            .cloned(),
+        nodes: nodes.cloned(),
         partition,
         jobs_ahead_count: ahead.map(|a| a.0),
         jobs_ahead: ahead.map(|a| a.1.clone()),
@@ -364,8 +359,11 @@ fn parent_jobs(
             .map(|r| r.state.clone())
             .or_else(|| by_native.get(job).map(|p| p.state.to_string()))
     };
-    let piece = Regex::new(r"(after[a-z]*|singleton)(?::(\d+)[^()]*)?\(([a-z]+)\)")
-        .expect("a valid pattern");
+    static PIECE: OnceLock<Regex> = OnceLock::new();
+    let piece = PIECE.get_or_init(|| {
+        Regex::new(r"(after[a-z]*|singleton)(?::(\d+)[^()]*)?\(([a-z]+)\)")
+            .expect("a valid pattern")
+    });
     let mut found: Vec<ParentJob> = row
         .dependency
         .as_deref()
