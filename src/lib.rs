@@ -83,8 +83,10 @@ pub use slurm_core::{
 // What comes out: records, their states, the answers.
 pub use slurm_core::{
     JobId, JobRecord, JobState, JobStatus, NativeStatus, PreflightCheck, PreflightReport,
-    RecordFilter, Segment, SegmentEnd, Timeline, Unsettled, UnsettledKind, WatchEvent,
+    RecordFilter, Segment, SegmentEnd, Timeline, Unsettled, UnsettledKind, Usage, WatchEvent,
 };
+// What runs cost: the usage ledger over any record store, its pictures and budgets.
+pub use slurm_core::ledger;
 // Why a job waits and where it would start sooner.
 pub use slurm_core::{
     Forecast, JobAhead, LimitUse, NodeStates, ParentJob, PartitionForecast, WaitAnswer,

@@ -101,6 +101,33 @@ pub(crate) enum Cmd {
         /// no partition can run it.
         #[arg(long)]
         forecast: bool,
+        /// Submit even when the job's worst case (nodes x GPUs x wall x the runs it may
+        /// make) exceeds what a budget has left (SLURM_RUN_BUDGETS).
+        #[arg(long = "over-budget")]
+        over_budget: bool,
+    },
+    /// What runs cost, from the records (no remote call): GPU-hours, CPU-hours, queue
+    /// wait and wall used by group, with totals and each budget's use.
+    Usage {
+        /// Only records submitted within this span: 7d, 24h, 90m, 2w.
+        #[arg(long, value_name = "SPAN")]
+        since: Option<String>,
+        /// Group by: record, name, label:KEY, partition, cluster or day.
+        #[arg(long, default_value = "name", value_name = "KEY")]
+        by: String,
+        /// Also write an SVG bar chart of GPU-hours by day and group to FILE.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
+    },
+    /// A picture of records' runs on one time axis (each attempt, segment, role or task
+    /// a bar: waiting, running, how it ended).
+    Timeline {
+        /// Record ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+        /// The SVG file to write.
+        #[arg(long, required = true, value_name = "FILE")]
+        svg: PathBuf,
     },
     /// Why jobs wait and when they will start: the category, the scheduler's reason, the
     /// evidence and the remedy, one round trip for all ids.

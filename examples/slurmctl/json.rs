@@ -4,8 +4,8 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use slurm_run::prelude::{Error, JobRecord, JobState, LogStream};
 use slurm_run::CredentialsStatus;
-use slurm_run::Segment;
 use slurm_run::{NativeStatus, PreflightCheck};
+use slurm_run::{Segment, Usage};
 
 use crate::exit::error_field;
 use crate::unsettled::unsettled_note;
@@ -34,6 +34,7 @@ pub(crate) fn job(record: &JobRecord, native: Option<&NativeStatus>) -> Value {
         "candidates": record.candidates().iter().map(|r| r.native_id.clone()).collect::<Vec<_>>(),
         "segments": segments(record),
         "code_commit": record.code_commit(),
+        "usage": usage(record.usage_total().as_ref()),
         "submitted_at": record.submitted_at(),
         "updated_at": record.updated_at(),
     });
@@ -119,6 +120,31 @@ fn segment(segment: &Segment) -> Value {
         "ended_at": segment.ended_at(),
         "ended": segment.ended().map(|e| e.as_str()),
         "checkpoint": segment.checkpoint(),
+        "usage": usage(segment.usage()),
+    })
+}
+
+/// What a run (or a record's runs summed) used, from the cluster's accounting: every
+/// figure null where the cluster does not account it, with `notes` saying so; null
+/// until the job ended and accounting told.
+pub(crate) fn usage(usage: Option<&Usage>) -> Value {
+    let Some(u) = usage else {
+        return Value::Null;
+    };
+    json!({
+        "runs": u.runs,
+        "elapsed_s": u.elapsed_s,
+        "time_limit_s": u.time_limit_s,
+        "wall_used": u.wall_used(),
+        "queue_wait_s": u.queue_wait_s,
+        "gpus": u.gpus,
+        "cpus": u.cpus,
+        "gpu_hours": u.gpu_hours(),
+        "cpu_hours": u.cpu_hours(),
+        "max_rss_bytes": u.max_rss_bytes,
+        "gpu_util_percent": u.gpu_util_percent,
+        "gpu_mem_bytes": u.gpu_mem_bytes,
+        "notes": u.notes,
     })
 }
 
@@ -137,6 +163,7 @@ pub(crate) fn task(record: &JobRecord, index: u32, native: Option<&NativeStatus>
     object["task_nodes"] = json!(task.nodes());
     // A task that ended keeps its code (it is not polled again).
     object["exit_code"] = json!(native.and_then(|n| n.exit_code).or(task.exit_code()));
+    object["usage"] = usage(task.usage());
     object
 }
 

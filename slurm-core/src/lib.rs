@@ -90,6 +90,7 @@ mod dependency;
 mod error;
 mod id;
 mod image;
+pub mod ledger;
 mod names;
 mod nccl;
 mod record;
@@ -120,7 +121,7 @@ pub use storage::RemotePath;
 // Records.
 pub use record::{
     BackendRef, JobId, JobRecord, Segment, SegmentEnd, SegmentNote, TaskRecord, Timeline,
-    Transition, TransitionSource, Unsettled, UnsettledKind,
+    Transition, TransitionSource, Unsettled, UnsettledKind, Usage,
 };
 pub use state::JobState;
 

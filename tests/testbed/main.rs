@@ -30,5 +30,6 @@ mod smoke;
 mod ssh_faults;
 mod testbed_scripts;
 mod transports;
+mod usage;
 mod wall_time;
 mod why;

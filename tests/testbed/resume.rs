@@ -171,6 +171,29 @@ async fn a_two_node_container_run_of_three_segments_keeps_its_counter_and_secret
         record.segments().iter().all(|s| s.nodes().len() == 2),
         "{record:?}"
     );
+    // What each segment used, from accounting (issue 41): two nodes x one GPU for the
+    // segment's elapsed time, at most its one-minute wall; the record sums them.
+    for segment in record.segments() {
+        let usage = segment
+            .usage()
+            .unwrap_or_else(|| panic!("no usage: {segment:?}"));
+        let elapsed = usage.elapsed_s.expect("elapsed");
+        assert!(elapsed > 0 && elapsed <= 60 + 30, "{usage:?}");
+        assert_eq!(usage.gpus, Some(2), "{usage:?}");
+        assert_eq!(usage.gpu_seconds, Some(2 * elapsed), "{usage:?}");
+    }
+    let used = record.usage_total().expect("the segments summed");
+    assert_eq!(used.runs as usize, record.segments().len(), "{used:?}");
+    assert_eq!(
+        used.elapsed_s,
+        Some(
+            record
+                .segments()
+                .iter()
+                .filter_map(|s| s.usage()?.elapsed_s)
+                .sum()
+        )
+    );
     assert_eq!(
         steps(&read(&h, &record, "progress-0.txt").await),
         (1..=total).collect::<Vec<_>>()

@@ -738,3 +738,124 @@ fn why_and_a_forecast_in_text_and_json_and_the_timeline_in_status() {
         None => assert_eq!(status["eligible_wait_s"], Value::Null, "{status}"),
     }
 }
+
+/// Issue 41: `usage` (table, JSON Lines, SVG) and `timeline --svg` from the records, the
+/// cluster's own figures in `status --json`, and a budget that refuses a submit whose
+/// worst case exceeds what is left, unless `--over-budget`.
+#[test]
+fn usage_a_timeline_picture_and_a_budget_that_refuses_unless_over_budget() {
+    let _cluster = cluster::shared_blocking();
+    let ctl = Ctl::new();
+    let spec = ctl.spec("usage.yaml", &small_spec("ctl-usage", "sleep 3"));
+    let id = id_of(&ctl.submit(&spec));
+    ctl.run(&["watch", &id, "--json", "--interval", "0.5"])
+        .expect_code(0);
+    let status = ctl.run(&["--json", "status", &id]);
+    let job = &status.expect_code(0).json_lines()[0];
+    let usage = &job["usage"];
+    assert_eq!(usage["gpus"], 1, "{job}");
+    let elapsed = usage["elapsed_s"].as_u64().expect("elapsed_s");
+    assert!(elapsed >= 3, "{usage}");
+    let gpu_hours = usage["gpu_hours"].as_f64().expect("gpu_hours");
+    assert!(
+        (gpu_hours - elapsed as f64 / 3600.0).abs() < 1e-9,
+        "{usage}"
+    );
+    assert_eq!(
+        usage["gpu_util_percent"],
+        Value::Null,
+        "not accounted: {usage}"
+    );
+    // One group per name and a total, in JSON Lines; the table; the picture.
+    let svg = ctl.specs.path().join("usage.svg");
+    let svg_arg = svg.display().to_string();
+    let lines = ctl
+        .run(&[
+            "--json", "usage", "--by", "name", "--since", "1d", "--svg", &svg_arg,
+        ])
+        .expect_code(0)
+        .json_lines();
+    let group = lines
+        .iter()
+        .find(|l| l["key"] == "ctl-usage")
+        .expect("a row");
+    assert_eq!(group["jobs"], 1, "{group}");
+    assert_eq!(group["elapsed_s"], elapsed, "{group}");
+    assert!((group["gpu_hours"].as_f64().unwrap() - gpu_hours).abs() < 1e-9);
+    assert!(lines.iter().any(|l| l["key"] == "total"), "{lines:?}");
+    let picture = std::fs::read_to_string(&svg).expect("the SVG written");
+    assert!(
+        picture.starts_with("<svg") || picture.starts_with("<?xml"),
+        "{picture}"
+    );
+    assert!(
+        picture.contains("<rect") && picture.contains("ctl-usage"),
+        "{picture}"
+    );
+    let table = ctl
+        .run(&["usage", "--by", "day"])
+        .expect_code(0)
+        .stdout
+        .clone();
+    assert!(
+        table.contains("total") && table.contains("GPU-h"),
+        "{table}"
+    );
+    let bad = ctl.run(&["usage", "--by", "colour"]);
+    bad.expect_code(2);
+    assert!(bad.stderr.contains("--by"), "{}", bad.stderr);
+    let timeline = ctl.specs.path().join("timeline.svg");
+    let timeline_arg = timeline.display().to_string();
+    ctl.run(&["timeline", &id, "--svg", &timeline_arg])
+        .expect_code(0);
+    let picture = std::fs::read_to_string(&timeline).expect("the timeline written");
+    assert!(
+        picture.contains("<rect") && picture.contains(&id),
+        "{picture}"
+    );
+    // A budget of 0.01 GPU-hours over a week: the job above used some of it, and one of
+    // four GPUs for five minutes (0.33 GPU-hours at worst) is refused; --over-budget
+    // submits it.
+    let budgets = ctl.spec(
+        "budgets.yaml",
+        "budgets:\n  - name: team\n    gpu_hours: 0.01\n    window: 7d\n",
+    );
+    let big = ctl.spec(
+        "big.yaml",
+        "name: ctl-usage-big\ncommand: \"true\"\ngpus_per_node: 4\ncpus_per_task: 1\ntime: \"00:05:00\"\n",
+    );
+    let records = ctl.record_count();
+    let refused = ctl.run_with(&["submit", &big], &[("SLURM_RUN_BUDGETS", &budgets)], &[]);
+    refused.expect_code(2);
+    assert!(
+        refused.stderr.contains("budget team") && refused.stderr.contains("--over-budget"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(
+        ctl.record_count(),
+        records,
+        "nothing recorded for a refused submit"
+    );
+    let used = ctl
+        .run_with(
+            &["--json", "usage"],
+            &[("SLURM_RUN_BUDGETS", &budgets)],
+            &[],
+        )
+        .expect_code(0)
+        .json_lines();
+    let team = used
+        .iter()
+        .find(|l| l["budget"] == "team")
+        .expect("the budget's use");
+    assert!(team["used"].as_f64().unwrap() > 0.0, "{team}");
+    let passed = ctl.run_with(
+        &["--json", "submit", &big, "--over-budget"],
+        &[("SLURM_RUN_BUDGETS", &budgets)],
+        &[],
+    );
+    passed.expect_code(0);
+    let big_id = id_of(&passed.json_lines()[0]);
+    ctl.run(&["cancel", &big_id]).expect_code(0);
+}

@@ -5,6 +5,7 @@ mod into_job;
 mod jobs;
 mod logs;
 mod specs;
+mod usage;
 mod watch;
 
 use slurm_run::prelude::{LogOptions, LogStream, Result};
@@ -33,8 +34,18 @@ pub(crate) async fn run(cli: &Cli, out: &Out) -> Result<u8> {
             ..
         } => specs::forecast(global, spec, out).await,
         Cmd::Submit {
-            spec, after, probe, ..
-        } => specs::submit(global, spec, after, *probe, out).await,
+            spec,
+            after,
+            probe,
+            over_budget,
+            ..
+        } => specs::submit(global, spec, after, *probe, *over_budget, out).await,
+        Cmd::Usage { since, by, svg } => tokio::task::block_in_place(|| {
+            usage::usage(global, since.as_deref(), by, svg.as_deref(), out)
+        }),
+        Cmd::Timeline { ids, svg } => {
+            tokio::task::block_in_place(|| usage::timeline(global, ids, svg, out))
+        }
         Cmd::Why { ids } => jobs::why(global, ids, out).await,
         Cmd::Status { ids } => jobs::status(global, ids, out).await,
         Cmd::Watch {

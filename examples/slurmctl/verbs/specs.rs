@@ -33,11 +33,18 @@ pub(crate) async fn submit(
     spec: &Path,
     after: &[String],
     probe: Option<NcclProbe>,
+    over_budget: bool,
     out: &Out,
 ) -> Result<u8> {
     let mut spec = JobSpec::from_path(spec)?;
     if let Some(probe) = probe {
         spec.nccl_probe = Some(probe);
+    }
+    let refused = tokio::task::block_in_place(|| {
+        super::usage::check_budgets(global, &spec, over_budget, out)
+    })?;
+    if let Some(code) = refused {
+        return Ok(code);
     }
     let after = after
         .iter()

@@ -15,6 +15,7 @@ use crate::{Error, Result};
 
 use super::{
     BackendRef, JobId, Segment, TaskRecord, Timeline, Transition, TransitionSource, Unsettled,
+    Usage,
 };
 
 /// The record format written by this version. Version 2 added the array tasks, the
@@ -102,6 +103,8 @@ pub struct JobRecord {
     pub(crate) code_dir: Option<String>,
     #[serde(default, skip_serializing_if = "Timeline::is_empty")]
     pub(crate) timeline: Timeline,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) usage: Option<Usage>,
 }
 
 /// What a record says: one read accessor per field.
@@ -301,6 +304,46 @@ impl JobRecord {
         &self.timeline
     }
 
+    /// What the job's newest scheduler job used, from accounting (every run of it a
+    /// requeue made, its components summed), once it ended; see [`JobRecord::usage_total`]
+    /// for the whole record.
+    pub fn usage(&self) -> Option<&Usage> {
+        self.usage.as_ref()
+    }
+
+    /// What the whole record used: its segments summed (a resumed run), or its tasks
+    /// (an array), else its job's usage; `None` until accounting told any of it.
+    pub fn usage_total(&self) -> Option<Usage> {
+        let segments: Vec<&Usage> = self
+            .segments
+            .iter()
+            .filter_map(|s| s.usage.as_ref())
+            .collect();
+        if !segments.is_empty() {
+            let mut total = Usage::sum(segments.iter().copied())?;
+            let missing = self
+                .segments
+                .iter()
+                .filter(|s| s.ended_at.is_some() && s.usage.is_none())
+                .count();
+            if missing > 0 {
+                total.notes.push(format!(
+                    "{missing} ended segment(s) without accounting figures"
+                ));
+            }
+            return Some(total);
+        }
+        let tasks: Vec<&Usage> = self
+            .tasks
+            .values()
+            .filter_map(|t| t.usage.as_ref())
+            .collect();
+        if !tasks.is_empty() {
+            return Usage::sum(tasks);
+        }
+        self.usage.clone()
+    }
+
     /// A resumable run's segments, oldest first: each time the job ran, with its
     /// scheduler job, nodes, start, end and how it ended. Empty for other records.
     pub fn segments(&self) -> &[Segment] {
@@ -389,6 +432,7 @@ impl JobRecord {
             code_commit: None,
             code_dir: None,
             timeline: Timeline::default(),
+            usage: None,
         })
     }
 

@@ -12,7 +12,7 @@ use crate::state::{JobState, TransitionOutcome};
 use crate::{Error, Result};
 
 use super::tasks::{self, derive_state, role_summary, summary, TaskMark, TaskRecord};
-use super::{BackendRef, JobRecord, SegmentNote, Timeline, Transition, TransitionSource};
+use super::{BackendRef, JobRecord, SegmentNote, Timeline, Transition, TransitionSource, Usage};
 
 /// A state change asked of a store: validated by the state machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +47,9 @@ pub struct Mark {
     /// The scheduler's times of the job's newest run, when it told them (see
     /// [`JobRecord::timeline`]).
     pub times: Option<Timeline>,
+    /// What each run of the job's newest scheduler job used, oldest first, when
+    /// accounting told it (see [`JobRecord::usage`]).
+    pub usage: Vec<Usage>,
 }
 
 impl Mark {
@@ -65,7 +68,14 @@ impl Mark {
             roles: BTreeMap::new(),
             segment: None,
             times: None,
+            usage: Vec::new(),
         }
+    }
+
+    /// With what each run of the job's newest scheduler job used, oldest first.
+    pub fn usage(mut self, runs: Vec<Usage>) -> Self {
+        self.usage = runs;
+        self
     }
 
     /// With the scheduler's times of the job's newest run.
@@ -190,6 +200,7 @@ impl JobRecord {
                 if let Some(times) = &mark.times {
                     self.note_timeline(times);
                 }
+                self.note_usage(&mark.usage);
                 self.updated_at = now;
                 Ok(true)
             }
@@ -206,6 +217,7 @@ impl JobRecord {
                 if let Some(times) = &mark.times {
                     changed |= self.note_timeline(times);
                 }
+                changed |= self.note_usage(&mark.usage);
                 if changed {
                     self.updated_at = now;
                 }
@@ -228,6 +240,7 @@ impl JobRecord {
             nodes: None,
             node_fault: mark.node_fault,
             exit_code: None,
+            usage: None,
         };
         let mut changed = if self.is_array() {
             apply_part_marks(&mut self.tasks, mark.tasks, &whole, &redact, now)?

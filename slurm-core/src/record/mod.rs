@@ -21,6 +21,7 @@ mod tasks;
 mod timeline;
 mod timestamp;
 mod unsettled;
+mod usage;
 
 pub use crate::id::{BackendRef, JobId};
 pub(crate) use async_store::handed_off;
@@ -39,6 +40,7 @@ pub use store::{Listing, RecordStore, RetryClaim, SubmitLease, LEASE_RETRY};
 pub use tasks::{TaskMark, TaskRecord};
 pub use timeline::Timeline;
 pub use unsettled::{Unsettled, UnsettledKind};
+pub use usage::Usage;
 
 #[cfg(test)]
 mod tests;

@@ -64,6 +64,7 @@ impl JobRecord {
                     ended: None,
                     checkpoint: None,
                     timeline: Default::default(),
+                    usage: None,
                 });
             }
             JobState::Pending if previous == JobState::Running && open => {

@@ -1,9 +1,10 @@
-//! How the scheduler's times of a run reach a record ([`JobRecord::note_timeline`]): its
-//! timeline, and the segment of that run.
+//! How the scheduler's times and usage of a run reach a record
+//! ([`JobRecord::note_timeline`], [`JobRecord::note_usage`]): its timeline and usage, and
+//! the segment of that run.
 
 use chrono::Duration;
 
-use super::{JobRecord, Timeline};
+use super::{JobRecord, Timeline, Usage};
 
 impl JobRecord {
     /// Take the scheduler's `times` of the job's newest run: the record's timeline, and
@@ -25,6 +26,36 @@ impl JobRecord {
             .filter(|s| (s.started_at - started).abs() <= near)
         {
             changed |= segment.timeline.take(&timeline);
+        }
+        changed
+    }
+
+    /// Take what each run of the job's newest scheduler job used (`runs`, oldest first):
+    /// the record's usage is their sum, and each run's usage goes to the segment of that
+    /// run (the segment of that scheduler job started near the run's start). Whether
+    /// anything changed.
+    pub(crate) fn note_usage(&mut self, runs: &[Usage]) -> bool {
+        let Some(total) = Usage::sum(runs) else {
+            return false;
+        };
+        let mut changed = self.usage.as_ref() != Some(&total);
+        self.usage = Some(total);
+        let job = self.backend_ref.as_ref().map(|r| r.native_id.clone());
+        let near = Duration::minutes(10);
+        for run in runs {
+            let Some(started) = run.started_at else {
+                continue;
+            };
+            if let Some(segment) =
+                self.segments.iter_mut().rev().find(|s| {
+                    Some(&s.job) == job.as_ref() && (s.started_at - started).abs() <= near
+                })
+            {
+                if segment.usage.as_ref() != Some(run) {
+                    segment.usage = Some(run.clone());
+                    changed = true;
+                }
+            }
         }
         changed
     }

@@ -7,7 +7,7 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::Timeline;
+use super::{Timeline, Usage};
 
 /// How one segment of a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -86,6 +86,9 @@ pub struct Segment {
     /// ended).
     #[serde(default, skip_serializing_if = "Timeline::is_empty")]
     pub(crate) timeline: Timeline,
+    /// What the run used, from accounting, once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) usage: Option<Usage>,
 }
 
 impl Segment {
@@ -123,6 +126,11 @@ impl Segment {
     /// it told them.
     pub fn timeline(&self) -> &Timeline {
         &self.timeline
+    }
+
+    /// What the run used, from accounting, once it ended.
+    pub fn usage(&self) -> Option<&Usage> {
+        self.usage.as_ref()
     }
 }
 

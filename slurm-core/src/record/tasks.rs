@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::Usage;
 use crate::classify::ErrorClass;
 use crate::state::{JobState, TransitionOutcome};
 
@@ -26,6 +27,8 @@ pub struct TaskRecord {
     pub(crate) exit_code: Option<i32>,
     #[serde(deserialize_with = "super::timestamp::deserialize")]
     pub(crate) updated_at: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) usage: Option<Usage>,
 }
 
 impl TaskRecord {
@@ -60,6 +63,11 @@ impl TaskRecord {
         self.exit_code
     }
 
+    /// What it used, from accounting, once it ended.
+    pub fn usage(&self) -> Option<&Usage> {
+        self.usage.as_ref()
+    }
+
     /// When it last changed.
     pub fn updated_at(&self) -> DateTime<Utc> {
         self.updated_at
@@ -75,6 +83,7 @@ impl TaskRecord {
             message: None,
             exit_code: None,
             updated_at: at,
+            usage: None,
         }
     }
 }
@@ -94,6 +103,8 @@ pub struct TaskMark {
     pub node_fault: bool,
     /// Its exit code, when the scheduler gave one.
     pub exit_code: Option<i32>,
+    /// What it used, from accounting, once it ended.
+    pub usage: Option<Usage>,
 }
 
 impl TaskMark {
@@ -106,6 +117,7 @@ impl TaskMark {
             nodes: None,
             node_fault: false,
             exit_code: None,
+            usage: None,
         }
     }
 }
@@ -122,6 +134,9 @@ pub(crate) fn apply_task(task: &mut TaskRecord, mark: &TaskMark, at: DateTime<Ut
             task.node_fault = mark.node_fault;
             task.message = mark.message.clone();
             task.exit_code = mark.exit_code.or(task.exit_code);
+            if mark.usage.is_some() {
+                task.usage = mark.usage.clone();
+            }
             changed = true;
         }
         Ok(TransitionOutcome::NoOp) => {
@@ -131,6 +146,10 @@ pub(crate) fn apply_task(task: &mut TaskRecord, mark: &TaskMark, at: DateTime<Ut
             }
             if task.exit_code.is_none() && mark.exit_code.is_some() {
                 task.exit_code = mark.exit_code;
+                changed = true;
+            }
+            if mark.usage.is_some() && task.usage != mark.usage {
+                task.usage = mark.usage.clone();
                 changed = true;
             }
         }

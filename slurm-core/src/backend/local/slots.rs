@@ -416,6 +416,7 @@ impl LocalBackend {
                     nodes: None,
                     node_fault: false,
                     exit_code: None,
+                    usage: None,
                 },
             ),
             None => mark,

@@ -11,6 +11,7 @@ pub(crate) mod errors;
 pub(crate) mod id;
 pub(crate) mod nodelist;
 pub(crate) mod sacct;
+pub(crate) mod sacct_usage;
 pub(crate) mod sbatch;
 pub(crate) mod scontrol;
 pub(crate) mod squeue;

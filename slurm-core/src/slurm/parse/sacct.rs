@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use chrono::NaiveDateTime;
 
 use super::id::{SlurmIdField, SlurmJobId};
+use super::sacct_usage::{RowUsage, USAGE_FIELDS};
 use super::squeue::optional;
 use crate::names::short;
 use crate::slurm::states::SlurmState;
@@ -29,15 +30,16 @@ pub(crate) const SACCT_FORMAT: &str =
 pub(crate) const SACCT_FORMAT_WITH_FAILED_NODE: &str =
     "JobID,JobIDRaw,State,ExitCode,Reason,Submit,Start,End,NodeList,JobName,FailedNode";
 
-/// The poll's sacct format: [`SACCT_FORMAT`] and `Eligible` (when the run became
-/// eligible to start: the job's timeline), read with [`parse_sacct_rows_eligible`].
+/// The poll's sacct format: [`SACCT_FORMAT`], `Eligible` (when the run became eligible
+/// to start: the job's timeline) and the usage columns ([`USAGE_FIELDS`]: what the run
+/// used), read with [`parse_sacct_rows_eligible`].
 pub(crate) const SACCT_POLL_FORMAT: &str =
-    "JobID,JobIDRaw,State,ExitCode,Reason,Submit,Start,End,NodeList,JobName,Eligible";
+    "JobID,JobIDRaw,State,ExitCode,Reason,Submit,Start,End,NodeList,JobName,Eligible,Elapsed,Timelimit,AllocTRES,MaxRSS,TRESUsageInAve";
 
 /// The poll's sacct format where the client has `FailedNode`: [`SACCT_POLL_FORMAT`], then
 /// `FailedNode` last (split off first, then the eligible time).
 pub(crate) const SACCT_POLL_FORMAT_WITH_FAILED_NODE: &str =
-    "JobID,JobIDRaw,State,ExitCode,Reason,Submit,Start,End,NodeList,JobName,Eligible,FailedNode";
+    "JobID,JobIDRaw,State,ExitCode,Reason,Submit,Start,End,NodeList,JobName,Eligible,Elapsed,Timelimit,AllocTRES,MaxRSS,TRESUsageInAve,FailedNode";
 
 /// sacct output in [`SACCT_FORMAT_WITH_FAILED_NODE`] as output in [`SACCT_FORMAT`] (each
 /// line's last field cut off), and the `FailedNode` of every row that names one, by its
@@ -86,6 +88,8 @@ pub(crate) struct SacctRow {
     pub end: Option<NaiveDateTime>,
     /// When the run became eligible, where the output had the column (`Eligible`).
     pub eligible: Option<NaiveDateTime>,
+    /// What the row used, where the output had the usage columns.
+    pub usage: Option<RowUsage>,
     /// Nodes (`None assigned` reads as `None`).
     pub nodelist: Option<String>,
     /// The job name.
@@ -136,10 +140,27 @@ pub(crate) fn parse_sacct_rows_eligible(
             continue;
         }
         let mut eligible_at = None;
+        let mut usage = None;
         if eligible {
-            // The last field when it reads as a time (a line without the column, as an
-            // older capture's, reads as before: its last field is the name, and cutting
-            // it would leave too few fields).
+            // The usage columns, then `Eligible`: the last fields when the first of them
+            // reads as a time (a line without them, as an older capture's, reads as
+            // before: its last field is the name, and cutting it would leave too few).
+            let tail: Vec<&str> = line.rsplitn(USAGE_FIELDS.len() + 2, '|').collect();
+            if tail.len() == USAGE_FIELDS.len() + 2 {
+                let row = tail[USAGE_FIELDS.len() + 1];
+                let at = tail[USAGE_FIELDS.len()];
+                if let Ok(at) = parse_time(at) {
+                    if row.split('|').count() >= SACCT_FIELDS.len() {
+                        let mut fields: Vec<&str> = tail[..USAGE_FIELDS.len()].to_vec();
+                        fields.reverse();
+                        usage = Some(RowUsage::parse(&fields));
+                        line = row;
+                        eligible_at = at;
+                    }
+                }
+            }
+        }
+        if eligible && usage.is_none() {
             if let Some((row, at)) = line.rsplit_once('|') {
                 if let Ok(at) = parse_time(at) {
                     if row.split('|').count() >= SACCT_FIELDS.len() {
@@ -152,6 +173,7 @@ pub(crate) fn parse_sacct_rows_eligible(
         match parse_row(n, line, rows.len()) {
             Ok(row) => rows.push(SacctRow {
                 eligible: eligible_at,
+                usage,
                 ..row
             }),
             Err(error) => unreadable.push(UnreadableRow {
@@ -205,6 +227,7 @@ fn parse_row(n: usize, line: &str, position: usize) -> Result<SacctRow> {
         start: parse_time(p[6]).map_err(bad)?,
         end: parse_time(p[7]).map_err(bad)?,
         eligible: None,
+        usage: None,
         nodelist: optional(p[8]).filter(|n| n != "None assigned"),
         name: p[9].to_string(),
         position,
@@ -395,7 +418,10 @@ mod tests {
             SACCT_POLL_FORMAT_WITH_FAILED_NODE,
             format!("{SACCT_POLL_FORMAT},FailedNode")
         );
-        assert_eq!(SACCT_POLL_FORMAT, format!("{SACCT_FORMAT},Eligible"));
+        assert_eq!(
+            SACCT_POLL_FORMAT,
+            format!("{SACCT_FORMAT},Eligible,{}", USAGE_FIELDS.join(","))
+        );
         let out = "\
 7|7|COMPLETED|0:0|None|2024-05-01T10:00:00|2024-05-01T10:00:05|2024-05-01T10:03:00|n1|a|b|2024-05-01T10:00:02
 7.batch|7.batch|COMPLETED|0:0||2024-05-01T10:00:05|2024-05-01T10:00:05|2024-05-01T10:03:00|n1|batch|Unknown
@@ -409,6 +435,20 @@ mod tests {
         assert_eq!(rows[1].eligible, None);
         assert_eq!(rows[2].name, "old-name");
         assert_eq!(rows[2].eligible, None);
+        assert_eq!(rows[0].usage, None, "a line without the usage columns");
+        // The poll's format today: Eligible, then the usage columns, after a name that
+        // holds the delimiter.
+        let out = "9|9|COMPLETED|0:0|None|2024-05-01T10:00:00|2024-05-01T10:00:05|2024-05-01T10:03:00|n1|x|y|2024-05-01T10:00:01|00:02:55|01:00:00|cpu=2,gres/gpu=4,node=1||\n";
+        let (rows, unreadable) = parse_sacct_rows_eligible(out, true);
+        assert!(unreadable.is_empty(), "{unreadable:?}");
+        assert_eq!(rows[0].name, "x|y");
+        assert_eq!(rows[0].eligible.unwrap().to_string(), "2024-05-01 10:00:01");
+        let usage = rows[0].usage.as_ref().unwrap();
+        assert_eq!(
+            (usage.elapsed_s, usage.gpus, usage.cpus),
+            (Some(175), Some(4), Some(2))
+        );
+        assert_eq!(usage.max_rss_bytes, None);
     }
 
     #[test]

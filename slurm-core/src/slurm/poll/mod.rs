@@ -17,6 +17,7 @@ mod observe;
 mod request;
 mod resume;
 mod roles;
+mod usage;
 
 #[cfg(test)]
 mod tests;
@@ -35,7 +36,7 @@ use super::paths::{log_folder, resume_segments, staged_script, status_json};
 use super::scripts::{CONTINUE_FRESH, CONTINUE_SEGMENT, TAIL_LOGS};
 use crate::backend::JobStatus;
 use crate::classify::LOG_TAIL_LINES;
-use crate::record::{JobRecord, Mark, TaskMark, TransitionSource};
+use crate::record::{JobRecord, Mark, TaskMark, TransitionSource, Usage};
 use crate::state::JobState;
 use crate::transport::{round_trip, Command, Output};
 use crate::{Error, Result};
@@ -304,6 +305,7 @@ fn record_decisions(
                         nodes: m.nodes,
                         node_fault: m.node_fault,
                         exit_code: exit_code.filter(|_| m.state.is_terminal()),
+                        usage: Usage::sum(&m.usage).filter(|_| m.state.is_terminal()),
                     },
                 );
             }

@@ -8,7 +8,7 @@ use crate::backend::NativeStatus;
 use crate::classify::{
     classify_failure, is_node_fault, ErrorClass, CHILD_TIMEOUT_EXIT, CHILD_TIMEOUT_NOTE,
 };
-use crate::record::{JobRecord, Mark, Timeline, TransitionSource};
+use crate::record::{JobRecord, Mark, Timeline, TransitionSource, Usage};
 use crate::slurm::parse::{
     expand_nodelist, is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error,
     parse_sacct_rows_eligible, parse_scontrol_show_job, parse_squeue, resolve_newest_of,
@@ -19,6 +19,7 @@ use crate::slurm::states::{map_state, SlurmBaseState, SlurmState};
 use crate::slurm::why::category_of;
 
 use super::resume::{decide_resumable, ResumeStep};
+use super::usage::run_usages;
 use crate::spec::CompletionCheck;
 use crate::state::JobState;
 use crate::transport::Output;
@@ -49,6 +50,8 @@ pub(super) struct Observation {
     pub(super) unconfirmed: Option<String>,
     /// The newest run's times, from accounting (submitted, eligible, started, ended).
     pub(super) times: Option<Timeline>,
+    /// What each run of the job used, oldest first, from accounting.
+    pub(super) usage: Vec<Usage>,
 }
 
 /// What one cluster's squeue and sacct parts said of the keys asked about.
@@ -244,6 +247,7 @@ fn first_observation(
             failed_node: None,
             unconfirmed: None,
             times: sacct.as_ref().and_then(|s| s.times),
+            usage: sacct.map(|s| s.usage).unwrap_or_default(),
         }),
         // squeue answered and no longer lists the job, yet sacct says it is
         // pending or running: slurmdbd lags behind slurmctld, so that row is
@@ -382,6 +386,7 @@ pub(super) fn from_scontrol(id: SlurmJobId, part: &Output) -> Result<Option<Obse
                 failed_node: job.get("FailedNode").and_then(optional_node),
                 unconfirmed: None,
                 times: None,
+                usage: Vec::new(),
             })
         })
         .next_back())
@@ -526,6 +531,9 @@ fn mark_of(
     let mut mark = Mark::new(state, TransitionSource::Poll).message(message);
     if let Some(times) = observed.times {
         mark = mark.times(times);
+    }
+    if !observed.usage.is_empty() {
+        mark = mark.usage(observed.usage.clone());
     }
     if let Some(class) = class {
         mark = mark.err_class(class);
@@ -673,6 +681,7 @@ fn observe_sacct(rows: &[SacctRow], key: TaskKey) -> Option<Observation> {
             newest.end.map(|t| t.and_utc()),
         ))
         .filter(|t| !t.is_empty()),
+        usage: run_usages(rows, id, task),
     })
 }
 
