@@ -8,10 +8,9 @@
 use std::time::{Duration, Instant};
 
 use chrono::{TimeZone, Utc};
-use slurm_core::ledger::{usage_of, GroupBy};
 use slurm_core::{
-    BackendRef, JobId, JobRecord, JobSpec, JobState, Mark, RecordFilter, RecordStore, RemotePath,
-    Timeline, TransitionSource,
+    usage_of, BackendRef, GroupBy, JobId, JobRecord, JobSpec, JobState, Mark, RecordFilter,
+    RecordStore, RemotePath, Timeline, TransitionSource,
 };
 use slurm_records::SqliteRecordStore;
 use slurm_run_testsupport::bench::{median, Area, Baseline, Row};

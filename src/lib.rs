@@ -86,7 +86,11 @@ pub use slurm_core::{
     RecordFilter, Segment, SegmentEnd, Timeline, Unsettled, UnsettledKind, Usage, WatchEvent,
 };
 // What runs cost: the usage ledger over any record store, its pictures and budgets.
-pub use slurm_core::ledger;
+pub use slurm_core::{
+    budget_use, check_budgets, format_hours, parse_since, summarise, timeline_svg, usage_of,
+    usage_svg, worst_case_gpu_hours, Budget, BudgetRefusal, BudgetUse, Budgets, GroupBy,
+    UsageReport, UsageRow,
+};
 // Why a job waits and where it would start sooner.
 pub use slurm_core::{
     Forecast, JobAhead, LimitUse, NodeStates, ParentJob, PartitionForecast, WaitAnswer,

@@ -90,7 +90,7 @@ mod dependency;
 mod error;
 mod id;
 mod image;
-pub mod ledger;
+mod ledger;
 mod names;
 mod nccl;
 mod record;
@@ -118,6 +118,12 @@ pub use spec::{
 };
 pub use storage::RemotePath;
 
+// What runs cost: the usage ledger over records, its pictures and budgets.
+pub use ledger::{
+    budget_use, check_budgets, format_hours, parse_since, summarise, timeline_svg, usage_of,
+    usage_svg, worst_case_gpu_hours, Budget, BudgetRefusal, BudgetUse, Budgets, GroupBy,
+    UsageReport, UsageRow,
+};
 // Records.
 pub use record::{
     BackendRef, JobId, JobRecord, Segment, SegmentEnd, SegmentNote, TaskRecord, Timeline,

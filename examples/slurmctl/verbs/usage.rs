@@ -4,8 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
-use slurm_run::ledger::{self, Budgets, GroupBy, UsageRow};
 use slurm_run::prelude::*;
+use slurm_run::{
+    budget_use, check_budgets as refused_by_budget, format_hours, parse_since, summarise,
+    timeline_svg, usage_svg, Budgets, GroupBy, UsageRow,
+};
 
 use crate::args::{parse_ids, Global};
 use crate::connect;
@@ -26,7 +29,7 @@ pub(crate) fn usage(
 ) -> Result<u8> {
     let by: GroupBy = by.parse()?;
     let since = since
-        .map(ledger::parse_since)
+        .map(parse_since)
         .transpose()?
         .map(|span| chrono::Utc::now() - span);
     let store = connect::records(global, &connect::state_dir(global)?)?.open()?;
@@ -35,15 +38,15 @@ pub(crate) fn usage(
         ..RecordFilter::any()
     };
     let records = store.list(&filter)?;
-    let report = ledger::summarise(&records, &by);
+    let report = summarise(&records, &by);
     if let Some(path) = svg {
-        write_file(path, &ledger::usage_svg(&records, &by))?;
+        write_file(path, &usage_svg(&records, &by))?;
     }
     let budgets = budgets(global)?;
     let uses = match &budgets {
         Some(budgets) => {
             let all = store.list(&RecordFilter::any())?;
-            ledger::budget_use(budgets, &all, chrono::Utc::now())
+            budget_use(budgets, &all, chrono::Utc::now())
         }
         None => Vec::new(),
     };
@@ -77,10 +80,10 @@ pub(crate) fn usage(
         out.line(&format!(
             "budget {}: {} of {} GPU-hours used over {}, {} left",
             budget.name,
-            ledger::format_hours(budget.used),
-            ledger::format_hours(budget.gpu_hours),
+            format_hours(budget.used),
+            format_hours(budget.gpu_hours),
             budget.window,
-            ledger::format_hours(budget.left)
+            format_hours(budget.left)
         ));
     }
     if let Some(path) = svg {
@@ -91,7 +94,7 @@ pub(crate) fn usage(
 
 /// One line of the usage table.
 fn table_row(row: &UsageRow) -> String {
-    let hours = |h: Option<f64>| h.map_or("-".to_string(), ledger::format_hours);
+    let hours = |h: Option<f64>| h.map_or("-".to_string(), format_hours);
     let secs = |s: Option<u64>| s.map_or("-".to_string(), |s| format!("{s}s"));
     let wall = row
         .wall_used
@@ -117,7 +120,7 @@ pub(crate) fn timeline(global: &Global, ids: &[String], svg: &Path, out: &Out) -
     for id in &ids {
         records.push(store.get(id)?);
     }
-    write_file(svg, &ledger::timeline_svg(&records))?;
+    write_file(svg, &timeline_svg(&records))?;
     if out.json {
         out.line(
             &serde_json::json!({"svg": svg.display().to_string(), "records": ids}).to_string(),
@@ -156,7 +159,7 @@ pub(crate) fn check_budgets(
     };
     let store = connect::records(global, &connect::state_dir(global)?)?.open()?;
     let records = store.list(&RecordFilter::any())?;
-    match ledger::check_budgets(&budgets, &records, spec, chrono::Utc::now()) {
+    match refused_by_budget(&budgets, &records, spec, chrono::Utc::now()) {
         Ok(()) => Ok(None),
         Err(refusal) if over_budget => {
             eprintln!("warning: {refusal} (going ahead: --over-budget)");
