@@ -37,19 +37,22 @@ pub(crate) fn usage(
         submitted_since: since,
         ..RecordFilter::any()
     };
-    let records = store.list(&filter)?;
+    // One read of the store: every record when budgets need their own windows (the
+    // span's records then picked from them), else the span's alone.
+    let budgets = budgets(global)?;
+    let (records, uses) = match &budgets {
+        Some(budgets) => {
+            let mut records = store.list(&RecordFilter::any())?;
+            let uses = budget_use(budgets, &records, chrono::Utc::now());
+            records.retain(|r| filter.matches(r));
+            (records, uses)
+        }
+        None => (store.list(&filter)?, Vec::new()),
+    };
     let report = summarise(&records, &by);
     if let Some(path) = svg {
         write_file(path, &usage_svg(&records, &by))?;
     }
-    let budgets = budgets(global)?;
-    let uses = match &budgets {
-        Some(budgets) => {
-            let all = store.list(&RecordFilter::any())?;
-            budget_use(budgets, &all, chrono::Utc::now())
-        }
-        None => Vec::new(),
-    };
     if out.json {
         for row in report.rows.iter().chain([&report.total]) {
             let mut object = serde_json::to_value(row).map_err(json_error)?;

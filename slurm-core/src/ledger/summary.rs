@@ -8,7 +8,7 @@ use std::str::FromStr;
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 
-use crate::record::{JobRecord, RecordFilter, RecordStore};
+use crate::record::{JobRecord, RecordFilter, RecordStore, Usage};
 use crate::{Error, Result};
 
 /// How a usage report groups records.
@@ -180,23 +180,15 @@ impl Figures {
                     .filter(|u| u.runs <= 1)
                     .and_then(|u| u.queue_wait_s)
             });
-        match usage {
-            None => Figures {
-                accounted: false,
-                gpu_hours: None,
-                cpu_hours: None,
-                queue_wait_s,
-                elapsed_s: None,
-                wall: None,
-            },
-            Some(u) => Figures {
-                accounted: true,
-                gpu_hours: u.gpu_hours(),
-                cpu_hours: u.cpu_hours(),
-                queue_wait_s,
-                elapsed_s: u.elapsed_s,
-                wall: u.elapsed_s.zip(u.time_limit_s.filter(|limit| *limit > 0)),
-            },
+        Figures {
+            accounted: usage.is_some(),
+            gpu_hours: usage.as_ref().and_then(Usage::gpu_hours),
+            cpu_hours: usage.as_ref().and_then(Usage::cpu_hours),
+            queue_wait_s,
+            elapsed_s: usage.as_ref().and_then(|u| u.elapsed_s),
+            wall: usage
+                .as_ref()
+                .and_then(|u| u.elapsed_s.zip(u.time_limit_s.filter(|limit| *limit > 0))),
         }
     }
 }
