@@ -590,7 +590,12 @@ async fn forwarded_connections_and_new_shells_open_channels_side_by_side_over_ss
 /// file the test makes only once the first line arrived (a transport that answered at
 /// the end would never see it: the command would time out).
 async fn output_streams_before_the_command_ends<T: Transport>(t: &T) {
-    let gate = format!("/tmp/slurm-run-stream-gate-{}", std::process::id());
+    // Its own gate per call: the ssh2 and OpenSSH cases run at once in one process, and
+    // a gate shared by pid let one case's touch open the other's (its two lines then
+    // came at once, stderr first).
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let gate = format!("/tmp/slurm-run-stream-gate-{}-{call}", std::process::id());
     let script = r#"echo first; i=0; while [ ! -e "$1" ] && [ "$i" -lt 600 ]; do sleep 0.1; i=$((i+1)); done; rm -f -- "$1"; echo second >&2; exit 4"#;
     let command = slurm_core::Command::new("bash")
         .args(["-c", script, "gate"])
