@@ -168,7 +168,7 @@ pub(crate) fn task(record: &JobRecord, index: u32, native: Option<&NativeStatus>
 }
 
 /// One role of a multi-role job as a JSON object: the job's fields, then the role's
-/// (`role`, its `state`, `err_class`, `message` and `role_nodes`).
+/// (`role`, its `state`, `err_class`, `message`, `role_nodes` and `usage`).
 pub(crate) fn role(record: &JobRecord, name: &str, native: Option<&NativeStatus>) -> Value {
     let role = &record.roles()[name];
     let mut object = job(record, native);
@@ -177,6 +177,7 @@ pub(crate) fn role(record: &JobRecord, name: &str, native: Option<&NativeStatus>
     object["err_class"] = json!(role.err_class());
     object["message"] = json!(role.message());
     object["role_nodes"] = json!(role.nodes());
+    object["usage"] = usage(role.usage());
     object
 }
 

@@ -78,8 +78,9 @@ fn the_rl_example_renders_as_one_heterogeneous_job() {
     for group in 0..3 {
         assert!(script.contains(&format!("\"$SLURM_JOB_NODELIST_HET_GROUP_{group}\"")));
     }
+    // Each step carries its role's name (sacct's JobName: the role's usage).
     assert!(script.contains(
-        "srun --het-group=1 --overlap --nodes=1 --ntasks=1 --nodelist=\"$SLURM_RUN_ROLE_POLICY_HOST\""
+        "srun --job-name=monitor --het-group=1 --overlap --nodes=1 --ntasks=1 --nodelist=\"$SLURM_RUN_ROLE_POLICY_HOST\""
     ));
     insta::assert_snapshot!("multirole_rl", script);
 }

@@ -207,8 +207,8 @@ async fn a_failing_role_ends_the_job_and_stops_its_siblings_steps() {
     assert!(err.contains("reward model exploded"), "{err}");
 }
 
-/// slurmctl: `status --json` prints one line per role with `role`, the text status a
-/// line per role, and `logs ID --role NAME` that role's log.
+/// slurmctl: `status --json` prints one line per role with `role` and the role's own
+/// `usage`, the text status a line per role, and `logs ID --role NAME` that role's log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slurmctl_shows_each_role_and_its_logs() {
     let _cluster = cluster::shared().await;
@@ -242,6 +242,12 @@ async fn slurmctl_shows_each_role_and_its_logs() {
     assert!(lines
         .iter()
         .all(|l| l["role_nodes"].as_array().is_some_and(|n| n.len() == 1)));
+    // Each line's usage is its role's own: the controller holds no GPU, the rollout one.
+    let gpus: Vec<u64> = lines
+        .iter()
+        .map(|l| l["usage"]["gpus"].as_u64().unwrap_or_else(|| panic!("{l}")))
+        .collect();
+    assert_eq!(gpus, [0, 1], "{lines:?}");
     let text = ctl(&["status", &id]);
     text.expect_code(0);
     assert!(

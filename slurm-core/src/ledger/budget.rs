@@ -123,30 +123,15 @@ impl Budgets {
 
 /// The most GPU-hours a job of `spec` may use: nodes x GPUs per node x wall hours x
 /// runs (1 + the restarts `resume.max_restarts` allows) x array tasks (of `array` or
-/// `sweep`). A multi-role job adds its roles' GPUs; no wall time: the default wall.
+/// `sweep`). GPUs and nodes are those sbatch is asked for, the backend's defaults
+/// applied (no GPU keys: 4 GPUs on one node); a multi-role job adds its roles' (a role
+/// `on` another holds none). No wall time: the default wall. The retries a watch may
+/// make are submits of their own, each a record the ledger counts when it ran.
 pub fn worst_case_gpu_hours(spec: &JobSpec) -> f64 {
-    let gpus_of = |nodes: Option<u32>, gpus: Option<u32>, per_node: Option<u32>| -> f64 {
-        match (per_node, gpus, nodes) {
-            (Some(per), _, Some(n)) => f64::from(per) * f64::from(n),
-            (Some(_), Some(total), None) => f64::from(total),
-            (Some(per), None, None) => f64::from(per),
-            (None, Some(total), _) => f64::from(total),
-            (None, None, _) => 0.0,
-        }
-    };
-    let gpus = if spec.roles.is_empty() {
-        gpus_of(spec.nodes, spec.gpus, spec.gpus_per_node)
-    } else {
-        spec.roles
-            .values()
-            .map(|role| {
-                gpus_of(
-                    role.nodes.or(spec.nodes),
-                    role.gpus.or(spec.gpus),
-                    role.gpus_per_node.or(spec.gpus_per_node),
-                )
-            })
-            .sum()
+    // A spec that does not resolve is refused at submit; its keys' most, meanwhile.
+    let gpus = match spec.gpus_by_part() {
+        Ok(parts) => parts.iter().map(|(_, gpus)| f64::from(*gpus)).sum(),
+        Err(_) => named_gpus(spec),
     };
     let wall = spec.time.unwrap_or(SpecDefaults::default().wall);
     let hours = wall.as_secs() as f64 / 3600.0;
@@ -156,6 +141,33 @@ pub fn worst_case_gpu_hours(spec: &JobSpec) -> f64 {
             .as_ref()
             .map_or(0.0, |r| f64::from(r.max_restarts));
     gpus * hours * runs * array_tasks(spec)
+}
+
+/// The GPUs `spec`'s keys name (of a spec that does not resolve): nodes x per node, or
+/// the total, summed over its roles; the default per node where none is named.
+fn named_gpus(spec: &JobSpec) -> f64 {
+    let default = SpecDefaults::default().gpus_per_node;
+    let gpus_of = |nodes: Option<u32>, gpus: Option<u32>, per_node: Option<u32>| -> f64 {
+        match (per_node, gpus) {
+            (Some(per), _) => f64::from(per) * f64::from(nodes.unwrap_or(1)),
+            (None, Some(total)) => f64::from(total),
+            (None, None) => f64::from(default) * f64::from(nodes.unwrap_or(1)),
+        }
+    };
+    if spec.roles.is_empty() {
+        return gpus_of(spec.nodes, spec.gpus, spec.gpus_per_node);
+    }
+    spec.roles
+        .values()
+        .filter(|role| role.on.is_none())
+        .map(|role| {
+            gpus_of(
+                role.nodes.or(spec.nodes),
+                role.gpus.or(spec.gpus),
+                role.gpus_per_node.or(spec.gpus_per_node),
+            )
+        })
+        .sum()
 }
 
 /// How many tasks a job of `spec` runs (1 for a single job).
@@ -371,8 +383,17 @@ budgets:
         let sweep =
             spec("name: w\ncommand: x\ngpus: 2\ntime: \"1-00:00:00\"\nsweep: {LR: [1, 2, 3]}\n");
         assert_eq!(worst_case_gpu_hours(&sweep), 2.0 * 24.0 * 3.0);
-        let cpu = spec("name: w\ncommand: x\ntime: \"01:00:00\"\n");
+        // No GPU keys: the backend's default, 4 GPUs on 1 node (what sbatch is asked).
+        let default = spec("name: w\ncommand: x\ntime: \"01:00:00\"\n");
+        assert_eq!(worst_case_gpu_hours(&default), 4.0);
+        let cpu = spec("name: w\ncommand: x\ngpus_per_node: 0\ntime: \"01:00:00\"\n");
         assert_eq!(worst_case_gpu_hours(&cpu), 0.0);
+        // Roles: each role's own, by the same defaults; a role beside another holds none.
+        let roles = spec("name: w\ntime: \"02:00:00\"\nroles:\n  ctl: {nodes: 1, gpus_per_node: 0, command: c}\n  policy: {nodes: 2, gpus_per_node: 8, command: p}\n  rollout: {command: r}\n  watch: {on: policy, command: w}\n");
+        assert_eq!(worst_case_gpu_hours(&roles), (16.0 + 4.0) * 2.0);
+        // Longer than the reference's partitions allow: still its own wall.
+        let long = spec("name: w\ncommand: x\ngpus_per_node: 1\ntime: \"2-00:00:00\"\n");
+        assert_eq!(worst_case_gpu_hours(&long), 48.0);
     }
 
     #[test]

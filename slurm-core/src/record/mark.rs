@@ -263,6 +263,11 @@ impl JobRecord {
             self.backend_ref = mark.backend_ref;
             changed = true;
         }
+        // A multi-role job's times and usage are the job's (its components summed).
+        if let Some(times) = &mark.times {
+            changed |= self.note_timeline(times);
+        }
+        changed |= self.note_usage(&mark.usage);
         let (state, class) = match self.is_array() {
             true => derive_state(&self.tasks),
             false => derive_state(&self.roles),

@@ -124,11 +124,10 @@ impl Usage {
             notes: Vec::new(),
         };
         usage.note_missing();
-        if runs.len() > 1 {
-            for note in runs.iter().flat_map(|r| r.notes.iter()) {
-                if !usage.notes.contains(note) {
-                    usage.notes.push(note.clone());
-                }
+        // The runs' own notes too (a role beside another says whose allocation it used).
+        for note in runs.iter().flat_map(|r| r.notes.iter()) {
+            if !usage.notes.contains(note) {
+                usage.notes.push(note.clone());
             }
         }
         Some(usage)

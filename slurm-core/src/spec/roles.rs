@@ -28,7 +28,7 @@ use crate::names::{validate_safe_name, validate_shell_name};
 use crate::storage::MountSpec;
 use crate::{Error, Result};
 
-use super::{validate_memory, validate_partition, JobSpec, Resources, SpecDefaults};
+use super::{validate_memory, validate_partition, JobSpec, Limits, Resources, SpecDefaults};
 
 /// One role of a multi-role job, as the user writes it under `roles`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -306,6 +306,28 @@ impl JobSpec {
             }
         }
         Ok(())
+    }
+
+    /// The GPUs sbatch is asked for by a job of this spec, by part: the job's own
+    /// (`None`), or each role's (a role `on` another: 0); the backend's defaults applied
+    /// (no GPU keys: 4 per node), the spec's wall taken as it is (the partition's limit
+    /// is checked at submit).
+    pub(crate) fn gpus_by_part(&self) -> Result<Vec<(Option<String>, u32)>> {
+        let defaults = SpecDefaults {
+            limits: Limits {
+                max_wall: None,
+                ..Limits::default()
+            },
+            ..SpecDefaults::default()
+        };
+        if self.roles.is_empty() {
+            return Ok(vec![(None, self.resolve(&defaults)?.gpus)]);
+        }
+        Ok(self
+            .resolve_roles(&defaults)?
+            .into_iter()
+            .map(|role| (Some(role.name), role.resources.gpus))
+            .collect())
     }
 
     /// The roles with every default applied, roles on their own nodes first (in name

@@ -328,16 +328,19 @@ fn record_decisions(
         let nodes_known = mark.state == JobState::Running
             || observed.as_ref().is_some_and(|o| o.source == "sacct");
         // One role of its own nodes is a plain job: its component 0 is the job.
-        let components = match observed {
-            Some(o) if o.components.is_empty() => o.nodes.map(|n| (0, n)).into_iter().collect(),
-            Some(o) => o.components,
-            None => Vec::new(),
+        let (components, runs) = match observed {
+            Some(o) if o.components.is_empty() => {
+                (o.nodes.map(|n| (0, n)).into_iter().collect(), o.runs)
+            }
+            Some(o) => (o.components, o.runs),
+            None => (Vec::new(), Vec::new()),
         };
-        let nodes = roles::RoleNodes {
+        let seen = roles::RolesSeen {
             components: &components,
             known: nodes_known,
+            runs: &runs,
         };
-        roles::roles_mark(&record, mark, nodes, role_ends)
+        roles::roles_mark(&record, mark, seen, role_ends)
     } else {
         // Nothing new: the store would do nothing, so it is not asked.
         (mark.state != record.state).then_some(mark)

@@ -8,7 +8,7 @@ use crate::backend::NativeStatus;
 use crate::classify::{
     classify_failure, is_node_fault, ErrorClass, CHILD_TIMEOUT_EXIT, CHILD_TIMEOUT_NOTE,
 };
-use crate::record::{JobRecord, Mark, Timeline, TransitionSource, Usage};
+use crate::record::{JobRecord, Mark, Timeline, TransitionSource};
 use crate::slurm::parse::{
     expand_nodelist, is_accounting_disabled, is_invalid_job_id, is_transient_scheduler_error,
     parse_sacct_rows_eligible, parse_scontrol_show_job, parse_squeue, resolve_newest_of,
@@ -19,7 +19,7 @@ use crate::slurm::states::{map_state, SlurmBaseState, SlurmState};
 use crate::slurm::why::category_of;
 
 use super::resume::{decide_resumable, ResumeStep};
-use super::usage::run_usages;
+use super::usage::{asks_gpus, run_parts, run_usages, RolePlace, RunParts};
 use crate::spec::CompletionCheck;
 use crate::state::JobState;
 use crate::transport::Output;
@@ -50,8 +50,9 @@ pub(super) struct Observation {
     pub(super) unconfirmed: Option<String>,
     /// The newest run's times, from accounting (submitted, eligible, started, ended).
     pub(super) times: Option<Timeline>,
-    /// What each run of the job used, oldest first, from accounting.
-    pub(super) usage: Vec<Usage>,
+    /// What each run of the job used by part (components, steps), oldest first, from
+    /// accounting.
+    pub(super) runs: Vec<RunParts>,
 }
 
 /// What one cluster's squeue and sacct parts said of the keys asked about.
@@ -247,7 +248,7 @@ fn first_observation(
             failed_node: None,
             unconfirmed: None,
             times: sacct.as_ref().and_then(|s| s.times),
-            usage: sacct.map(|s| s.usage).unwrap_or_default(),
+            runs: sacct.map(|s| s.runs).unwrap_or_default(),
         }),
         // squeue answered and no longer lists the job, yet sacct says it is
         // pending or running: slurmdbd lags behind slurmctld, so that row is
@@ -386,7 +387,7 @@ pub(super) fn from_scontrol(id: SlurmJobId, part: &Output) -> Result<Option<Obse
                 failed_node: job.get("FailedNode").and_then(optional_node),
                 unconfirmed: None,
                 times: None,
-                usage: Vec::new(),
+                runs: Vec::new(),
             })
         })
         .next_back())
@@ -421,6 +422,7 @@ pub(super) fn decide(
             observed.reason.as_deref(),
         )),
     };
+    let observed = awaiting_components(record, observed);
     let (state, class) = map_state(&observed.state);
     let state = if observed.state.base == SlurmBaseState::Completing {
         while_ending(current, &observed)
@@ -450,13 +452,40 @@ pub(super) fn decide(
         &mut message,
         &mut cancel,
     );
-    let mark = mark_of(state, class, message, &observed);
+    let mark = mark_of(record, state, class, message, &observed);
     Decision {
         mark,
         native: Some(native),
         followup,
         observed: Some(observed),
         cancel,
+    }
+}
+
+/// `observed` as accounting confirms a multi-role job's end: while the newest run's
+/// rows lack the end of some component (see [`RunParts::awaits_components`]), the job is
+/// still ending, waiting a poll for them (its usage and its roles' would read low).
+fn awaiting_components(record: &JobRecord, observed: Observation) -> Observation {
+    let ended = observed.source == "sacct" && map_state(&observed.state).0.is_terminal();
+    if !ended || !record.is_multi_role() {
+        return observed;
+    }
+    let components = super::roles::role_places(record)
+        .values()
+        .filter(|place| matches!(place, RolePlace::Own(_)))
+        .count() as u32;
+    let now = chrono::Utc::now().naive_utc();
+    match observed.runs.last() {
+        Some(run) if run.awaits_components(components, now) => Observation {
+            reason: Some(format!(
+                "ended {}; waiting for accounting to write every component's end",
+                observed.state.raw
+            )),
+            state: SlurmState::from_base(SlurmBaseState::Completing),
+            exit_code: None,
+            ..observed
+        },
+        _ => observed,
     }
 }
 
@@ -520,9 +549,10 @@ fn outcome(
     }
 }
 
-/// The mark of a job decided `state` (of `class`) with `message`, with the nodes
-/// `observed` names (those it failed on, for an error).
+/// The mark of `record`'s job decided `state` (of `class`) with `message`, with the
+/// nodes `observed` names (those it failed on, for an error) and what its runs used.
 fn mark_of(
+    record: &JobRecord,
     state: JobState,
     class: Option<ErrorClass>,
     message: String,
@@ -532,8 +562,8 @@ fn mark_of(
     if let Some(times) = observed.times {
         mark = mark.times(times);
     }
-    if !observed.usage.is_empty() {
-        mark = mark.usage(observed.usage.clone());
+    if !observed.runs.is_empty() {
+        mark = mark.usage(run_usages(&observed.runs, asks_gpus(record, None)));
     }
     if let Some(class) = class {
         mark = mark.err_class(class);
@@ -681,7 +711,7 @@ fn observe_sacct(rows: &[SacctRow], key: TaskKey) -> Option<Observation> {
             newest.end.map(|t| t.and_utc()),
         ))
         .filter(|t| !t.is_empty()),
-        usage: run_usages(rows, id, task),
+        runs: run_parts(rows, id, task),
     })
 }
 

@@ -246,7 +246,7 @@ fn a_status_json_that_cannot_be_read_is_no_verdict() {
         failed_node: None,
         unconfirmed: None,
         times: None,
-        usage: Vec::new(),
+        runs: Vec::new(),
     };
     let read = |status: i32, stdout: &str, stderr: &str| Output {
         status,

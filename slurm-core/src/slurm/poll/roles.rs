@@ -8,9 +8,10 @@
 use std::collections::BTreeMap;
 
 use crate::classify::ErrorClass;
-use crate::record::{JobRecord, Mark, TaskMark};
+use crate::record::{JobRecord, Mark, TaskMark, Usage};
 use crate::slurm::parse::expand_nodelist;
 use crate::slurm::paths::roles_dir;
+use crate::slurm::poll::usage::{asks_gpus, RolePlace, RunParts};
 use crate::state::JobState;
 use crate::transport::{Command, Output};
 use crate::Result;
@@ -67,48 +68,69 @@ pub(super) fn read_role_ends(part: &Output) -> RoleEnds {
     ends
 }
 
-/// The nodes of each role of `record`: a role of its own nodes those of its component
-/// (components are the roles of their own nodes, in name order), a role `on` another
-/// that role's first node.
-fn role_nodes(record: &JobRecord, components: &[(u32, String)]) -> BTreeMap<String, Vec<String>> {
+/// Where each role of `record` runs: the roles of their own nodes on the components in
+/// name order (a job with one such role is its component 0), a role `on` another on that
+/// role's component.
+pub(super) fn role_places(record: &JobRecord) -> BTreeMap<String, RolePlace> {
     let Some(spec) = record.spec.as_ref() else {
         return BTreeMap::new();
     };
-    let own: Vec<&String> = spec
+    let mut places: BTreeMap<String, RolePlace> = spec
         .roles
         .iter()
         .filter(|(_, r)| r.on.is_none())
-        .map(|(name, _)| name)
+        .enumerate()
+        .map(|(index, (name, _))| (name.clone(), RolePlace::Own(index as u32)))
         .collect();
-    let mut nodes = BTreeMap::new();
-    for (index, name) in own.iter().enumerate() {
-        let list = components
-            .iter()
-            .find(|(component, _)| *component as usize == index)
-            .and_then(|(_, list)| expand_nodelist(list).ok())
-            .unwrap_or_default();
-        nodes.insert((*name).clone(), list);
-    }
     for (name, role) in &spec.roles {
         if let Some(host) = &role.on {
-            let first = nodes
-                .get(host)
-                .and_then(|list: &Vec<String>| list.first().cloned());
-            nodes.insert(name.clone(), first.into_iter().collect());
+            if let Some(RolePlace::Own(component)) = places.get(host).cloned() {
+                let host = host.clone();
+                places.insert(name.clone(), RolePlace::Beside { host, component });
+            }
         }
     }
-    nodes
+    places
 }
 
-/// The node lists a poll saw of a multi-role job's components.
+/// The nodes of each role placed at `places`: a role of its own nodes those of its
+/// component, a role `on` another that role's first node.
+fn role_nodes(
+    places: &BTreeMap<String, RolePlace>,
+    components: &[(u32, String)],
+) -> BTreeMap<String, Vec<String>> {
+    let nodes_of = |index: u32| {
+        components
+            .iter()
+            .find(|(component, _)| *component == index)
+            .and_then(|(_, list)| expand_nodelist(list).ok())
+            .unwrap_or_default()
+    };
+    places
+        .iter()
+        .map(|(name, place)| {
+            let nodes = match place {
+                RolePlace::Own(index) => nodes_of(*index),
+                RolePlace::Beside { component, .. } => {
+                    nodes_of(*component).into_iter().take(1).collect()
+                }
+            };
+            (name.clone(), nodes)
+        })
+        .collect()
+}
+
+/// What a poll saw of a multi-role job's components.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct RoleNodes<'a> {
+pub(super) struct RolesSeen<'a> {
     /// Each component's node list (`(1, "n2")`).
     pub(super) components: &'a [(u32, String)],
     /// Whether they are the run's nodes (a running job's, or accounting's); otherwise
     /// (an ending job's squeue rows list only the nodes still completing) they only
     /// fill roles that have none yet.
     pub(super) known: bool,
+    /// What each run used by part, from accounting (empty: not told).
+    pub(super) runs: &'a [RunParts],
 }
 
 /// The mark of multi-role `record` from the job's decided `mark`, the components' node
@@ -116,10 +138,11 @@ pub(super) struct RoleNodes<'a> {
 pub(super) fn roles_mark(
     record: &JobRecord,
     mark: Mark,
-    seen: RoleNodes<'_>,
+    seen: RolesSeen<'_>,
     ends: Option<&RoleEnds>,
 ) -> Option<Mark> {
-    let nodes = role_nodes(record, seen.components);
+    let places = role_places(record);
+    let nodes = role_nodes(&places, seen.components);
     let state = mark.state;
     let ends = ends.cloned().unwrap_or_default();
     // A cancelled job's roles were stopped by the cancel, whichever step noticed first.
@@ -144,6 +167,15 @@ pub(super) fn roles_mark(
         };
         if state.is_terminal() {
             role_end(&mut role, name, &ends, &failed, &mark);
+            let asks = asks_gpus(record, Some(name));
+            role.usage = places.get(name).and_then(|place| {
+                let runs: Vec<Usage> = seen
+                    .runs
+                    .iter()
+                    .filter_map(|run| run.role_usage(name, place, asks))
+                    .collect();
+                Usage::sum(&runs)
+            });
         } else if role.state == current.state
             && role.nodes.as_ref().is_none_or(|n| n == &current.nodes)
         {
@@ -167,6 +199,8 @@ pub(super) fn roles_mark(
     };
     let mut out = Mark::new(state, mark.source);
     out.message = message;
+    out.times = mark.times;
+    out.usage = mark.usage;
     out.roles = roles;
     Some(out)
 }
@@ -229,10 +263,11 @@ mod tests {
         .unwrap()
     }
 
-    fn known(components: &[(u32, String)]) -> RoleNodes<'_> {
-        RoleNodes {
+    fn known(components: &[(u32, String)]) -> RolesSeen<'_> {
+        RolesSeen {
             components,
             known: true,
+            runs: &[],
         }
     }
 
@@ -241,9 +276,10 @@ mod tests {
         let mut record = record();
         let pending = Mark::new(JobState::Pending, TransitionSource::Poll);
         let completing = [(0, "n2".to_string())];
-        let seen = RoleNodes {
+        let seen = RolesSeen {
             components: &completing,
             known: false,
+            runs: &[],
         };
         let marked = roles_mark(&record, pending, seen, None).unwrap();
         record.apply_mark(marked, None).unwrap();
@@ -256,9 +292,10 @@ mod tests {
             marked.roles["client"].nodes.as_deref(),
             Some(&["n2".to_string(), "n3".to_string()][..])
         );
-        let partial = RoleNodes {
+        let partial = RolesSeen {
             components: &completing,
             known: false,
+            runs: &[],
         };
         let mut record2 = record.clone();
         record2.roles.get_mut("client").unwrap().nodes = vec!["n2".into(), "n3".into()];
