@@ -19,7 +19,7 @@ use crate::slurm::states::{map_state, SlurmBaseState, SlurmState};
 use crate::slurm::why::category_of;
 
 use super::resume::{decide_resumable, ResumeStep};
-use super::usage::{asks_gpus, run_parts, run_usages, RolePlace, RunParts};
+use super::usage::{run_parts, run_usages, GpusAsked, RolePlace, RunParts};
 use crate::spec::CompletionCheck;
 use crate::state::JobState;
 use crate::transport::Output;
@@ -563,7 +563,8 @@ fn mark_of(
         mark = mark.times(times);
     }
     if !observed.runs.is_empty() {
-        mark = mark.usage(run_usages(&observed.runs, asks_gpus(record, None)));
+        let asks = GpusAsked::of(record).asks(None);
+        mark = mark.usage(run_usages(&observed.runs, asks));
     }
     if let Some(class) = class {
         mark = mark.err_class(class);

@@ -11,7 +11,7 @@ use crate::classify::ErrorClass;
 use crate::record::{JobRecord, Mark, TaskMark, Usage};
 use crate::slurm::parse::expand_nodelist;
 use crate::slurm::paths::roles_dir;
-use crate::slurm::poll::usage::{asks_gpus, RolePlace, RunParts};
+use crate::slurm::poll::usage::{GpusAsked, RolePlace, RunParts};
 use crate::state::JobState;
 use crate::transport::{Command, Output};
 use crate::Result;
@@ -150,13 +150,15 @@ pub(super) fn roles_mark(
         .first_failure
         .clone()
         .filter(|_| state != JobState::Canceled);
+    // What the roles ask, resolved once, when accounting told what their runs used.
+    let asked = (state.is_terminal() && !seen.runs.is_empty()).then(|| GpusAsked::of(record));
     let mut roles = BTreeMap::new();
     for (name, current) in &record.roles {
         if current.state.is_terminal() {
             continue;
         }
         let mut role = TaskMark::new(state);
-        // The hosts the run wrote win; then the poll's lists (see `RoleNodes`).
+        // The hosts the run wrote win; then the poll's lists (see `RolesSeen`).
         role.nodes = match ends.hosts.get(name) {
             Some(hosts) => Some(hosts.clone()).filter(|h| *h != current.nodes),
             None => nodes
@@ -167,15 +169,18 @@ pub(super) fn roles_mark(
         };
         if state.is_terminal() {
             role_end(&mut role, name, &ends, &failed, &mark);
-            let asks = asks_gpus(record, Some(name));
-            role.usage = places.get(name).and_then(|place| {
-                let runs: Vec<Usage> = seen
-                    .runs
-                    .iter()
-                    .filter_map(|run| run.role_usage(name, place, asks))
-                    .collect();
-                Usage::sum(&runs)
-            });
+            role.usage = asked
+                .as_ref()
+                .zip(places.get(name))
+                .and_then(|(asked, place)| {
+                    let asks = asked.asks(Some(name));
+                    let runs: Vec<Usage> = seen
+                        .runs
+                        .iter()
+                        .filter_map(|run| run.role_usage(name, place, asks))
+                        .collect();
+                    Usage::sum(&runs)
+                });
         } else if role.state == current.state
             && role.nodes.as_ref().is_none_or(|n| n == &current.nodes)
         {

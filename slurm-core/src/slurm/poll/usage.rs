@@ -77,8 +77,9 @@ impl RunRows {
         self.step_elapsed_s = self.step_elapsed_s.max(other.step_elapsed_s);
     }
 
-    /// The usage of these figures; an allocation without `gres/gpu` of a part that
-    /// `asks_gpus` not holds none (0), otherwise the cluster does not account GPUs.
+    /// The usage of these figures. An allocation without `gres/gpu` holds no GPU (0)
+    /// when its part asks for none (`asks_gpus` false); otherwise the cluster does not
+    /// account GPUs (`None`).
     fn usage(&self, asks_gpus: bool) -> Usage {
         let queue_wait_s = match (self.submitted_at, self.started_at) {
             (Some(submit), Some(start)) => (start - submit).num_seconds().try_into().ok(),
@@ -134,7 +135,7 @@ pub(super) struct RunParts {
 
 impl RunParts {
     /// The whole run's usage: its components' allocations summed, every step's use
-    /// (`asks_gpus`: see [`asks_gpus`]).
+    /// (`asks_gpus`: see [`GpusAsked::asks`]).
     fn usage(&self, asks_gpus: bool) -> Usage {
         let mut whole = RunRows::default();
         for component in self.components.values() {
@@ -150,7 +151,7 @@ impl RunParts {
     /// its component's allocation and its steps' use; a role beside another its steps'
     /// time and use, with no GPUs or CPUs of its own (they are its host's, counted
     /// there). `None` when the run has no row of the role's component. `asks_gpus`:
-    /// whether the role asks for GPUs (see [`asks_gpus`]).
+    /// whether the role asks for GPUs (see [`GpusAsked::asks`]).
     pub(super) fn role_usage(
         &self,
         name: &str,
@@ -255,25 +256,32 @@ pub(super) fn run_parts(rows: &[SacctRow], id: SlurmJobId, task: Option<u32>) ->
     runs
 }
 
-/// The usage of each run in `runs`, oldest first (`asks_gpus`: see [`asks_gpus`]).
+/// The usage of each run in `runs`, oldest first (`asks_gpus`: see [`GpusAsked::asks`]).
 pub(super) fn run_usages(runs: &[RunParts], asks_gpus: bool) -> Vec<Usage> {
     runs.iter().map(|run| run.usage(asks_gpus)).collect()
 }
 
-/// Whether `record`'s job (`role` `None`) or its role `role` asks sbatch for GPUs: an
-/// allocation without `gres/gpu` of a part that asks none holds none, while one that
-/// asks some was not accounted. A record without a spec, or whose spec does not
-/// resolve, asks (what is unknown stays unknown).
-pub(super) fn asks_gpus(record: &JobRecord, role: Option<&str>) -> bool {
-    let Some(spec) = record.spec.as_ref() else {
-        return true;
-    };
-    match spec.gpus_by_part() {
-        Ok(parts) => parts
+/// The GPUs each part of a record's job asks sbatch for, resolved once from its spec
+/// ([`GpusAsked::asks`]).
+pub(super) struct GpusAsked(Option<Vec<(Option<String>, u32)>>);
+
+impl GpusAsked {
+    /// What `record`'s spec asks (nothing known: no spec, or one that does not resolve).
+    pub(super) fn of(record: &JobRecord) -> Self {
+        GpusAsked(record.spec.as_ref().and_then(|s| s.gpus_by_part().ok()))
+    }
+
+    /// Whether the job (`role` `None`) or its role `role` asks for GPUs: an allocation
+    /// without `gres/gpu` of a part that asks none holds none, while one that asks some
+    /// was not accounted. Unknown asks (what is unknown stays unknown).
+    pub(super) fn asks(&self, role: Option<&str>) -> bool {
+        let Some(parts) = &self.0 else {
+            return true;
+        };
+        parts
             .iter()
             .filter(|(name, _)| role.is_none() || name.as_deref() == role)
-            .any(|(_, gpus)| *gpus > 0),
-        Err(_) => true,
+            .any(|(_, gpus)| *gpus > 0)
     }
 }
 
